@@ -1,0 +1,1 @@
+"""Runtimes behind one small protocol (`base.Backend`): llama.cpp and transformers."""

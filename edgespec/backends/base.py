@@ -1,0 +1,91 @@
+"""The protocol every runtime implements, and the bookkeeping they share.
+
+A backend owns one model and one KV cache. The decoder talks to it only through `eval` (append
+tokens, get logits at the positions asked for) and `truncate` (roll the cache back), so the
+speculative loop never knows which runtime it drives. `cached` mirrors the token ids in the cache,
+which lets callers reuse a shared prefix (a chat's earlier turns) instead of re-evaluating it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from edgespec.errors import EdgespecError
+
+
+class BackendError(EdgespecError):
+    """A runtime failure with a message fit for the user (one line)."""
+
+
+class ContextOverflow(BackendError):
+    """The tokens asked for do not fit in the model's context window."""
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """What two models must share to be paired: token texts and special tokens."""
+
+    size: int
+    tokens: tuple[bytes, ...]  # the text of each id, as the model's tokenizer spells it
+    eos_ids: frozenset[int]  # end-of-generation ids (eos, eot, im_end ...)
+    bos_id: int | None
+
+
+class Backend(Protocol):
+    """One model with one KV cache.
+
+    Shapes and units: logits are float32 numpy arrays of shape (n, n_vocab); row i is the
+    distribution of the token that follows the i-th of the last n tokens passed to `eval`.
+    """
+
+    name: str  # "llamacpp" or "hf"
+    n_ctx: int
+    n_vocab: int
+    eos_ids: frozenset[int]
+    cached: list[int]  # token ids currently in the KV cache, in order (read-only for callers)
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes a token stands for (may be part of a UTF-8 character)."""
+        ...
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str:
+        """Render messages with the model's own chat template, ending with the assistant cue."""
+        ...
+
+    def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+        """Append `tokens` to the cache; return logits for the last `n_logits` of them."""
+        ...
+
+    def truncate(self, n: int) -> None:
+        """Drop everything in the cache after the first `n` tokens."""
+        ...
+
+    def vocabulary(self) -> Vocabulary: ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest shared prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+    """Make the cache hold exactly `tokens` and return logits for the last `n_logits` of them.
+
+    Reuses the longest cached prefix; always re-evaluates at least the last `n_logits` tokens so
+    their logits exist. This is the only place where cache reuse is decided.
+    """
+    if len(tokens) > backend.n_ctx:
+        raise ContextOverflow(f"{len(tokens)} tokens do not fit the {backend.n_ctx}-token context")
+    keep = min(common_prefix(backend.cached, tokens), len(tokens) - n_logits)
+    if keep < len(backend.cached):
+        backend.truncate(keep)
+    return backend.eval(tokens[keep:], n_logits)

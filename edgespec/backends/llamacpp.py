@@ -1,0 +1,178 @@
+"""llama.cpp through llama-cpp-python's low-level API (GGUF models, CPU or CUDA builds).
+
+Why the low-level API rather than `Llama`: `Llama(logits_all=True)` keeps n_ctx x n_vocab floats
+(1.2 GB at n_ctx=2048 for a 151936-token vocabulary); here a batch asks for logits only at the
+positions being verified, and the cache is rolled back with `llama_memory_seq_rm`, not by
+resetting a counter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from edgespec.backends.base import BackendError, ContextOverflow, Vocabulary
+
+_BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
+_quiet_logs = None  # keeps the ctypes log callback alive
+
+
+def _silence_llama_logs(lc) -> None:
+    """llama.cpp logs every load to stderr; edgespec's stderr is for its own stats and errors."""
+    global _quiet_logs
+    if _quiet_logs is None:
+        _quiet_logs = lc.ggml_log_callback(lambda level, text, data: None)
+        lc.llama_log_set(_quiet_logs, ctypes.c_void_p())
+
+
+def default_threads() -> int:
+    """Physical cores: llama.cpp decoding is compute-bound, hyper-threads only contend."""
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return os.cpu_count() or 1
+
+
+class LlamaCppBackend:
+    """One GGUF model with its own context and KV cache (sequence 0)."""
+
+    name = "llamacpp"
+
+    def __init__(self, path: Path, n_ctx: int, *, n_gpu_layers: int = 0, threads: int | None = None):
+        import llama_cpp as lc
+
+        self._lc = lc
+        _silence_llama_logs(lc)
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        if not self._model:
+            raise BackendError(f"llama.cpp could not load {path} (not a GGUF model this build supports)")
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+        n_train = lc.llama_model_n_ctx_train(self._model)
+        self.n_ctx = min(n_ctx, n_train) if n_train > 0 else n_ctx
+
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = self.n_ctx
+        cparams.n_batch = _BATCH
+        cparams.n_ubatch = _BATCH
+        cparams.n_seq_max = 1
+        n_threads = threads or default_threads()
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            lc.llama_model_free(self._model)
+            raise BackendError(f"llama.cpp could not create a {self.n_ctx}-token context for {path}")
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(_BATCH, 0, 1)
+        self.cached: list[int] = []
+        self.eos_ids = frozenset(t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t))
+        self._pieces: dict[int, bytes] = {}
+        self.path = path
+
+    # -- the Backend protocol ---------------------------------------------------------------
+
+    def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+        """Append tokens; return a (n_logits, n_vocab) float32 view of llama.cpp's logits buffer.
+
+        The view is only valid until the next eval on this backend: callers use it at once."""
+        if len(self.cached) + len(tokens) > self.n_ctx:
+            raise ContextOverflow(f"{len(self.cached) + len(tokens)} tokens do not fit the {self.n_ctx}-token context")
+        if not 0 < n_logits <= len(tokens):
+            raise ValueError(f"n_logits={n_logits} with {len(tokens)} tokens")
+        lc, batch = self._lc, self._batch
+        first_logit = len(tokens) - n_logits
+        for start in range(0, len(tokens), _BATCH):
+            chunk = tokens[start : start + _BATCH]
+            pos0 = len(self.cached)
+            batch.n_tokens = len(chunk)
+            n_out = 0
+            for i, tok in enumerate(chunk):
+                batch.token[i] = tok
+                batch.pos[i] = pos0 + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                want = start + i >= first_logit
+                batch.logits[i] = want
+                n_out += want
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                self.truncate(pos0)
+                raise BackendError(f"llama_decode failed (code {rc}) at position {pos0}")
+            self.cached.extend(chunk)
+        # logits of the last chunk only: n_logits never spans chunks for the decoder's calls
+        if n_logits > n_out:
+            raise ValueError("n_logits larger than the last batch chunk")
+        ptr = lc.llama_get_logits(self._ctx)
+        rows = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+        return rows[n_out - n_logits :]
+
+    def truncate(self, n: int) -> None:
+        if n < len(self.cached):
+            self._lc.llama_memory_seq_rm(self._mem, 0, n, -1)
+            del self.cached[n:]
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (self._lc.llama_token * cap)()
+        n = self._lc.llama_tokenize(self._vocab, data, len(data), buf, cap, False, special)
+        if n < 0:  # buffer too small: n is minus the needed size
+            cap = -n
+            buf = (self._lc.llama_token * cap)()
+            n = self._lc.llama_tokenize(self._vocab, data, len(data), buf, cap, False, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = self._lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, False)
+            piece = self._pieces[token_id] = buf.raw[:n]
+        return piece
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str:
+        from edgespec.backends.chat_template import render_chat
+
+        template = self._lc.llama_model_chat_template(self._model, None)
+        if not template:
+            raise BackendError(f"{self.path.name} has no chat template; use --raw for plain completion")
+        return render_chat(template.decode("utf-8"), messages, bos=self._special_text(self._lc.llama_vocab_bos),
+                           eos=self._special_text(self._lc.llama_vocab_eos))
+
+    def vocabulary(self) -> Vocabulary:
+        lc = self._lc
+        tokens = tuple(lc.llama_vocab_get_text(self._vocab, t) or b"" for t in range(self.n_vocab))
+        bos = lc.llama_vocab_bos(self._vocab)
+        return Vocabulary(self.n_vocab, tokens, self.eos_ids, bos if bos >= 0 else None)
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def _special_text(self, getter) -> str:
+        t = getter(self._vocab)
+        return (self._lc.llama_vocab_get_text(self._vocab, t) or b"").decode("utf-8", "replace") if t >= 0 else ""
+
+    def close(self) -> None:
+        if self._ctx:
+            self._lc.llama_batch_free(self._batch)
+            self._lc.llama_free(self._ctx)
+            self._lc.llama_model_free(self._model)
+            self._ctx = self._model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

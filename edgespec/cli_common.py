@@ -1,0 +1,66 @@
+"""What every command shares: the pair / drafter / sampling options and the error boundary.
+
+`run`, `chat` and `bench` take the same flags with the same meaning; they are declared once here.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from edgespec.errors import EdgespecError
+
+EXIT_INTERRUPTED = 130
+
+
+def pair_options(f: Callable) -> Callable:
+    """-m/--pair and --config."""
+    f = click.option("-m", "--pair", "pair", default=None, help="Model pair from models.toml (default: the registry's default).")(f)
+    f = click.option(
+        "--config",
+        "config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        envvar="EDGESPEC_CONFIG",
+        help="User models.toml adding or overriding pairs (default: the platform config dir).",
+    )(f)
+    return f
+
+
+def decoding_options(f: Callable) -> Callable:
+    """--draft, --k and the sampling flags; unset sampling flags fall back to the pair's defaults."""
+    opts = [
+        click.option("--draft", type=click.Choice(["auto", "model", "ngram", "none"]), default="auto", show_default=True,
+                     help="Drafter: the draft model, n-gram lookup in the context, none (plain decoding), or auto."),
+        click.option("--k", "k", default="auto", show_default=True,
+                     help="Draft length: auto (cost-aware controller), heuristic (+2/-1), or a fixed number."),
+        click.option("--temperature", type=click.FloatRange(min=0.0), default=None, help="0 = greedy."),
+        click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None),
+        click.option("--top-k", type=click.IntRange(min=0), default=None),
+        click.option("--min-p", type=click.FloatRange(0.0, 1.0), default=None),
+        click.option("--seed", type=int, default=None, help="Seed for sampling (reproducible output)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def error_boundary(f: Callable) -> Callable:
+    """Turn EdgespecError into one line on stderr and its exit code; Ctrl-C into exit 130."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except EdgespecError as e:
+            click.echo(f"edgespec: error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("edgespec: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+
+    return wrapper

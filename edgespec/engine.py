@@ -1,0 +1,128 @@
+"""A loaded pair, ready to generate: the one object the CLI, the TUI and the bench drive.
+
+    engine = open_engine("qwen2.5-coder-1.5b")
+    for event in engine.chat(messages, GenerateSettings(max_tokens=256), cancel=threading.Event()):
+        ...  # Token / Step / Summary from edgespec.spec.events
+
+`chat` and `complete` are generators; they may run in a worker thread and be stopped with `cancel`
+(checked once per target pass; the generator then ends with a Summary whose stop_reason is
+"cancelled"). The engine keeps its caches between calls, so a chat's earlier turns are not
+re-evaluated, and its cost measurements, so the controller starts warm on the next reply.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from edgespec.backends.base import Backend, BackendError
+from edgespec.config import ModelSpec, PairConfig, load_registry
+from edgespec.errors import UsageError
+from edgespec.spec.controller import CostModel, make_policy
+from edgespec.spec.decoder import SpeculativeDecoder
+from edgespec.spec.drafters import ModelDrafter, NgramDrafter
+from edgespec.spec.events import Event
+from edgespec.spec.sampling import SamplingParams
+
+DRAFT_MODES = ("auto", "model", "ngram", "none")
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft: str = "auto"  # "auto" | "model" | "ngram" | "none"
+    k: str = "auto"  # "auto" | "heuristic" | a number as text ("4")
+
+
+class Engine:
+    """A target backend, an optional draft-model backend, and the drafters built on them."""
+
+    def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None):
+        self.pair, self.target, self.draft = pair, target, draft
+        self.n_ctx = target.n_ctx
+        self._model_drafter = ModelDrafter(draft) if draft is not None else None
+        self._ngram = NgramDrafter()
+        self._policies: dict[tuple[str, str], object] = {}
+        self.costs = CostModel()  # shared by every auto policy: the hardware does not change
+
+    def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+        return self._generate(self.chat_tokens(messages), settings, cancel)
+
+    def complete(self, prompt: str, settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+        return self._generate(self.target.tokenize(prompt, special=False), settings, cancel)
+
+    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
+        return self.target.tokenize(self.target.chat_prompt(messages), special=True)
+
+    def count_tokens(self, messages: Sequence[dict]) -> int:
+        """Tokens the chat prompt for `messages` takes (for a context-fill gauge and trimming)."""
+        return len(self.chat_tokens(messages))
+
+    def token_text(self, token_id: int) -> str:
+        """A token's text on its own (for showing rejected drafts)."""
+        return self.target.token_bytes(token_id).decode("utf-8", "replace")
+
+    def _generate(self, prompt: list[int], settings: GenerateSettings, cancel) -> Iterator[Event]:
+        if settings.draft not in DRAFT_MODES:
+            raise UsageError(f"--draft {settings.draft!r} is not one of {', '.join(DRAFT_MODES)}")
+        if settings.draft == "model" and self._model_drafter is None:
+            raise UsageError(f"pair {self.pair.name!r} has no draft model; use --draft ngram or none")
+        policy = self._policy(settings)
+        decoder = SpeculativeDecoder(
+            self.target,
+            policy,
+            model=self._model_drafter if settings.draft in ("auto", "model") else None,
+            ngram=self._ngram if settings.draft in ("auto", "ngram") else None,
+        )
+        return decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
+
+    def _policy(self, settings: GenerateSettings):
+        """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
+        key = (settings.draft, settings.k)
+        if key not in self._policies:
+            if settings.k == "auto" and not self.costs.calibrated:
+                self.costs.calibrate(self.target, self.draft)
+            self._policies[key] = make_policy(settings.k, settings.draft, self.costs)
+        return self._policies[key]
+
+    def close(self) -> None:
+        for backend in (self.target, self.draft):
+            if backend is not None and hasattr(backend, "close"):
+                backend.close()
+
+
+def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
+    if pair.backend == "llamacpp":
+        from edgespec.backends.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads)
+    from edgespec.backends.hf import load_hf_backend
+    from edgespec.store import home
+
+    return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
+
+
+def open_engine(pair_name: str | None = None, config_path: Path | None = None, draft: str = "auto") -> Engine:
+    """Load a pair from the registry: check its files, load target (and draft model if it may be used)."""
+    from edgespec.store import Store
+    from edgespec.vocab import check_loaded_pair
+
+    pair = load_registry(config_path).pair(pair_name)
+    store = Store()
+    target_path = store.ensure(pair.target, pair.name)
+    use_draft = pair.draft is not None and draft in ("auto", "model")
+    draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
+    target = load_backend(pair, pair.target, target_path)
+    draft_backend = None
+    if draft_path is not None:
+        draft_backend = load_backend(pair, pair.draft, draft_path)
+        try:
+            check_loaded_pair(target, draft_backend, pair.name)
+        except BackendError:
+            target.close()
+            draft_backend.close()
+            raise
+    return Engine(pair, target, draft_backend)

@@ -1,0 +1,364 @@
+"""Choosing the draft length K for each round (K = 0 is plain decoding).
+
+The decoder asks a `Policy` for a `Plan` before every target pass and reports the outcome back
+with `observe`. Three policies:
+
+- `FixedK`: always K tokens from one drafter (the baseline every tool offers).
+- `HeuristicK`: Hugging Face's "heuristic" schedule, +2 after a fully accepted round, -1 otherwise.
+- `AutoK`: the cost-aware controller. It keeps
+    * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
+      near-linear on a small CPU), and per draft-model step, calibrated at load and then updated
+      from every real pass;
+    * acceptance estimates with forgetting: for the draft model per draft position and per
+      confidence bin, for the n-gram drafter per match-length bucket and position;
+  and each round picks the drafter and K that maximise expected tokens per second,
+      E(K) / cost(K),   E(K) = 1 + sum_j prod_{i<=j} a_i   (Leviathan et al. 2023, sec. 3.5),
+  against plain decoding's 1 / t_verify(1). Inside a round the draft model stops early when
+  P(all drafted so far survive) * P(next survives | its confidence) no longer pays for the extra
+  verification it costs at the plan's rate. A drafter that is not worth using is probed now and
+  then (one or two tokens, with exponential back-off) so a change in the text is noticed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from edgespec.spec.drafters import Draft
+from edgespec.spec.events import ControllerState, Step
+
+StopRule = Callable[[int, float], bool]  # (tokens drafted so far, confidence of the next) -> stop
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One round: which drafter proposes, how many tokens at most, and when the draft model stops."""
+
+    drafter: str | None  # "model", "ngram" or None (plain decoding)
+    k: int
+    stop: StopRule | None = None
+    state: ControllerState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundContext:
+    """What a policy may look at before the round: the free n-gram proposal and the budget."""
+
+    ngram: Draft | None  # None when the n-gram drafter is off
+    has_model: bool  # a draft model is loaded and allowed
+    max_k: int  # drafts beyond this would overrun max_tokens or the context
+
+
+class Policy(Protocol):
+    max_k: int  # the longest draft this policy may ask for (bounds the n-gram lookup)
+
+    def plan(self, ctx: RoundContext) -> Plan: ...
+
+    def observe(self, step: Step, draft: Draft) -> None: ...
+
+
+def _preferred(drafter: str, ctx: RoundContext) -> str | None:
+    """The drafter a fixed policy uses this round: "auto" means the model if loaded, else n-gram."""
+    if drafter in ("model", "auto") and ctx.has_model:
+        return "model"
+    if drafter in ("ngram", "auto") and ctx.ngram is not None and ctx.ngram.ids:
+        return "ngram"
+    return None
+
+
+def _capped(drafter: str | None, k: int, ctx: RoundContext) -> int:
+    k = min(k, ctx.max_k)
+    return min(k, len(ctx.ngram.ids)) if drafter == "ngram" and ctx.ngram is not None else k
+
+
+class FixedK:
+    """Always draft k tokens (the n-gram drafter drafts at most what it found)."""
+
+    def __init__(self, k: int, drafter: str):
+        self.k = self.max_k = k
+        self.drafter = drafter
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        which = _preferred(self.drafter, ctx) if self.k > 0 else None
+        k = _capped(which, self.k, ctx) if which else 0
+        return Plan(which, k, state=ControllerState("fixed", k, which, 0.0, 0.0, 0.0))
+
+    def observe(self, step: Step, draft: Draft) -> None:
+        pass
+
+
+class HeuristicK:
+    """transformers' "heuristic" schedule: K += 2 after a round with every draft accepted, else
+    K -= 1 (at least 1). It starts at 5 and is capped at 16 here."""
+
+    def __init__(self, drafter: str, start: int = 5, cap: int = 16):
+        self.k, self.max_k, self.drafter = start, cap, drafter
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        which = _preferred(self.drafter, ctx)
+        k = _capped(which, self.k, ctx) if which else 0
+        return Plan(which, k, state=ControllerState("heuristic", k, which, 0.0, 0.0, 0.0))
+
+    def observe(self, step: Step, draft: Draft) -> None:
+        if step.k:
+            self.k = min(self.max_k, self.k + 2) if step.accepted == step.k else max(1, self.k - 1)
+
+
+class Rate:
+    """A Bernoulli rate with exponential forgetting (a discounted Beta posterior mean)."""
+
+    __slots__ = ("hits", "weight", "decay")
+
+    def __init__(self, prior: float, prior_weight: float = 2.0, decay: float = 0.97):
+        self.hits, self.weight, self.decay = prior * prior_weight, prior_weight, decay
+
+    def update(self, hit: bool) -> None:
+        self.hits = self.hits * self.decay + hit
+        self.weight = self.weight * self.decay + 1.0
+
+    @property
+    def mean(self) -> float:
+        return self.hits / self.weight
+
+
+class CostModel:
+    """Seconds per target pass verifying n tokens, and per draft-model step.
+
+    Measured points are smoothed per n (exponential moving average); between them the cost is
+    interpolated linearly and beyond the largest extrapolated with the last slope. The curve is
+    flat on a GPU and near-linear on a small CPU: nothing here assumes either.
+    """
+
+    SMOOTH = 0.15
+
+    def __init__(self):
+        self._verify: dict[int, float] = {}
+        self.draft_step: float | None = None  # seconds per draft-model token
+        self.ngram_lookup = 0.0  # seconds per n-gram lookup
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.SMOOTH * (new - old)
+
+    def observe_verify(self, n: int, seconds: float) -> None:
+        self._verify[n] = self._ema(self._verify.get(n), seconds)
+
+    def observe_draft(self, tokens: int, seconds: float) -> None:
+        if tokens:
+            self.draft_step = self._ema(self.draft_step, seconds / tokens)
+
+    def observe_lookup(self, seconds: float) -> None:
+        self.ngram_lookup = self._ema(self.ngram_lookup, seconds)
+
+    @property
+    def calibrated(self) -> bool:
+        return len(self._verify) >= 2
+
+    def verify(self, n: int) -> float:
+        pts = self._verify
+        if n in pts:
+            return pts[n]
+        ns = sorted(pts)
+        if not ns:
+            return 1.0
+        if len(ns) == 1:
+            return pts[ns[0]] * n / ns[0]
+        lo = max((m for m in ns if m < n), default=None)
+        hi = min((m for m in ns if m > n), default=None)
+        if lo is None:
+            lo, hi = ns[0], ns[1]
+        elif hi is None:
+            lo, hi = ns[-2], ns[-1]
+        slope = (pts[hi] - pts[lo]) / (hi - lo)
+        return max(pts[lo] + slope * (n - lo), 1e-6)
+
+    def calibrate(self, target, draft=None, sizes: Sequence[int] = (1, 2, 4, 8, 16)) -> None:
+        """Time a few verification sizes on the target (and one draft step) on dummy tokens, then
+        roll the caches back. About 15 target-token evaluations: a fraction of a second."""
+        for backend, ns in ((target, sizes), (draft, (1, 1))):
+            if backend is None:
+                continue
+            start = len(backend.cached)
+            room = backend.n_ctx - start
+            backend.eval([0], 1)  # warm-up: first calls pay for allocation
+            backend.truncate(start)
+            for n in ns:
+                if n > room:
+                    break
+                t0 = time.perf_counter()
+                backend.eval([0] * n, n)
+                elapsed = time.perf_counter() - t0
+                backend.truncate(start)
+                if backend is target:
+                    self.observe_verify(n, elapsed)
+                else:
+                    self.observe_draft(1, elapsed)
+
+
+def best_k(acceptance: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
+    """The K in 0..len(acceptance) maximising E(K)/cost(K); returns (K, tokens per second)."""
+    best, rate = 0, 1.0 / cost(0)
+    expected, survive = 1.0, 1.0
+    for k, a in enumerate(acceptance, start=1):
+        survive *= a
+        expected += survive
+        r = expected / cost(k)
+        if r > rate:
+            best, rate = k, r
+    return best, rate
+
+
+# n-gram match lengths that predict acceptance differently (a longer copy survives longer)
+_MATCH_BUCKETS = (1, 2, 3, 4, 6, 9, 16, 32)
+_CONF_BINS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99)
+
+
+def _bucket(x: float, edges: Sequence[float]) -> int:
+    return sum(x >= e for e in edges)
+
+
+@dataclass
+class _Probe:
+    """Exponential back-off for trying a drafter the cost model currently rejects."""
+
+    interval: int = 16
+    idle: int = 0
+    BASE = 16
+    MAX = 512
+
+    def due(self) -> bool:
+        return self.idle >= self.interval
+
+    def used(self, probing: bool) -> None:
+        self.idle = 0
+        self.interval = min(self.interval * 2, self.MAX) if probing else self.BASE
+
+
+@dataclass
+class AutoK:
+    """The cost-aware controller (see the module docstring). `drafter` limits its choices:
+    "auto" = n-gram, draft model or plain per round; "model" / "ngram" = that drafter or plain."""
+
+    drafter: str
+    costs: CostModel
+    max_k_model: int = 8
+    max_k_ngram: int = 16
+    _pos: list[Rate] = field(init=False)
+    _conf: list[Rate] = field(init=False)
+    _ngram: list[list[Rate]] = field(init=False)
+    _probe: dict[str, _Probe] = field(init=False)
+    _last: Plan | None = field(default=None, init=False)
+    _probing: bool = field(default=False, init=False)
+    _measured: float = field(default=0.0, init=False)
+
+    def __post_init__(self):
+        self.max_k = max(self.max_k_model, self.max_k_ngram)
+        # Priors: a draft model of the same family agrees often; a short n-gram match rarely
+        # predicts more than a token, a long one predicts a copy.
+        self._pos = [Rate(0.7) for _ in range(self.max_k_model)]
+        self._conf = [Rate(0.3 + 0.6 * i / len(_CONF_BINS)) for i in range(len(_CONF_BINS) + 1)]
+        self._ngram = [[Rate(min(0.3 + 0.08 * b, 0.9)) for _ in range(self.max_k_ngram)] for b in range(len(_MATCH_BUCKETS))]
+        self._probe = {"model": _Probe(), "ngram": _Probe()}
+
+    # -- choosing -------------------------------------------------------------------------
+
+    def _model_option(self, ctx: RoundContext) -> tuple[int, float]:
+        d = self.costs.draft_step if self.costs.draft_step is not None else self.costs.verify(1)
+        acc = [r.mean for r in self._pos[: min(self.max_k_model, ctx.max_k)]]
+        return best_k(acc, lambda k: k * d + self.costs.verify(k + 1) + self.costs.ngram_lookup)
+
+    def _ngram_option(self, ctx: RoundContext) -> tuple[int, float]:
+        g = ctx.ngram
+        rates = self._ngram[_bucket(g.match_len, _MATCH_BUCKETS[1:])]
+        acc = [r.mean for r in rates[: min(len(g.ids), ctx.max_k, self.max_k_ngram)]]
+        return best_k(acc, lambda k: self.costs.verify(k + 1) + self.costs.ngram_lookup)
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
+        options: dict[str | None, tuple[int, float]] = {None: (0, plain_rate)}
+        if ctx.has_model and self.drafter in ("auto", "model"):
+            options["model"] = self._model_option(ctx)
+        if ctx.ngram is not None and ctx.ngram.ids and self.drafter in ("auto", "ngram"):
+            options["ngram"] = self._ngram_option(ctx)
+        for p in self._probe.values():
+            p.idle += 1
+        which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
+        k, rate = options[which]
+        self._probing = False
+        if k == 0:
+            which = None
+            for name in ("ngram", "model"):  # the free proposal is probed first
+                if name in options and self._probe[name].due() and ctx.max_k > 0:
+                    which, k, self._probing = name, min(2 if name == "model" else 1, ctx.max_k), True
+                    if name == "ngram":
+                        k = min(k, len(ctx.ngram.ids))
+                    break
+        if which is not None:
+            self._probe[which].used(self._probing)
+        acceptance = self._first_acceptance(which, ctx)
+        state = ControllerState("auto", k, which, acceptance, rate / plain_rate,
+                                self._measured * self.costs.verify(1))
+        stop = self._stop_rule(rate) if which == "model" else None
+        self._last = Plan(which, k, stop, state)
+        return self._last
+
+    def _first_acceptance(self, which: str | None, ctx: RoundContext) -> float:
+        if which == "model":
+            return self._pos[0].mean
+        if which == "ngram":
+            return self._ngram[_bucket(ctx.ngram.match_len, _MATCH_BUCKETS[1:])][0].mean
+        return 0.0
+
+    def _stop_rule(self, rate: float) -> StopRule:
+        """Stop drafting before token j+1 when the tokens it is expected to add, P(1..j survive) *
+        P(j+1 survives | confidence), are worth less than the extra verification time at `rate`."""
+        survive = [1.0]
+
+        def stop(j: int, confidence: float) -> bool:
+            a = self._conf[_bucket(confidence, _CONF_BINS)].mean
+            extra = self.costs.verify(j + 2) - self.costs.verify(j + 1)
+            if survive[0] * a < rate * extra:
+                return True
+            survive[0] *= a
+            return False
+
+        return stop
+
+    # -- learning -------------------------------------------------------------------------
+
+    def observe(self, step: Step, draft: Draft) -> None:
+        self.costs.observe_verify(step.k + 1, step.verify_s)
+        tokens = step.accepted + 1
+        seconds = step.draft_s + step.verify_s
+        self._measured = tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
+        if step.drafter == "model":
+            self.costs.observe_draft(step.k, step.draft_s)
+            for i in range(min(step.k, step.accepted + 1)):
+                hit = i < step.accepted
+                if i < len(self._pos):
+                    self._pos[i].update(hit)
+                self._conf[_bucket(draft.confidence[i], _CONF_BINS)].update(hit)
+        elif step.drafter == "ngram":
+            self.costs.observe_lookup(step.draft_s)
+            rates = self._ngram[_bucket(draft.match_len, _MATCH_BUCKETS[1:])]
+            for i in range(min(step.k, step.accepted + 1, len(rates))):
+                rates[i].update(i < step.accepted)
+        else:
+            self.costs.observe_lookup(step.draft_s)
+
+
+def make_policy(k: str, drafter: str, costs: CostModel) -> Policy:
+    """The policy for the --k flag: "auto", "heuristic" or a number."""
+    from edgespec.errors import UsageError
+
+    if k == "auto":
+        return AutoK(drafter, costs)
+    if k == "heuristic":
+        return HeuristicK(drafter)
+    try:
+        n = int(k)
+    except ValueError:
+        raise UsageError(f"--k {k!r} is not auto, heuristic or a whole number") from None
+    if not 0 <= n <= 64:
+        raise UsageError(f"--k {n} is outside 0..64")
+    return FixedK(n, drafter)

@@ -1,0 +1,169 @@
+"""The speculative decode loop: draft -> verify in one target pass -> accept / roll back.
+
+One round, top to bottom (`_round`):
+  1. the policy picks a drafter and K (K = 0: a plain target step);
+  2. the drafter proposes up to K tokens after the committed text;
+  3. the target evaluates [pending, d1..dK] in one pass, with logits at all K+1 positions;
+  4. verification keeps a prefix d1..dn and adds one target token (a correction, or a bonus when
+     n = K);
+  5. the target's cache is cut back to the committed text minus the new pending token.
+
+Cache invariant between rounds: the target's cache holds every committed token but the last one
+(the "pending" token, whose logits the next pass computes anyway). The draft model syncs its own
+cache to the committed text at the start of each draft (`sync_cache`); rejected drafts are dropped
+from it right after verification.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from edgespec.backends.base import Backend, ContextOverflow, sync_cache
+from edgespec.spec.controller import Plan, Policy, RoundContext
+from edgespec.spec.drafters import Draft, ModelDrafter, NgramDrafter
+from edgespec.spec.events import Event, Source, Step, Summary, Token
+from edgespec.spec.sampling import SamplingParams, choose, verify_greedy, verify_sampled
+
+
+class IncrementalText:
+    """Token bytes in, text out: holds back a UTF-8 character split across tokens."""
+
+    def __init__(self, backend: Backend):
+        self._bytes = backend.token_bytes
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, token_id: int) -> str:
+        return self._utf8.decode(self._bytes(token_id))
+
+
+class SpeculativeDecoder:
+    """Generates from `target`, drafting with `model` and/or `ngram` as `policy` decides."""
+
+    def __init__(
+        self,
+        target: Backend,
+        policy: Policy,
+        model: ModelDrafter | None = None,
+        ngram: NgramDrafter | None = None,
+    ):
+        self.target, self.policy, self.model, self.ngram = target, policy, model, ngram
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        params: SamplingParams,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Yield Token and Step events, then one Summary. Stops at an end-of-generation token,
+        after max_tokens, when the context is full, or when `cancel` is set (checked per pass)."""
+        if not prompt:
+            raise ValueError("empty prompt")
+        if len(prompt) >= self.target.n_ctx:
+            raise ContextOverflow(
+                f"the prompt is {len(prompt)} tokens; the context holds {self.target.n_ctx} "
+                "(shorten the input or use a pair with a longer context)"
+            )
+        rng = np.random.default_rng(params.seed)
+        text = IncrementalText(self.target)
+        summary = Summary(prompt_tokens=len(prompt))
+        t_start = time.perf_counter()
+
+        logits = sync_cache(self.target, prompt, 1)[0]
+        summary.prefill_s = time.perf_counter() - t_start
+        first = choose(logits, params, rng)
+        context = list(prompt) + [first]
+        summary.ttft_s = time.perf_counter() - t_start
+        t_decode = time.perf_counter()
+
+        def emit(token_id: int, source: Source) -> Token:
+            summary.tokens += 1
+            return Token(token_id, text.feed(token_id), source)
+
+        stop = ""
+        if first in self.target.eos_ids:
+            stop = "eos"
+        else:
+            yield emit(first, Source.TARGET)
+        while not stop:
+            if cancel is not None and cancel.is_set():
+                stop = "cancelled"
+                break
+            room = min(max_tokens - summary.tokens, self.target.n_ctx - len(context))
+            if room <= 0:
+                stop = "length" if summary.tokens >= max_tokens else "context"
+                break
+            step, new_ids = self._round(context, room - 1, params, rng)
+            summary.target_passes += 1
+            summary.drafted += step.k
+            summary.accepted += step.accepted
+            summary.draft_s += step.draft_s
+            summary.verify_s += step.verify_s
+            summary.k_histogram[step.k] = summary.k_histogram.get(step.k, 0) + 1
+            yield step
+            sources = [Source.DRAFT] * step.accepted + [
+                Source.TARGET if step.k == 0 else Source.CORRECTION if step.accepted < step.k else Source.BONUS
+            ]
+            for token_id, source in zip(new_ids, sources):
+                if token_id in self.target.eos_ids:
+                    stop = "eos"
+                    break
+                yield emit(token_id, source)
+                if summary.tokens >= max_tokens:
+                    stop = "length"
+                    break
+        summary.decode_s = time.perf_counter() - t_decode
+        summary.stop_reason = stop
+        yield summary
+
+    def _round(
+        self, context: list[int], max_k: int, params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[Step, list[int]]:
+        """One draft/verify pass. Extends `context` with the accepted tokens and the target's
+        token, and returns the Step with the new ids in order."""
+        t0 = time.perf_counter()
+        ngram_draft = None
+        if self.ngram is not None and max_k > 0:
+            ngram_draft = self.ngram.draft(context, min(max_k, self.policy.max_k))
+        plan: Plan = self.policy.plan(RoundContext(ngram=ngram_draft, has_model=self.model is not None, max_k=max_k))
+        k = max(0, min(plan.k, max_k))
+        if k == 0 or plan.drafter is None:
+            draft = Draft()
+        elif plan.drafter == "ngram":
+            assert ngram_draft is not None
+            draft = Draft(ngram_draft.ids[:k], ngram_draft.dists[:k], ngram_draft.confidence[:k], ngram_draft.match_len)
+        else:
+            assert self.model is not None
+            draft = self.model.draft(context, k, params, rng, plan.stop)
+        t1 = time.perf_counter()
+
+        n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
+        logits = self.target.eval([context[-1], *draft.ids], len(draft.ids) + 1)
+        if params.greedy:
+            accepted, next_id = verify_greedy(logits, draft.ids)
+        else:
+            accepted, next_id = verify_sampled(logits, draft.ids, draft.dists, params, rng)
+        self.target.truncate(n_committed + accepted)
+        if plan.drafter == "model" and draft.ids:
+            self.model.rollback(n_committed + accepted)
+        t2 = time.perf_counter()
+
+        new_ids = [*draft.ids[:accepted], next_id]
+        context.extend(new_ids)
+        step = Step(
+            k=len(draft.ids),
+            accepted=accepted,
+            drafted_ids=tuple(draft.ids),
+            rejected_ids=tuple(draft.ids[accepted:]),
+            draft_s=t1 - t0,
+            verify_s=t2 - t1,
+            drafter=plan.drafter if draft.ids else None,
+            controller=plan.state,
+        )
+        self.policy.observe(step, draft)
+        return step, new_ids

@@ -1,0 +1,124 @@
+"""Drafters: cheap proposals of the next few tokens, for the target to verify in one pass.
+
+Two kinds, both with the same result type (`Draft`):
+- `ModelDrafter` runs a small model of the same vocabulary; its cache is kept in step with the
+  committed text by `sync_cache`, so rolled-back tokens are dropped before the next round.
+- `NgramDrafter` (prompt lookup) copies what followed the most recent earlier occurrence of the
+  text's last few tokens. It costs nothing to run, and how far the match reaches back
+  (`match_len`) tells the controller how much of the copy is likely to survive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from edgespec.backends.base import Backend, sync_cache
+from edgespec.spec.sampling import Dist, SamplingParams, softmax_max, warp
+
+
+@dataclass(slots=True)
+class Draft:
+    """Proposed tokens; `dists[i]` is the warped q token i was sampled from (None: point mass)."""
+
+    ids: list[int] = field(default_factory=list)
+    dists: list[Dist | None] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)  # drafter's probability of each token
+    match_len: int = 0  # n-gram drafter: length of the matched suffix
+
+
+class ModelDrafter:
+    """A small draft model, run autoregressively for up to k tokens."""
+
+    name = "model"
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+
+    def draft(
+        self,
+        context: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        stop: Callable[[int, float], bool] | None = None,
+    ) -> Draft:
+        """Draft up to k tokens after `context`. `stop(j, confidence)` may end the draft before
+        token j+1 (j >= 1 drafted so far) when its drafter probability makes it unlikely to survive."""
+        out = Draft()
+        if k <= 0:
+            return out
+        logits = sync_cache(self.backend, context, 1)[0]
+        while True:
+            if params.greedy:
+                token, conf = softmax_max(logits)
+                dist = None
+            else:
+                dist = warp(logits, params)
+                token = dist.sample(rng)
+                conf = dist.prob(token)
+            if out.ids and stop is not None and stop(len(out.ids), conf):
+                break
+            out.ids.append(token)
+            out.dists.append(dist)
+            out.confidence.append(conf)
+            if len(out.ids) == k:
+                break
+            logits = self.backend.eval([token], 1)[0]
+        return out
+
+    def rollback(self, n_valid: int) -> None:
+        """Drop drafted tokens past the first `n_valid` committed ones (the rejected ones)."""
+        self.backend.truncate(min(n_valid, len(self.backend.cached)))
+
+
+class NgramDrafter:
+    """Prompt lookup over the committed text (prompt and output so far).
+
+    An index from every n-gram (min_n..max_n tokens) to the last position it ended at is updated
+    incrementally as tokens are committed, so a lookup costs O(max_n), not a scan of the context.
+    A context that is not an extension of the indexed one (a new conversation) rebuilds the index.
+    """
+
+    name = "ngram"
+    # how far back a match is measured; beyond this, longer matches do not predict acceptance better
+    MAX_MATCH = 32
+
+    def __init__(self, min_n: int = 1, max_n: int = 4):
+        self.min_n, self.max_n = min_n, max_n
+        self._tokens: list[int] = []
+        self._last_end: dict[tuple[int, ...], int] = {}
+
+    def _index(self, context: Sequence[int]) -> None:
+        seen = len(self._tokens)
+        if seen > len(context) or list(context[:seen]) != self._tokens:
+            self._tokens, self._last_end, seen = [], {}, 0
+        self._tokens.extend(context[seen:])
+        toks = self._tokens
+        # An n-gram is indexed once the token after it is known, so a lookup never finds the
+        # context's own suffix, only an earlier occurrence with a continuation.
+        for end in range(max(seen - 1, 0), len(toks) - 1):
+            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
+                self._last_end[tuple(toks[end - n + 1 : end + 1])] = end
+
+    def draft(self, context: Sequence[int], k: int) -> Draft:
+        """Propose up to k tokens that followed the most recent match of the longest suffix."""
+        self._index(context)
+        toks = self._tokens
+        for n in range(min(self.max_n, len(toks) - 1), self.min_n - 1, -1):
+            end = self._last_end.get(tuple(toks[-n:]))
+            if end is None:
+                continue
+            ids = toks[end + 1 : end + 1 + k]
+            return Draft(ids=ids, dists=[None] * len(ids), confidence=[1.0] * len(ids),
+                         match_len=self._match_len(end))
+        return Draft()
+
+    def _match_len(self, end: int) -> int:
+        toks, last = self._tokens, len(self._tokens) - 1
+        n = 0
+        while n < self.MAX_MATCH and end - n >= 0 and toks[end - n] == toks[last - n]:
+            n += 1
+        return n

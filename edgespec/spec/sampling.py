@@ -1,0 +1,170 @@
+"""Logit warping and lossless verification of drafted tokens.
+
+Greedy: accept drafted token i while it equals the target's argmax at i. Sampling (Leviathan et al.
+2023, Chen et al. 2023): warp the target's and the drafter's logits identically into p and q, accept
+x with probability min(1, p(x)/q(x)), on rejection sample from max(0, p - q) normalised, and after
+K acceptances sample a bonus token from p. Whatever the drafter proposes, the emitted tokens follow
+the target's (warped) distribution exactly. A drafter with no distribution (n-gram lookup) is a
+point mass, q(x) = 1.
+
+Distributions are kept sparse (`Dist`: the ids that survive warping and their probabilities)
+because with top-k / top-p a 151936-token row shrinks to a few dozen candidates, which keeps the
+host-side cost per verified row well under a millisecond.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+# top-p looks for its nucleus among this many best candidates first and falls back to a full sort
+# only when they do not reach top_p (a flat distribution); the result is the same either way.
+_NUCLEUS_PROBE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How tokens are chosen. temperature <= 0 means greedy (argmax); the filters are then unused."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    min_p: float = 0.0  # 0 = off
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    """A sparse probability distribution: `ids` ascending, `probs` summing to 1."""
+
+    ids: np.ndarray  # int64, sorted ascending
+    probs: np.ndarray  # float64, same length
+
+    def prob(self, token_id: int) -> float:
+        i = int(np.searchsorted(self.ids, token_id))
+        return float(self.probs[i]) if i < len(self.ids) and self.ids[i] == token_id else 0.0
+
+    def on(self, ids: np.ndarray) -> np.ndarray:
+        """Probabilities of `ids` (ascending), 0 where outside the support."""
+        i = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        return np.where(self.ids[i] == ids, self.probs[i], 0.0)
+
+    def sample(self, rng: np.random.Generator) -> int:
+        return int(self.ids[_sample_index(self.probs, rng)])
+
+
+def _sample_index(weights: np.ndarray, rng: np.random.Generator) -> int:
+    cdf = np.cumsum(weights)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(cdf) - 1))
+
+
+def warp(logits: np.ndarray, params: SamplingParams) -> Dist:
+    """Temperature, then top-k, top-p and min-p, as transformers orders them; one row in, a Dist out.
+
+    Greedy params (temperature <= 0) give a point mass on the argmax, so sampled verification with
+    them degenerates to greedy verification instead of dividing by zero.
+    """
+    n = logits.shape[-1]
+    if params.greedy:
+        return Dist(np.array([int(np.argmax(logits))], dtype=np.int64), np.ones(1))
+    if 0 < params.top_k < n:
+        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
+    else:
+        ids = None  # every token is still a candidate
+    z = (logits if ids is None else logits[ids]).astype(np.float64) / params.temperature
+    z -= z.max()
+    w = np.exp(z)
+    total = w.sum()
+    if ids is None:
+        ids = np.arange(n)
+    if params.top_p < 1.0:
+        ids, w = _nucleus(ids, w, total, params.top_p)
+        total = w.sum()
+    if params.min_p > 0.0:
+        keep = w >= params.min_p * w.max()
+        ids, w = ids[keep], w[keep]
+        total = w.sum()
+    order = np.argsort(ids)
+    return Dist(ids[order].astype(np.int64), w[order] / total)
+
+
+def _nucleus(ids: np.ndarray, w: np.ndarray, total: float, top_p: float) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
+    if len(w) > _NUCLEUS_PROBE:
+        best = np.argpartition(w, len(w) - _NUCLEUS_PROBE)[len(w) - _NUCLEUS_PROBE :]
+        if w[best].sum() < top_p * total:
+            best = np.arange(len(w))  # flat distribution: the nucleus is wider than the probe
+    else:
+        best = np.arange(len(w))
+    best = best[np.argsort(-w[best], kind="stable")]
+    cum = np.cumsum(w[best])
+    cut = int(np.searchsorted(cum, top_p * total, side="left")) + 1
+    best = best[: min(cut, len(best))]
+    return ids[best], w[best]
+
+
+def softmax_max(logits: np.ndarray) -> tuple[int, float]:
+    """Argmax of one row and its softmax probability (a greedy drafter's confidence)."""
+    i = int(np.argmax(logits))
+    return i, float(1.0 / np.exp(logits.astype(np.float64) - logits[i]).sum())
+
+
+def verify_greedy(target_logits: np.ndarray, draft_ids: Sequence[int]) -> tuple[int, int]:
+    """Greedy verification of K drafted tokens against K+1 target rows.
+
+    Returns (accepted, next_id): the number of drafted tokens that equal the target's argmax, and
+    the target's argmax at the first mismatch (a correction) or after the last draft (a bonus).
+    """
+    best = target_logits.argmax(axis=1)
+    k = len(draft_ids)
+    accepted = 0
+    while accepted < k and best[accepted] == draft_ids[accepted]:
+        accepted += 1
+    return accepted, int(best[accepted])
+
+
+def verify_sampled(
+    target_logits: np.ndarray,
+    draft_ids: Sequence[int],
+    draft_dists: Sequence[Dist | None],
+    params: SamplingParams,
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """Speculative sampling of K drafted tokens against K+1 target rows.
+
+    `draft_dists[i]` is the warped distribution the drafter sampled token i from, or None for a
+    deterministic proposal (q is then a point mass on the token). Returns (accepted, next_id).
+    """
+    for i, token in enumerate(draft_ids):
+        p = warp(target_logits[i], params)
+        q = draft_dists[i]
+        p_x = p.prob(token)
+        q_x = 1.0 if q is None else q.prob(token)
+        if rng.random() * q_x < p_x:  # accept with probability min(1, p_x / q_x)
+            continue
+        return i, residual_sample(p, q, token, rng)
+    return len(draft_ids), warp(target_logits[len(draft_ids)], params).sample(rng)
+
+
+def residual_sample(p: Dist, q: Dist | None, token: int, rng: np.random.Generator) -> int:
+    """Sample from max(0, p - q) normalised: the correction after `token` (drawn from q) was rejected."""
+    if q is None:
+        support = p.ids
+        r = np.where(support == token, 0.0, p.probs)
+    else:
+        support = np.union1d(p.ids, q.ids)
+        r = np.maximum(p.on(support) - q.on(support), 0.0)
+    if r.sum() <= 0.0:  # p == q up to rounding: rejection had probability ~0; p is then exact
+        return p.sample(rng)
+    return int(support[_sample_index(r, rng)])
+
+
+def choose(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
+    """One token from one row: plain decoding and the target's first token after the prompt."""
+    return int(np.argmax(logits)) if params.greedy else warp(logits, params).sample(rng)

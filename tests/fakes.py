@@ -1,0 +1,69 @@
+"""Honest small stand-ins for a runtime: deterministic numpy "models" behind the Backend protocol.
+
+`MarkovBackend` computes each row of logits from the previous two tokens through a seeded random
+table, so plain decoding is fully deterministic and exact equality between plain and speculative
+greedy output is the right test. A draft model is the same table plus noise (it agrees often, not
+always); `sleep_per_token` gives it a cost profile for controller and bench tests.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from edgespec.backends.base import ContextOverflow, Vocabulary
+
+
+class MarkovBackend:
+    name = "fake"
+
+    def __init__(self, n_vocab: int = 48, seed: int = 0, noise: float = 0.0, n_ctx: int = 512,
+                 eos: int | None = None, base_s: float = 0.0, per_token_s: float = 0.0, sharp: float = 3.0):
+        rng = np.random.default_rng(seed)
+        self.table = rng.normal(size=(n_vocab, n_vocab, n_vocab)).astype(np.float32) * sharp
+        if noise:
+            self.table += np.random.default_rng(seed + 1000).normal(size=self.table.shape).astype(np.float32) * noise
+        self.n_vocab, self.n_ctx = n_vocab, n_ctx
+        self.eos_ids = frozenset() if eos is None else frozenset({eos})
+        self.cached: list[int] = []
+        self.base_s, self.per_token_s = base_s, per_token_s
+        self.evals: list[int] = []  # tokens per eval call, for tests
+
+    def row(self, prev2: int, prev1: int) -> np.ndarray:
+        return self.table[prev2, prev1]
+
+    def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+        if len(self.cached) + len(tokens) > self.n_ctx:
+            raise ContextOverflow("context full")
+        if self.base_s or self.per_token_s:
+            time.sleep(self.base_s + self.per_token_s * len(tokens))
+        self.evals.append(len(tokens))
+        self.cached.extend(tokens)
+        seq = self.cached
+        n = len(seq)
+        return np.stack([self.row(seq[i - 1] if i >= 1 else 0, seq[i]) for i in range(n - n_logits, n)])
+
+    def truncate(self, n: int) -> None:
+        del self.cached[n:]
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        return [b % self.n_vocab for b in text.encode()]
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return bytes([97 + token_id % 26])
+
+    def chat_prompt(self, messages) -> str:
+        return "".join(f"{m['role']}:{m['content']}\n" for m in messages) + "assistant:"
+
+    def vocabulary(self) -> Vocabulary:
+        return Vocabulary(self.n_vocab, tuple(self.token_bytes(i) for i in range(self.n_vocab)), self.eos_ids, None)
+
+
+def plain_greedy(backend: MarkovBackend, prompt: Sequence[int], n: int) -> list[int]:
+    """Reference greedy decoding straight from the table, no cache, no speculation."""
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(np.argmax(backend.row(seq[-2] if len(seq) > 1 else 0, seq[-1]))))
+    return seq[len(prompt):]

@@ -1,0 +1,182 @@
+"""The decode loop on deterministic fake models: losslessness, cache bookkeeping, events."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from edgespec.spec.controller import AutoK, CostModel, FixedK, HeuristicK
+from edgespec.spec.decoder import SpeculativeDecoder
+from edgespec.spec.drafters import ModelDrafter, NgramDrafter
+from edgespec.spec.events import Source, Step, Summary, Token
+from edgespec.spec.sampling import SamplingParams
+from tests.fakes import MarkovBackend, plain_greedy
+
+GREEDY = SamplingParams()
+PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
+
+
+def run(decoder, prompt=PROMPT, n=40, params=GREEDY, cancel=None):
+    events = list(decoder.generate(prompt, n, params, cancel))
+    tokens = [e for e in events if isinstance(e, Token)]
+    steps = [e for e in events if isinstance(e, Step)]
+    summary = events[-1]
+    assert isinstance(summary, Summary)
+    return tokens, steps, summary
+
+
+def always_wrong(target: MarkovBackend) -> MarkovBackend:
+    """A draft model whose argmax is never the target's (the negated table)."""
+    wrong = MarkovBackend(n_vocab=target.n_vocab, n_ctx=target.n_ctx)
+    wrong.table = -target.table
+    return wrong
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("drafter", ["good", "wrong", "ngram"])
+def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
+    target = MarkovBackend(seed=1)
+    reference = plain_greedy(target, PROMPT, 40)
+    if drafter == "ngram":
+        decoder = SpeculativeDecoder(target, FixedK(k, "ngram"), ngram=NgramDrafter())
+    else:
+        draft = MarkovBackend(seed=1, noise=2.0) if drafter == "good" else always_wrong(target)
+        decoder = SpeculativeDecoder(target, FixedK(k, "model"), model=ModelDrafter(draft))
+    tokens, steps, summary = run(decoder)
+    assert [t.id for t in tokens] == reference
+    assert summary.tokens == 40 and summary.stop_reason == "length"
+    if drafter == "wrong":
+        assert summary.accepted == 0 and steps[0].k == k and max(s.k for s in steps) == k
+        assert all(t.source in (Source.TARGET, Source.CORRECTION) for t in tokens)
+    if drafter == "good":
+        assert summary.accepted > 0  # the noisy copy agrees often: the test exercises acceptance
+
+
+def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_caches():
+    target = MarkovBackend(seed=2)
+    draft = MarkovBackend(seed=2, noise=2.5)
+    decoder = SpeculativeDecoder(target, FixedK(6, "model"), model=ModelDrafter(draft))
+    context = list(PROMPT)
+    target.eval(context[:-1], 1)  # the invariant: everything but the pending token is cached
+    seen_partial = False
+    for _ in range(30):
+        before = list(context)
+        step, new_ids = decoder._round(context, 6, GREEDY, np.random.default_rng(0))
+        truth = plain_greedy(target, before, step.accepted + 1)
+        assert list(step.drafted_ids[: step.accepted]) == truth[: step.accepted]
+        assert new_ids == truth  # accepted prefix + the target's own token
+        if step.accepted < step.k:
+            seen_partial = True
+            assert step.drafted_ids[step.accepted] != truth[step.accepted]
+            assert step.rejected_ids == step.drafted_ids[step.accepted :]
+        assert context == before + new_ids
+        assert target.cached == context[:-1]
+        # the draft cache never holds a rejected token
+        assert draft.cached == context[: len(draft.cached)]
+    assert seen_partial
+
+
+def test_sources_and_summary_counts():
+    target = MarkovBackend(seed=3)
+    decoder = SpeculativeDecoder(target, FixedK(4, "model"), model=ModelDrafter(MarkovBackend(seed=3, noise=1.5)))
+    tokens, steps, summary = run(decoder, n=60)
+    assert tokens[0].source is Source.TARGET  # the first token comes from the prompt's pass
+    by_source = {s: sum(t.source is s for t in tokens) for s in Source}
+    assert by_source[Source.DRAFT] == summary.accepted == sum(s.accepted for s in steps) - _overshoot(steps, summary)
+    assert by_source[Source.BONUS] + by_source[Source.CORRECTION] >= len(steps) - 1
+    assert summary.target_passes == len(steps)
+    assert sum(summary.k_histogram.values()) == len(steps)
+    assert summary.tokens == len(tokens) == 60
+
+
+def _overshoot(steps, summary):
+    """Accepted drafts cut off by max_tokens in the last round."""
+    return sum(s.accepted for s in steps) - summary.accepted
+
+
+def test_eos_stops_generation_and_is_not_emitted():
+    target = MarkovBackend(seed=4)
+    reference = plain_greedy(target, PROMPT, 30)
+    eos = reference[10]
+    target.eos_ids = frozenset({eos})
+    decoder = SpeculativeDecoder(target, FixedK(3, "ngram"), ngram=NgramDrafter())
+    tokens, _, summary = run(decoder, n=30)
+    assert [t.id for t in tokens] == reference[: reference.index(eos)]
+    assert summary.stop_reason == "eos"
+
+
+def test_cancel_stops_at_the_next_pass():
+    target = MarkovBackend(seed=5)
+    cancel = threading.Event()
+    decoder = SpeculativeDecoder(target, FixedK(0, "none"))
+    gen = decoder.generate(PROMPT, 100, GREEDY, cancel)
+    got = [next(gen) for _ in range(5)]
+    cancel.set()
+    rest = list(gen)
+    assert rest[-1].stop_reason == "cancelled"
+    assert len([e for e in got + rest if isinstance(e, Token)]) < 10
+
+
+def test_context_full_stops_with_reason():
+    target = MarkovBackend(seed=6, n_ctx=20)
+    decoder = SpeculativeDecoder(target, FixedK(4, "ngram"), ngram=NgramDrafter())
+    tokens, _, summary = run(decoder, n=100)
+    assert summary.stop_reason == "context"
+    assert len(PROMPT) + len(tokens) <= 20
+
+
+def test_prompt_longer_than_context_is_refused():
+    from edgespec.backends.base import ContextOverflow
+
+    target = MarkovBackend(seed=6, n_ctx=8)
+    with pytest.raises(ContextOverflow, match="context holds 8"):
+        list(SpeculativeDecoder(target, FixedK(0, "none")).generate(PROMPT, 10, GREEDY))
+
+
+@pytest.mark.parametrize("policy", ["heuristic", "auto"])
+def test_adaptive_policies_stay_lossless(policy):
+    target = MarkovBackend(seed=7)
+    draft = MarkovBackend(seed=7, noise=1.0)
+    pol = HeuristicK("auto") if policy == "heuristic" else AutoK("auto", _costs())
+    decoder = SpeculativeDecoder(target, pol, model=ModelDrafter(draft), ngram=NgramDrafter())
+    tokens, _, _ = run(decoder, n=80)
+    assert [t.id for t in tokens] == plain_greedy(target, PROMPT, 80)
+
+
+def _costs(flat: bool = True) -> CostModel:
+    c = CostModel()
+    for n in (1, 2, 4, 8, 16):
+        c.observe_verify(n, 0.010 if flat else 0.010 * (1 + 0.5 * (n - 1)))
+    c.observe_draft(1, 0.002)
+    return c
+
+
+def test_sampled_output_is_reproducible_with_a_seed():
+    target = MarkovBackend(seed=8, sharp=1.0)
+    params = SamplingParams(temperature=0.8, top_k=20, top_p=0.95, seed=123)
+
+    def once():
+        d = SpeculativeDecoder(MarkovBackend(seed=8, sharp=1.0), FixedK(3, "model"),
+                               model=ModelDrafter(MarkovBackend(seed=8, sharp=1.0, noise=0.5)))
+        return [t.id for t in run(d, n=50, params=params)[0]]
+
+    assert once() == once()
+    assert target  # same construction each time; only the seed fixes the draws
+
+
+def test_ngram_drafter_proposes_continuation_of_most_recent_match():
+    ng = NgramDrafter(min_n=1, max_n=3)
+    #            0  1  2  3  4  5  6  7  8  9
+    context = [7, 8, 9, 1, 7, 8, 2, 3, 7, 8]
+    d = ng.draft(context, 3)
+    # suffix [7, 8] last occurred at 4..5 (not 0..1): its continuation is 2, 3, 7
+    assert d.ids == [2, 3, 7] and d.match_len == 2
+    assert all(q is None for q in d.dists)
+    assert ng.draft([1, 2, 3, 4], 3).ids == []  # no earlier occurrence of any suffix
+    # incremental: appending keeps the index, and a longer suffix match wins
+    context += [2, 3]
+    assert ng.draft(context, 2).ids == [7, 8]
+    # a different conversation rebuilds the index
+    assert ng.draft([5, 6, 5], 2).ids == [6, 5]
