@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny GGUF models written once per test session (see tests/tiny_models.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.tiny_models import DRAFT, write_tiny_gguf
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """`factory(seed=0, n_vocab_extra=0, eos_token="<|endoftext|>", like=None, similarity=0.0)`.
+
+    Returns the path of a tiny GGUF with those parameters, written on first use and reused for the
+    rest of the session. A different `seed` gives a different model over the same vocabulary (a
+    draft); `like=target_seed, similarity=s` gives a draft that partly agrees with that target.
+    """
+    folder = tmp_path_factory.mktemp("tiny_gguf")
+    written: dict[tuple, Path] = {}
+
+    def factory(
+        seed: int = 0,
+        n_vocab_extra: int = 0,
+        eos_token: str = "<|endoftext|>",
+        like: int | None = None,
+        similarity: float = 0.0,
+    ) -> Path:
+        key = (seed, n_vocab_extra, eos_token, like, similarity)
+        if key not in written:
+            tag = eos_token.strip("<|>")
+            name = f"tiny-s{seed}-x{n_vocab_extra}-{tag}" + (f"-like{like}-{similarity:g}" if like is not None else "")
+            written[key] = write_tiny_gguf(
+                folder / f"{name}.gguf",
+                seed=seed,
+                n_vocab_extra=n_vocab_extra,
+                eos_token=eos_token,
+                like=like,
+                similarity=similarity,
+            )
+        return written[key]
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
+    """The default tiny target model (seed 0, eos `<|endoftext|>`)."""
+    return tiny_gguf_factory()
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
+    """A draft for `tiny_gguf`: same vocabulary, ~72% greedy agreement (tests/tiny_models.DRAFT)."""
+    return tiny_gguf_factory(**DRAFT)
