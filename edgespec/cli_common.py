@@ -64,3 +64,11 @@ def error_boundary(f: Callable) -> Callable:
             sys.exit(EXIT_INTERRUPTED)
 
     return wrapper
+
+
+def sampling_from_flags(defaults, temperature, top_p, top_k, min_p, seed):
+    """The pair's default sampling with the flags the user gave laid over it."""
+    from dataclasses import replace
+
+    given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed)
+    return replace(defaults, **{k: v for k, v in given.items() if v is not None})

@@ -49,10 +49,10 @@ class Engine:
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
 
     def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
-        return self._generate(self.chat_tokens(messages), settings, cancel)
+        return self.generate_tokens(self.chat_tokens(messages), settings, cancel)
 
     def complete(self, prompt: str, settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
-        return self._generate(self.target.tokenize(prompt, special=False), settings, cancel)
+        return self.generate_tokens(self.target.tokenize(prompt, special=False), settings, cancel)
 
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
         return self.target.tokenize(self.target.chat_prompt(messages), special=True)
@@ -65,7 +65,8 @@ class Engine:
         """A token's text on its own (for showing rejected drafts)."""
         return self.target.token_bytes(token_id).decode("utf-8", "replace")
 
-    def _generate(self, prompt: list[int], settings: GenerateSettings, cancel) -> Iterator[Event]:
+    def generate_tokens(self, prompt: list[int], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Generate after already-tokenized input (what chat and complete end in)."""
         if settings.draft not in DRAFT_MODES:
             raise UsageError(f"--draft {settings.draft!r} is not one of {', '.join(DRAFT_MODES)}")
         if settings.draft == "model" and self._model_drafter is None:

@@ -67,3 +67,38 @@ def plain_greedy(backend: MarkovBackend, prompt: Sequence[int], n: int) -> list[
     for _ in range(n):
         seq.append(int(np.argmax(backend.row(seq[-2] if len(seq) > 1 else 0, seq[-1]))))
     return seq[len(prompt):]
+
+
+class ArgmaxRecorder:
+    """Wraps a real backend and remembers, per position, the argmax of the last logits row the
+    target produced there, so a test can check every emitted token against the logits it was
+    verified with (the honest greedy test when batched and single-token logits differ slightly)."""
+
+    def __init__(self, backend):
+        self._b = backend
+        self.argmax_after: dict[int, int] = {}  # position p -> argmax of the row predicting p + 1
+        self.rows: dict[int, np.ndarray] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
+
+    @property
+    def cached(self):
+        return self._b.cached
+
+    def eval(self, tokens, n_logits):
+        start = len(self._b.cached)
+        out = self._b.eval(tokens, n_logits)
+        first = start + len(tokens) - n_logits
+        for j in range(n_logits):
+            self.argmax_after[first + j] = int(np.argmax(out[j]))
+            self.rows[first + j] = np.array(out[j])
+        return out
+
+    def truncate(self, n):
+        self._b.truncate(n)
+
+    def check_greedy(self, prompt_len: int, emitted: list[int]) -> None:
+        for i, tok in enumerate(emitted):
+            pos = prompt_len + i - 1
+            assert self.argmax_after[pos] == tok, f"token {i} ({tok}) is not the target's argmax ({self.argmax_after[pos]})"

@@ -18,15 +18,28 @@ import numpy as np
 from edgespec.backends.base import BackendError, ContextOverflow, Vocabulary
 
 _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
-_quiet_logs = None  # keeps the ctypes log callback alive
+_LOG_ERROR = 3
+_errors: list[str] = []  # llama.cpp's recent error lines, quoted in our one-line errors
+_log_callback = None  # keeps the ctypes callback alive
 
 
-def _silence_llama_logs(lc) -> None:
-    """llama.cpp logs every load to stderr; edgespec's stderr is for its own stats and errors."""
-    global _quiet_logs
-    if _quiet_logs is None:
-        _quiet_logs = lc.ggml_log_callback(lambda level, text, data: None)
-        lc.llama_log_set(_quiet_logs, ctypes.c_void_p())
+def _capture_llama_logs(lc) -> None:
+    """llama.cpp logs every load to stderr; edgespec's stderr is for its own stats and errors, so
+    its log is swallowed and only error lines are kept, to explain a failed load."""
+    global _log_callback
+    if _log_callback is None:
+
+        def keep_errors(level: int, text: bytes, user_data) -> None:
+            if level == _LOG_ERROR:
+                _errors.append(text.decode("utf-8", "replace").strip())
+                del _errors[:-3]
+
+        _log_callback = lc.llama_log_callback(keep_errors)
+        lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def _last_error() -> str:
+    return f": {_errors[-1]}" if _errors else ""
 
 
 def default_threads() -> int:
@@ -48,13 +61,13 @@ class LlamaCppBackend:
         import llama_cpp as lc
 
         self._lc = lc
-        _silence_llama_logs(lc)
+        _capture_llama_logs(lc)
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
-            raise BackendError(f"llama.cpp could not load {path} (not a GGUF model this build supports)")
+            raise BackendError(f"llama.cpp could not load {path}{_last_error()}")
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         n_train = lc.llama_model_n_ctx_train(self._model)
@@ -71,7 +84,7 @@ class LlamaCppBackend:
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             lc.llama_model_free(self._model)
-            raise BackendError(f"llama.cpp could not create a {self.n_ctx}-token context for {path}")
+            raise BackendError(f"llama.cpp could not create a {self.n_ctx}-token context for {path}{_last_error()}")
         self._mem = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(_BATCH, 0, 1)
         self.cached: list[int] = []
@@ -107,7 +120,7 @@ class LlamaCppBackend:
             rc = lc.llama_decode(self._ctx, batch)
             if rc != 0:
                 self.truncate(pos0)
-                raise BackendError(f"llama_decode failed (code {rc}) at position {pos0}")
+                raise BackendError(f"llama_decode failed (code {rc}) at position {pos0}{_last_error()}")
             self.cached.extend(chunk)
         # logits of the last chunk only: n_logits never spans chunks for the decoder's calls
         if n_logits > n_out:

@@ -1,0 +1,253 @@
+"""`edgespec bench`: measured comparisons of decoding modes on a suite of prompts.
+
+Modes run interleaved per prompt (ar, k2, ..., then the next prompt) so slow drift of a noisy
+machine hits every mode alike; speedups are medians of per-prompt ratios against `ar` measured
+next to them. Every figure comes from the engine's own event stream, as in `edgespec run`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from edgespec.engine import Engine, GenerateSettings
+from edgespec.errors import UsageError
+from edgespec.spec.events import Step, Summary, Token
+from edgespec.spec.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    suite: str
+    mode: str  # "completion" | "chat"
+    max_tokens: int
+    prompt: str | None = None
+    messages: tuple[dict, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A named decoding setup: `ar` (plain), `kN`, `ngram-kN`, `model-kN`, `heuristic`, `auto`."""
+
+    name: str
+    draft: str
+    k: str
+
+
+@dataclass
+class Row:
+    id: str
+    suite: str
+    mode: str
+    tokens: int
+    decode_tokens_per_s: float
+    drafted: int
+    accepted: int
+    target_passes: int
+    matches_ar: bool | None
+    first_divergence: int | None
+    k_trace: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list, repr=False)
+
+
+def load_suite(path: Path) -> list[BenchPrompt]:
+    """Read a JSONL suite; a bad line is a one-line error naming the file and line."""
+    if not path.is_file():
+        raise UsageError(f"suite file {path} does not exist")
+    prompts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            mode = d["mode"]
+            if mode not in ("completion", "chat"):
+                raise ValueError(f"mode {mode!r} is not completion or chat")
+            p = BenchPrompt(
+                id=str(d["id"]), suite=str(d["suite"]), mode=mode, max_tokens=int(d.get("max_tokens", 256)),
+                prompt=d["prompt"] if mode == "completion" else None,
+                messages=tuple(d["messages"]) if mode == "chat" else None,
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"{path}:{n}: bad suite line ({e.__class__.__name__}: {e})") from None
+        prompts.append(p)
+    if not prompts:
+        raise UsageError(f"suite file {path} has no prompts")
+    return prompts
+
+
+def select(prompts: list[BenchPrompt], limit: int | None, suites: str | None) -> list[BenchPrompt]:
+    """The first `limit` prompts of each suite, of the suites named (comma-separated) if any."""
+    wanted = {s.strip() for s in suites.split(",")} if suites else None
+    if wanted:
+        unknown = wanted - {p.suite for p in prompts}
+        if unknown:
+            raise UsageError(f"no suite named {', '.join(sorted(unknown))} in the file")
+    taken: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        if (wanted is None or p.suite in wanted) and (limit is None or taken.get(p.suite, 0) < limit):
+            taken[p.suite] = taken.get(p.suite, 0) + 1
+            out.append(p)
+    return out
+
+
+def parse_modes(spec: str, default_drafter: str) -> list[Mode]:
+    """"ar,k4,ngram-k8,heuristic,auto" -> modes; `kN` and `heuristic` use `default_drafter`."""
+    modes = []
+    for name in (m.strip() for m in spec.split(",") if m.strip()):
+        if name == "ar":
+            modes.append(Mode(name, "none", "0"))
+        elif name == "auto":
+            modes.append(Mode(name, "auto", "auto"))
+        elif name == "heuristic":
+            modes.append(Mode(name, default_drafter, "heuristic"))
+        elif m := re.fullmatch(r"(?:(ngram|model)-)?k(\d+)", name):
+            modes.append(Mode(name, m.group(1) or default_drafter, m.group(2)))
+        else:
+            raise UsageError(f"unknown bench mode {name!r}: use ar, kN, ngram-kN, model-kN, heuristic, auto")
+    if not modes:
+        raise UsageError("no bench modes given")
+    if "ar" not in [m.name for m in modes]:
+        modes.insert(0, Mode("ar", "none", "0"))  # every ratio is against plain decoding
+    return modes
+
+
+def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int], list[int]]:
+    """One generation; returns its summary, output ids and the K of each target pass."""
+    events = engine.chat(prompt.messages, settings) if prompt.mode == "chat" else engine.complete(prompt.prompt, settings)
+    ids, ks, summary = [], [], Summary()
+    for e in events:
+        if isinstance(e, Token):
+            ids.append(e.id)
+        elif isinstance(e, Step):
+            ks.append(e.k)
+        else:
+            summary = e
+    return summary, ids, ks
+
+
+def run_bench(
+    engine: Engine,
+    prompts: list[BenchPrompt],
+    modes: list[Mode],
+    sampling: SamplingParams,
+    on_row: Callable[[Row], None] = lambda row: None,
+) -> list[Row]:
+    rows = []
+    warm = prompts[0]
+    for mode in modes:  # warm-up (calibration, first allocations): not measured
+        generate(engine, BenchPrompt(**{**asdict(warm), "max_tokens": 8}), GenerateSettings(8, sampling, mode.draft, mode.k))
+    for prompt in prompts:
+        ar_ids = None
+        for mode in modes:
+            settings = GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k)
+            summary, ids, ks = generate(engine, prompt, settings)
+            if mode.name == "ar":
+                ar_ids = ids
+            div = _first_divergence(ids, ar_ids) if ar_ids is not None else None
+            row = Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s,
+                      summary.drafted, summary.accepted, summary.target_passes,
+                      None if ar_ids is None else div is None, div, ks, ids)
+            rows.append(row)
+            on_row(row)
+    return rows
+
+
+def _first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def summarize(rows: Iterable[Row]) -> list[dict]:
+    """Per suite and mode: median tokens/s, median per-prompt speedup vs ar, acceptance, tokens per
+    pass, K histogram, and the share of outputs identical to ar."""
+    rows = list(rows)
+    ar = {r.id: r.decode_tokens_per_s for r in rows if r.mode == "ar"}
+    out = []
+    keys = list(dict.fromkeys((r.suite, r.mode) for r in rows))
+    for suite, mode in keys:
+        group = [r for r in rows if r.suite == suite and r.mode == mode]
+        ratios = [r.decode_tokens_per_s / ar[r.id] for r in group if ar.get(r.id)]
+        hist: dict[str, int] = {}
+        for r in group:
+            for k in r.k_trace:
+                hist[str(k)] = hist.get(str(k), 0) + 1
+        drafted = sum(r.drafted for r in group)
+        passes = sum(r.target_passes for r in group)
+        matched = [r.matches_ar for r in group if r.matches_ar is not None]
+        out.append({
+            "suite": suite,
+            "mode": mode,
+            "prompts": len(group),
+            "decode_tokens_per_s": statistics.median(r.decode_tokens_per_s for r in group),
+            "speedup_vs_ar": statistics.median(ratios) if ratios else None,
+            "acceptance": sum(r.accepted for r in group) / drafted if drafted else 0.0,
+            "tokens_per_pass": sum(r.tokens for r in group) / passes if passes else 0.0,
+            "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+            "matches_ar": sum(matched) / len(matched) if matched else None,
+        })
+    return out
+
+
+def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
+    return {
+        "meta": meta,
+        "rows": [{k: v for k, v in asdict(r).items() if k != "output_ids"} for r in rows],
+        "summary": summary,
+    }
+
+
+def table(summary: list[dict]):
+    from rich.table import Table
+
+    t = Table(title="edgespec bench")
+    for col in ("suite", "mode", "tok/s", "speedup vs ar", "acceptance", "tokens/pass", "K histogram", "= ar"):
+        t.add_column(col, justify="left" if col in ("suite", "mode", "K histogram") else "right")
+    for s in summary:
+        hist = " ".join(f"{k}:{v}" for k, v in s["k_histogram"].items())
+        t.add_row(
+            s["suite"], s["mode"], f"{s['decode_tokens_per_s']:.1f}",
+            "-" if s["speedup_vs_ar"] is None else f"{s['speedup_vs_ar']:.2f}x",
+            f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist,
+            "-" if s["matches_ar"] is None else f"{s['matches_ar']:.0%}",
+        )
+    return t
+
+
+def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
+    """Speedup per suite and mode (bars), and K over time for the longest `auto` generation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = list(dict.fromkeys(s["suite"] for s in summary))
+    modes = [m for m in dict.fromkeys(s["mode"] for s in summary) if m != "ar"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / max(len(modes), 1)
+    for i, mode in enumerate(modes):
+        vals = [next((s["speedup_vs_ar"] or 0 for s in summary if s["suite"] == su and s["mode"] == mode), 0) for su in suites]
+        ax1.bar([j + i * width for j in range(len(suites))], vals, width, label=mode)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(suites))], suites)
+    ax1.set_ylabel("decode speed vs plain (median of per-prompt ratios)")
+    ax1.legend(fontsize=8)
+    trace_mode = "auto" if any(r.mode == "auto" for r in rows) else (modes[0] if modes else "ar")
+    candidates = [r for r in rows if r.mode == trace_mode]
+    if candidates:
+        r = max(candidates, key=lambda r: len(r.k_trace))
+        ax2.step(range(len(r.k_trace)), r.k_trace, where="post")
+        ax2.set_title(f"K per target pass: {trace_mode}, {r.id}", fontsize=9)
+        ax2.set_xlabel("target pass")
+        ax2.set_ylabel("K (0 = plain step)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

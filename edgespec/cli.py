@@ -1,0 +1,190 @@
+"""The `edgespec` command: run (pipes), chat (TUI), bench, models.
+
+Unix contract of `run`: stdout carries only the model's text, streamed; stats, progress and errors
+go to stderr; exit 0 ok, 1 runtime error, 2 usage error, 130 on Ctrl-C (partial output flushed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from edgespec import __version__
+from edgespec.cli_common import decoding_options, error_boundary, pair_options, sampling_from_flags
+from edgespec.errors import UsageError
+from edgespec.spec.events import Source, Summary, Token
+
+# Styles that read without colour too: corrections are underlined, bonus tokens bold.
+TOKEN_STYLES = {
+    Source.DRAFT: dict(fg="green"),
+    Source.CORRECTION: dict(fg="red", underline=True),
+    Source.BONUS: dict(fg="cyan", bold=True),
+    Source.TARGET: dict(),
+}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="edgespec")
+def main() -> None:
+    """Fast local chat and coding assistance with lossless speculative decoding."""
+
+
+def read_stdin() -> str | None:
+    """Piped input as text, or None when stdin is a terminal or absent. Binary input is refused."""
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return None
+    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
+    if b"\x00" in data:
+        raise UsageError("stdin looks binary (it contains NUL bytes); pipe text or source code")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {e.start})") from None
+
+
+def compose_message(stdin_text: str | None, prompt: str | None) -> str:
+    """stdin, a blank line, then the prompt: `cat app.py | edgespec run "add type hints"`."""
+    parts = [p for p in (stdin_text.rstrip("\n") if stdin_text else None, prompt) if p]
+    if not parts:
+        raise UsageError("nothing to do: give a PROMPT or pipe text on stdin (see `edgespec run --help`)")
+    return "\n\n".join(parts)
+
+
+def stats_line(s: Summary) -> str:
+    hist = " ".join(f"{k}:{v}" for k, v in sorted(s.k_histogram.items()))
+    return (
+        f"{s.decode_tokens_per_s:.1f} tok/s, {s.tokens} tokens, TTFT {s.ttft_s:.2f}s, "
+        f"acceptance {s.acceptance:.0%} ({s.accepted}/{s.drafted} drafted), "
+        f"{s.tokens_per_pass:.2f} tokens/pass, K histogram {hist or '-'}, stop: {s.stop_reason}"
+    )
+
+
+@main.command()
+@click.argument("prompt", required=False)
+@click.option("-s", "--system", default=None, help="System message.")
+@pair_options
+@decoding_options
+@click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True)
+@click.option("--raw", is_flag=True, help="Plain completion of the text, without the chat template.")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour tokens by source: green = accepted draft, red underlined = correction, bold cyan = bonus.")
+@click.option("--stats", is_flag=True, help="One line of speed and acceptance figures on stderr.")
+@click.option("--stats-json", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the generation summary as JSON to this file.")
+@error_boundary
+def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p, seed, max_tokens, raw, color,
+        stats, stats_json):
+    """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout."""
+    from edgespec.engine import GenerateSettings, open_engine
+
+    text = compose_message(read_stdin(), prompt)
+    if raw and system:
+        raise UsageError("--system has no meaning with --raw (no chat template)")
+    engine = open_engine(pair, config, draft)
+    settings = GenerateSettings(
+        max_tokens=max_tokens,
+        sampling=sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed),
+        draft=draft,
+        k=k,
+    )
+    if raw:
+        prompt_tokens = engine.target.tokenize(text, special=False)
+    else:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        prompt_tokens = engine.chat_tokens(messages)
+    if len(prompt_tokens) >= engine.n_ctx:
+        raise UsageError(
+            f"the input is {len(prompt_tokens)} tokens but pair {engine.pair.name!r} has a {engine.n_ctx}-token "
+            "context; shorten it or pick a pair with a longer context"
+        )
+    colored = color == "always" or (color == "auto" and sys.stdout.isatty())
+    summary = stream_to_stdout(engine.generate_tokens(prompt_tokens, settings), colored)
+    if stats:
+        click.echo(stats_line(summary), err=True)
+    if stats_json:
+        stats_json.write_text(json.dumps({"pair": engine.pair.name, **summary.to_dict()}, indent=2) + "\n")
+
+
+def stream_to_stdout(events, colored: bool) -> Summary:
+    """Write token text as it arrives; on Ctrl-C the partial output is flushed before exiting."""
+    out = sys.stdout
+    summary = Summary()
+    wrote = ""
+    try:
+        for event in events:
+            if isinstance(event, Token):
+                if event.text:
+                    out.write(click.style(event.text, **TOKEN_STYLES[event.source]) if colored else event.text)
+                    out.flush()
+                    wrote = event.text
+            elif isinstance(event, Summary):
+                summary = event
+    finally:
+        if wrote and not wrote.endswith("\n"):
+            out.write("\n")
+        out.flush()
+    return summary
+
+
+@main.command()
+@click.option("--suite", "suite_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="JSONL suite (default: the development set shipped with edgespec).")
+@pair_options
+@click.option("--modes", default="ar,k2,k4,k8,heuristic,auto", show_default=True,
+              help="Comma-separated: ar, kN, ngram-kN, model-kN, heuristic, auto.")
+@click.option("--drafter", type=click.Choice(["model", "ngram"]), default=None,
+              help="Drafter of kN and heuristic modes (default: the pair's draft model, else ngram).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="First N prompts of each suite.")
+@click.option("--suites", default=None, help="Only these suites (comma-separated).")
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@error_boundary
+def bench(suite_path, pair, config, modes, drafter, limit, suites, temperature, seed, json_path, plot_path):
+    """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K."""
+    from importlib.resources import files
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from edgespec import bench as b
+    from edgespec.engine import open_engine
+    from edgespec.spec.sampling import SamplingParams
+
+    path = suite_path or Path(str(files("edgespec") / "data" / "dev.jsonl"))
+    prompts = b.select(b.load_suite(path), limit, suites)
+    engine = open_engine(pair, config, "auto")
+    mode_list = b.parse_modes(modes, drafter or ("model" if engine.draft is not None else "ngram"))
+    sampling = SamplingParams(temperature=temperature, seed=seed)
+    err = Console(stderr=True)
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task("bench", total=len(prompts) * len(mode_list))
+
+        def on_row(row):
+            progress.update(task, advance=1, description=f"{row.id} {row.mode} {row.decode_tokens_per_s:.1f} tok/s")
+
+        rows = b.run_bench(engine, prompts, mode_list, sampling, on_row)
+    summary = b.summarize(rows)
+    Console().print(b.table(summary))
+    meta = {"pair": engine.pair.name, "suite": str(path), "modes": [m.name for m in mode_list],
+            "temperature": temperature, "seed": seed}
+    if json_path:
+        json_path.write_text(json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n")
+    if plot_path:
+        b.plot(plot_path, rows, summary)
+
+
+def _register_subcommands() -> None:
+    from edgespec.models_cmd import models
+    from edgespec.tui.command import chat
+
+    main.add_command(models)
+    main.add_command(chat)
+
+
+_register_subcommands()
