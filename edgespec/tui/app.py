@@ -1,0 +1,481 @@
+"""The chat app: one conversation on screen, the engine in a thread worker, events batched into the UI.
+
+Flow of one reply: `send` adds the user message, trims the oldest turns if the prompt would not fit
+the context window, and starts `_generate` in a thread worker. The worker only iterates
+`engine.chat(...)` and puts `(clock(), event, extra)` on a queue, so decoding never waits for the UI.
+A timer drains the queue at most `FLUSH_HZ` times a second: it folds the events into the reply's
+spans and stats, repaints the reply and the stats bar once, and saves the conversation (atomic write),
+so a crash loses at most the last flush's tokens. The worker ends by putting `_DONE`; that flush
+freezes the reply's stats.
+
+The app talks to the engine through `edgespec.engine.Engine` plus one optional method,
+`token_text(id) -> str` (text of a single token, for showing rejected draft tokens); an engine
+without it shows rejected tokens as their ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.reactive import var
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from edgespec.engine import Engine, GenerateSettings
+from edgespec.errors import EdgespecError
+from edgespec.spec.events import Step, Summary, Token
+from edgespec.tui.chat_list import ChatListScreen
+from edgespec.tui.details import DetailsScreen
+from edgespec.tui.history import ChatStore, Conversation
+from edgespec.tui.prompt import PromptBox
+from edgespec.tui.stats import ReplyStats, StatsBar, context_gauge
+from edgespec.tui.transcript import (
+    Notice,
+    ReplySpans,
+    ReplyView,
+    SystemMessage,
+    Transcript,
+    UserMessage,
+    legend,
+)
+
+
+class ContextFullError(EdgespecError):
+    """The newest message alone does not fit the context window."""
+
+
+@dataclass(frozen=True)
+class _Failed:
+    message: str
+
+
+_DONE = object()  # the worker's last item: the generator has returned (or raised)
+
+
+class Generation:
+    """One reply in flight: the worker's queue and cancel flag, and where its output goes.
+
+    `detached` is set when the user leaves the chat mid-reply (ctrl+n, or opening another chat): the
+    worker is cancelled, and until it returns its remaining events still go into its own
+    conversation (saved), but no longer onto the screen.
+    """
+
+    def __init__(self, conversation: Conversation, message: dict, view: ReplyView, sent_at: float, prompt_tokens: int):
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.cancel = threading.Event()
+        self.conversation = conversation
+        self.message = message
+        self.view = view
+        self.spans = ReplySpans(message)
+        self.stats = ReplyStats(sent_at=sent_at)
+        self.prompt_tokens = prompt_tokens
+        self.detached = False
+        self.done = False
+
+
+def describe_pair(engine: Engine) -> str:
+    """'backend · device · target ← drafter' for the header (the long names last, where it truncates)."""
+    pair = engine.pair
+    drafter = pair.draft.name if pair.draft is not None else pair.drafter
+    device = getattr(engine, "device", None)
+    if not device:
+        if pair.backend == "llamacpp":
+            device = "gpu" if pair.n_gpu_layers else "cpu"
+        else:
+            device = pair.device_map
+    return f"{pair.backend} · {device} · {pair.target.name} ← {drafter}"
+
+
+class ChatApp(App):
+    CSS_PATH = "chat.tcss"
+    TITLE = "edgespec"
+    FLUSH_HZ = 30  # at most this many UI updates (and saves) per second while generating
+
+    BINDINGS = [
+        Binding("escape", "stop", "Stop"),
+        Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("ctrl+r", "regenerate", "Regenerate"),
+        Binding("f2", "details", "Details"),
+        Binding("f3", "toggle_markdown", "Markdown"),
+        Binding("f4", "toggle_rejected", "Rejected"),
+        Binding("ctrl+o", "open_chat", "Chats"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    markdown = var(False)
+    show_rejected = var(False)
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: GenerateSettings | None = None,
+        *,
+        system: str | None = None,
+        conversation: Conversation | None = None,
+        first_message: str | None = None,
+        store: ChatStore | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        super().__init__()
+        self.engine = engine
+        self.settings = settings or GenerateSettings()
+        self.system = system
+        self.store = store or ChatStore()
+        self.clock = clock
+        if conversation is not None and system is not None:
+            conversation.system = system
+        self.conversation = conversation or Conversation(pair=engine.pair.name, system=system)
+        self._first_message = first_message
+        self._gen: Generation | None = None
+        self._last_stats: dict | None = None
+        self._context_used: int | None = None
+        self._save_failed = False
+
+    # Layout
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        yield Static(legend(), id="legend")
+        yield Transcript(id="transcript")
+        yield StatsBar(id="stats")
+        yield PromptBox(id="prompt")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.sub_title = describe_pair(self.engine)
+        self._flush_timer = self.set_interval(1 / self.FLUSH_HZ, self._drain_events, pause=True)
+        await self._show_conversation()
+        self.query_one(PromptBox).focus()
+        if self._first_message:
+            self.send(self._first_message)
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    @property
+    def generating(self) -> bool:
+        return self._gen is not None
+
+    async def _show_conversation(self) -> None:
+        """Rebuild the transcript from `self.conversation` (start, resume, new chat, open chat)."""
+        transcript = self.transcript
+        await transcript.remove_children()
+        widgets: list = []
+        if self.conversation.system:
+            widgets.append(SystemMessage(self.conversation.system))
+        self._last_stats = None
+        for m in self.conversation.messages:
+            if m["role"] == "user":
+                widgets.append(UserMessage(m["content"]))
+            elif m["role"] == "assistant":
+                widgets.append(ReplyView(m, show_rejected=self.show_rejected))
+                self._last_stats = m.get("stats") or self._last_stats
+        await transcript.mount_all(widgets)
+        if self.markdown:
+            for view in transcript.replies():
+                view.set_markdown(True)
+        transcript.anchor()
+        self._update_context()
+        self._show_stats()
+
+    def _update_context(self) -> None:
+        if self._gen is not None:
+            self._context_used = None  # a worker still holds the engine (a detached reply winding down)
+            return  # _finish counts again
+        messages = self.conversation.chat_messages()
+        try:
+            self._context_used = self.engine.count_tokens(messages) if messages else 0
+        except EdgespecError:
+            self._context_used = None
+
+    def _show_stats(self) -> None:
+        gen = self._gen
+        bar = self.query_one(StatsBar)
+        if gen is not None and not gen.detached:
+            bar.show(gen.stats.to_dict(), True)
+            used = gen.prompt_tokens + gen.stats.tokens
+        else:
+            bar.show(self._last_stats, False)
+            used = self._context_used
+        self.query_one(PromptBox).border_subtitle = context_gauge(used, self.engine.n_ctx)
+
+    # Sending and generating
+
+    def on_prompt_box_submitted(self, event: PromptBox.Submitted) -> None:
+        if self.send(event.text):
+            self.query_one(PromptBox).clear()
+
+    def send(self, text: str) -> bool:
+        """Add a user message and start the reply; False (and a notification) when busy."""
+        if self._refuse_if_busy():
+            return False
+        self.conversation.add_user(text)
+        self.transcript.mount(UserMessage(text))
+        self.transcript.anchor()
+        self._save(self.conversation)
+        self._start_reply()
+        return True
+
+    def _save(self, conversation: Conversation) -> None:
+        """Save, and on failure (disk full, no permission) say so once rather than crash or nag."""
+        try:
+            self.store.save(conversation)
+        except OSError as e:
+            if not self._save_failed:
+                self._save_failed = True
+                self.notify(f"Cannot save this chat in {self.store.root}: {e.strerror or e}",
+                            title="Not saved", severity="error", timeout=10)
+        else:
+            self._save_failed = False
+
+    def _refuse_if_busy(self) -> bool:
+        if self._gen is None:
+            return False
+        if self._gen.detached:
+            self.notify("Still stopping the previous reply; try again in a moment.", severity="warning")
+        else:
+            self.notify("A reply is being generated: esc stops it.", severity="warning")
+        return True
+
+    def _fit_context(self, messages: list[dict]) -> tuple[list[dict], int, int]:
+        """Drop the oldest turns until the prompt leaves room for a reply. -> (messages, turns dropped, tokens)."""
+        n_ctx = self.engine.n_ctx
+        budget = n_ctx - min(self.settings.max_tokens, n_ctx // 2)
+        head = messages[:1] if messages and messages[0]["role"] == "system" else []
+        turns = messages[len(head):]
+        used = self.engine.count_tokens(head + turns)
+        dropped = 0
+        while used > budget and len(turns) > 1:
+            cut = 1  # a turn: one user message and whatever follows it up to the next one
+            while cut < len(turns) - 1 and turns[cut]["role"] != "user":
+                cut += 1
+            turns = turns[cut:]
+            dropped += 1
+            used = self.engine.count_tokens(head + turns)
+        if used > budget:
+            raise ContextFullError(
+                f"the message takes {used} tokens; the context window ({n_ctx}) leaves {budget} for the prompt"
+            )
+        return head + turns, dropped, used
+
+    def _start_reply(self) -> None:
+        try:
+            messages, dropped, used = self._fit_context(self.conversation.chat_messages())
+        except EdgespecError as e:
+            self.notify(str(e), title="Context full", severity="error", timeout=8)
+            return
+        if dropped:
+            note = (f"✂ {dropped} oldest turn{'s' if dropped > 1 else ''} left out of the prompt to fit the "
+                    f"{self.engine.n_ctx}-token context window (still saved in this chat)")
+            self.transcript.mount(Notice(note))
+            self.notify(note, severity="warning")
+        message = self.conversation.add_assistant()
+        view = ReplyView(message, show_rejected=self.show_rejected, generating=True)
+        self.transcript.mount(view)
+        self.transcript.anchor()
+        gen = Generation(self.conversation, message, view, sent_at=self.clock(), prompt_tokens=used)
+        self._gen = gen
+        self._show_stats()
+        self._flush_timer.resume()
+        self.run_worker(lambda: self._generate(gen, messages), thread=True, group="generate",
+                        exit_on_error=False, description="engine.chat")
+
+    def _generate(self, gen: Generation, messages: list[dict]) -> None:
+        """Worker thread: iterate the engine and queue events; never touches widgets."""
+        put, clock = gen.queue.put, self.clock
+        token_text = getattr(self.engine, "token_text", None)
+        try:
+            for event in self.engine.chat(messages, self.settings, gen.cancel):
+                extra = None
+                if type(event) is Step and event.rejected_ids:
+                    # Resolved here, not in the UI thread: the engine is only used from this thread.
+                    extra = "".join(token_text(i) for i in event.rejected_ids) if token_text else \
+                        "".join(f"⟨{i}⟩" for i in event.rejected_ids)
+                put((clock(), event, extra))
+        except EdgespecError as e:
+            put((clock(), _Failed(str(e)), None))
+        except Exception as e:  # a backend failure must leave the app usable
+            put((clock(), _Failed(f"{type(e).__name__}: {e}"), None))
+        finally:
+            put((clock(), _DONE, None))
+
+    def _drain_events(self) -> None:
+        """Timer: fold everything queued since the last tick into the reply, repaint once, save."""
+        gen = self._gen
+        if not self.is_running:
+            return  # shutting down: widgets are going away; on_unmount saves the reply
+        if gen is None:
+            self._flush_timer.pause()
+            return
+        changed, finished = self._fold_queued(gen)
+        if finished:
+            self._finish(gen)
+        elif changed:
+            if not gen.detached:
+                gen.view.update_tokens()
+                self._show_stats()
+            self._save(gen.conversation)
+
+    def _fold_queued(self, gen: Generation) -> tuple[bool, bool]:
+        """Move queued events into the reply's spans and stats. -> (anything new, worker done)."""
+        changed = False
+        while True:
+            try:
+                at, event, extra = gen.queue.get_nowait()
+            except queue.Empty:
+                return changed, False
+            changed = True
+            if type(event) is Token:
+                gen.spans.token(event.source, event.text)
+                gen.stats.add(at, event)
+            elif type(event) is Step:
+                gen.stats.add(at, event)
+                if extra:
+                    gen.spans.rejected(extra)
+            elif type(event) is Summary:
+                gen.stats.add(at, event)
+            elif type(event) is _Failed:
+                gen.stats.error = event.message
+                if not gen.detached:
+                    self.notify(event.message, title="Engine error", severity="error", timeout=10)
+            elif event is _DONE:
+                return True, True
+
+    def _finish(self, gen: Generation) -> None:
+        gen.done = True
+        self._gen = None
+        self._flush_timer.pause()
+        gen.spans.finish()
+        stats = gen.stats
+        conversation, message = gen.conversation, gen.message
+        if stats.error and not message["content"]:
+            # Nothing came out: drop the empty reply so that ctrl+r (or a new message) retries cleanly.
+            conversation.messages.remove(message)
+            if not gen.detached:
+                gen.view.remove()
+        else:
+            message["stats"] = stats.to_dict()
+            message["complete"] = True
+            if not gen.detached:
+                gen.view.finish(message["stats"])
+                if self.markdown:
+                    gen.view.set_markdown(True)
+                self._last_stats = message["stats"]
+        self._save(conversation)
+        if not self.is_running:
+            return
+        if not gen.detached and stats.stop_reason == "context":
+            self.notify("The context window is full: the reply was cut. ctrl+n starts a new chat; "
+                        "otherwise the oldest turns are left out of the next prompt.",
+                        title="Context full", severity="warning", timeout=10)
+        self._update_context()  # now that the worker is done, the engine is free to count
+        self._show_stats()
+
+    def _leave_generation(self) -> None:
+        if self._gen is not None:
+            self._gen.cancel.set()
+            self._gen.detached = True
+
+    # Actions
+
+    def action_stop(self) -> None:
+        if self._gen is not None and not self._gen.detached:
+            self._gen.cancel.set()
+
+    async def action_new_chat(self) -> None:
+        self._leave_generation()
+        self.conversation = Conversation(pair=self.engine.pair.name, system=self.system)
+        await self._show_conversation()
+        self.query_one(PromptBox).focus()
+
+    async def action_regenerate(self) -> None:
+        if self._refuse_if_busy():
+            return
+        messages = self.conversation.messages
+        if messages and messages[-1]["role"] == "assistant":
+            last = messages.pop()
+            for view in self.transcript.replies():
+                if view.message is last:
+                    await view.remove()
+        if not messages or messages[-1]["role"] != "user":
+            self.notify("Nothing to regenerate yet.", severity="warning")
+            return
+        self._start_reply()
+
+    def action_details(self) -> None:
+        stats = self._gen.stats.to_dict() if self._gen is not None and not self._gen.detached else self._last_stats
+        self.push_screen(DetailsScreen(stats))
+
+    def action_toggle_markdown(self) -> None:
+        self.markdown = not self.markdown
+
+    def watch_markdown(self, on: bool) -> None:
+        if self.is_mounted:
+            for view in self.transcript.replies():
+                view.set_markdown(on)
+
+    def action_toggle_rejected(self) -> None:
+        self.show_rejected = not self.show_rejected
+
+    def watch_show_rejected(self, on: bool) -> None:
+        if self.is_mounted:
+            for view in self.transcript.replies():
+                view.set_show_rejected(on)
+
+    def action_open_chat(self) -> None:
+        if self._refuse_if_busy():
+            return
+        self.push_screen(ChatListScreen(self.store.list()), self._open_chat)
+
+    async def _open_chat(self, chat_id: str | None) -> None:
+        if not chat_id:
+            return
+        try:
+            self.conversation = self.store.load(chat_id)
+        except EdgespecError as e:
+            self.notify(str(e), severity="error")
+            return
+        await self._show_conversation()
+        self.query_one(PromptBox).focus()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("New chat", "Start an empty conversation (ctrl+n)", self.action_new_chat)
+        yield SystemCommand("Regenerate", "Generate the last reply again (ctrl+r)", self.action_regenerate)
+        yield SystemCommand("Stop", "Stop generating; the partial reply stays (esc)", self.action_stop)
+        yield SystemCommand("Details", "K histogram, time split and speedup of the last reply (F2)",
+                            self.action_details)
+        yield SystemCommand("Markdown", "Toggle Markdown rendering of finished replies (F3)",
+                            self.action_toggle_markdown)
+        yield SystemCommand("Rejected drafts", "Toggle showing rejected draft tokens struck through (F4)",
+                            self.action_toggle_rejected)
+        yield SystemCommand("Open chat", "Reopen a saved conversation (ctrl+o)", self.action_open_chat)
+
+    async def on_unmount(self) -> None:
+        """Quitting mid-reply counts as esc: cancel, let the worker end (up to 2 s), save the reply."""
+        gen = self._gen
+        if gen is None:
+            return
+        gen.cancel.set()
+        gen.detached = True
+        self._flush_timer.stop()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2.0
+        finished = False
+        while not finished and loop.time() < deadline:
+            _, finished = self._fold_queued(gen)
+            if not finished:
+                await asyncio.sleep(0.01)
+        if finished:
+            self._finish(gen)
+        else:
+            gen.spans.finish()
+            self._save(gen.conversation)

@@ -1,0 +1,146 @@
+"""The pipe contract of `edgespec run`: stdout is only the model's text, stderr has stats and
+errors, exit codes 0 / 1 / 2 / 130, and every bad input is one line, never a traceback."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from edgespec import cli
+from edgespec.engine import Engine
+from edgespec.errors import UsageError
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf, tiny_gguf_factory):
+    """A user models.toml with pairs of tiny GGUFs and an empty store."""
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    other_vocab = tiny_gguf_factory(seed=3, n_vocab_extra=200)
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'default = "tiny"\n'
+        f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+        f'[models.other]\nformat = "gguf"\npath = "{other_vocab}"\n'
+        f'[models.gone]\nformat = "gguf"\npath = "{tmp_path / "nope.gguf"}"\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+        '[pairs.short]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 32\n'
+        '[pairs.mismatch]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "other"\ncontext = 256\n'
+        '[pairs.missing]\nbackend = "llamacpp"\ntarget = "gone"\ndrafter = "none"\ncontext = 256\n'
+    )
+    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+    return tmp_path
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(cli.main, list(args), input=input)
+
+
+def one_line_error(result, code):
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "error" in lines[0].lower(), result.stderr
+    return lines[0]
+
+
+def test_run_streams_only_text_to_stdout_and_stats_to_stderr(env):
+    out = env / "stats.json"
+    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "20", "--stats", "--stats-json", str(out), "--color", "never")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() and "tok/s" not in r.stdout and "\x1b[" not in r.stdout
+    assert "tok/s" in r.stderr and "acceptance" in r.stderr
+    stats = json.loads(out.read_text())
+    for key in ("tokens", "drafted", "accepted", "target_passes", "decode_s", "decode_tokens_per_s", "ttft_s", "k_histogram"):
+        assert key in stats
+    assert 0 < stats["tokens"] <= 20
+
+
+def test_color_always_marks_tokens_by_source(env):
+    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "24", "--color", "always", "--draft", "model", "--k", "3")
+    assert r.exit_code == 0, r.stderr
+    assert "\x1b[" in r.stdout  # at least one styled token (accepted drafts are green)
+
+
+def test_stdin_and_prompt_are_composed_into_one_message():
+    assert cli.compose_message("code\n", "add hints") == "code\n\nadd hints"
+    assert cli.compose_message(None, "hi") == "hi"
+    assert cli.compose_message("only stdin", None) == "only stdin"
+    with pytest.raises(UsageError):
+        cli.compose_message(None, None)
+
+
+def test_piped_stdin_reaches_the_model(env):
+    r = invoke("run", "--raw", "--max-tokens", "4", "--stats-json", str(env / "s.json"), input="def add(a, b):")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((env / "s.json").read_text())["prompt_tokens"] > 3
+
+
+def test_terminal_stdin_without_prompt_is_a_usage_error(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stdin", Tty())
+    assert cli.read_stdin() is None  # a terminal is never read (no hang)
+
+
+def test_no_prompt_and_empty_stdin_exits_2(env):
+    one_line_error(invoke("run", input=""), 2)
+
+
+def test_binary_stdin_is_refused(env):
+    line = one_line_error(invoke("run", "explain", input=b"\x7fELF\x00\x01\x02"), 2)
+    assert "binary" in line
+
+
+def test_non_utf8_stdin_is_refused(env):
+    line = one_line_error(invoke("run", "explain", input=b"caf\xe9 au lait"), 2)
+    assert "UTF-8" in line
+
+
+def test_prompt_longer_than_context_names_the_limit(env):
+    line = one_line_error(invoke("run", "-m", "short", "word " * 200), 2)
+    assert "32-token context" in line
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (("run", "-m", "no-such-pair", "hi"), 1, "no-such-pair"),
+        (("run", "-m", "missing", "hi"), 1, "nope.gguf"),
+        (("run", "-m", "mismatch", "hi"), 1, "vocabular"),
+        (("run", "--k", "lots", "hi"), 2, "--k"),
+        (("run", "--draft", "model", "-m", "short", "hi"), 2, "no draft model"),
+        (("run", "--raw", "-s", "be terse", "hi"), 2, "--system"),
+    ],
+)
+def test_bad_inputs_are_one_line_errors(env, args, code, needle):
+    assert needle in one_line_error(invoke(*args), code)
+
+
+def test_bad_config_file_is_one_line(env, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[pairs.x]\nbackend = "lamacpp"\n')
+    line = one_line_error(invoke("run", "--config", str(bad), "hi"), 1)
+    assert "bad.toml" in line
+
+
+def test_ctrl_c_flushes_partial_output_and_exits_130(env, monkeypatch):
+    real = Engine.generate_tokens
+
+    def interrupted(self, *a, **kw):
+        for n, event in enumerate(real(self, *a, **kw)):
+            if n == 6:
+                raise KeyboardInterrupt
+            yield event
+
+    monkeypatch.setattr(Engine, "generate_tokens", interrupted)
+    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "50", "--draft", "none", "--color", "never")
+    assert r.exit_code == 130
+    assert r.stdout.strip()  # what was generated before the interrupt is kept
+    assert "interrupted" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,612 @@
+"""The chat app, driven with Pilot and fed by a scripted fake engine (no model needed).
+
+The fake's stream has every token source (draft, correction, bonus, target) and rejected draft ids;
+it can pause mid-reply (to test esc, saving while streaming, and a mid-reply snapshot) or fail.
+A tick clock (+25 ms per reading) makes every figure on screen reproducible.
+
+Run `python tests/test_tui.py --screenshot assets/chat.svg` to redraw the README's screenshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgespec.config import ModelSpec, PairConfig
+from edgespec.engine import GenerateSettings
+from edgespec.errors import EdgespecError
+from edgespec.spec.events import ControllerState, Source, Step, Summary, Token
+from edgespec.spec.sampling import SamplingParams
+from edgespec.tui.app import ChatApp
+from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
+from edgespec.tui.history import ChatStore, Conversation
+from edgespec.tui.prompt import PromptBox
+from edgespec.tui.stats import ReplyStats, sparkline
+from edgespec.tui.transcript import REJECTED, STYLES, Notice, ReplySpans, ReplyView, UserMessage, render_spans
+
+REPLY = '''Here is a small function that ignores case, spaces and punctuation:
+
+```python
+def is_palindrome(s: str) -> bool:
+    """True if s reads the same backwards, ignoring case and non-alphanumerics."""
+    cleaned = [c.lower() for c in s if c.isalnum()]
+    return cleaned == cleaned[::-1]
+```
+
+How it works:
+
+- `c.isalnum()` keeps letters and digits, so "A man, a plan" is compared as "amanaplan".
+- `cleaned[::-1]` is the list reversed; comparing lists avoids building a second string.
+
+For example, `is_palindrome("Never odd or even")` returns `True`, and `is_palindrome("edge")` returns `False`.'''
+
+# (k, accepted) per target pass, cycled: full acceptance (bonus), partial (correction), K=0 (target).
+ROUNDS = [(4, 4), (4, 2), (5, 5), (3, 1), (0, 0), (4, 3), (6, 6), (4, 0), (2, 2), (5, 4), (0, 0), (3, 3)]
+REJECTS = [" string", " value", "(", " text", " reverse", " s", " return", " letters", ".", " lower"]
+SIZE = (110, 34)
+
+
+def split_tokens(text: str) -> list[str]:
+    """A BPE-like split: words carry their leading space; punctuation and newlines stand alone."""
+    return re.findall(r" ?\w+| ?[^\w\s]|\n| +", text)
+
+
+def script(text: str = REPLY, rounds=ROUNDS) -> list:
+    """The events a speculative decoder would yield for `text`: per round the tokens, then the Step."""
+    pieces = split_tokens(text)
+    events: list = []
+    i = r = 0
+    while i < len(pieces):
+        k, acc = rounds[r % len(rounds)]
+        if k == 0:
+            events.append(Token(i, pieces[i], Source.TARGET))
+            i += 1
+            events.append(Step(0, 0, (), (), 0.0, 0.024, None,
+                               ControllerState("auto", 0, None, 0.6, 1.0, 1.3)))
+        else:
+            acc = min(acc, len(pieces) - i - 1)
+            accepted_ids = tuple(range(i, i + acc))
+            for j in accepted_ids:
+                events.append(Token(j, pieces[j], Source.DRAFT))
+            i += acc
+            rejected = tuple(1000 + (r * 3 + j) % len(REJECTS) for j in range(k - acc))
+            events.append(Token(i, pieces[i], Source.BONUS if not rejected else Source.CORRECTION))
+            i += 1
+            events.append(Step(k, acc, accepted_ids + rejected, rejected, 0.004 * k, 0.028, "model",
+                               ControllerState("auto", k, "model", 0.72, 1.55, 1.42)))
+        r += 1
+    return events
+
+
+def summarize(events: list, stop_reason: str) -> Summary:
+    tokens = [e for e in events if isinstance(e, Token)]
+    steps = [e for e in events if isinstance(e, Step)]
+    hist: dict[int, int] = {}
+    for s in steps:
+        hist[s.k] = hist.get(s.k, 0) + 1
+    draft_s = sum(s.draft_s for s in steps)
+    verify_s = sum(s.verify_s for s in steps)
+    return Summary(tokens=len(tokens), drafted=sum(s.k for s in steps), accepted=sum(s.accepted for s in steps),
+                   target_passes=len(steps), prompt_tokens=42, prefill_s=0.12, decode_s=(draft_s + verify_s) * 1.08,
+                   ttft_s=0.15, draft_s=draft_s, verify_s=verify_s, stop_reason=stop_reason, k_histogram=hist)
+
+
+class FakeEngine:
+    """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, token_text)."""
+
+    def __init__(self, events=None, *, pause_after: int | None = None, fail_after: int | None = None, n_ctx: int = 4096):
+        self.events = script() if events is None else events
+        self.pause_after = pause_after  # yield this many events, then wait for `resume` or cancel
+        self.fail_after = fail_after
+        self.n_ctx = n_ctx
+        self.pair = PairConfig(
+            name="qwen2.5-coder-1.5b", backend="llamacpp",
+            target=ModelSpec(name="qwen2.5-coder-1.5b-instruct-q4_k_m", format="gguf"),
+            draft=ModelSpec(name="qwen2.5-coder-0.5b-instruct-q4_k_m", format="gguf"),
+            drafter="model", context=n_ctx)
+        self.paused = threading.Event()
+        self.resume = threading.Event()
+        self.calls: list[list[dict]] = []
+        self.closed = False
+
+    def chat(self, messages, settings, cancel=None):
+        cancel = cancel or threading.Event()
+        self.calls.append([dict(m) for m in messages])
+        done: list = []
+        for n, event in enumerate(self.events):
+            if n == self.fail_after:
+                raise EdgespecError("backend failure: llama_decode returned -3")
+            if n == self.pause_after:
+                self.paused.set()
+                while not self.resume.is_set() and not cancel.is_set():
+                    cancel.wait(0.005)
+            if cancel.is_set():  # checked once per pass, like the real decoder
+                yield summarize(done, "cancelled")
+                return
+            done.append(event)
+            yield event
+        yield summarize(done, "eos")
+
+    def count_tokens(self, messages) -> int:
+        return sum(len(m["content"]) // 4 + 4 for m in messages)
+
+    def token_text(self, token_id: int) -> str:
+        return REJECTS[token_id - 1000] if token_id >= 1000 else split_tokens(REPLY)[token_id]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class TickClock:
+    """Each reading is `step` after the previous one (the second, the first token, `first` after the
+    send): live tokens/s and TTFT come out the same on every run."""
+
+    def __init__(self, step: float = 0.025, first: float = 0.21):
+        self.t, self.step, self.first, self.n, self.lock = 0.0, step, first, 0, threading.Lock()
+
+    def __call__(self) -> float:
+        with self.lock:
+            self.n += 1
+            self.t += self.first if self.n == 2 else self.step
+            return self.t
+
+
+def make_app(tmp_path: Path, engine: FakeEngine | None = None, **kwargs) -> ChatApp:
+    return ChatApp(engine or FakeEngine(), GenerateSettings(max_tokens=256), store=ChatStore(tmp_path / "chats"),
+                   clock=TickClock(), **kwargs)
+
+
+async def wait_until(pilot, predicate, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.01)
+
+
+async def send(pilot, text: str) -> None:
+    pilot.app.query_one(PromptBox).text = text
+    await pilot.press("enter")
+
+
+def reply_text(view: ReplyView) -> str:
+    return view.tokens.content.plain
+
+
+def n_tokens_shown(app: ChatApp) -> int:
+    return app._gen.stats.tokens if app._gen is not None else -1
+
+
+# Transcript and styles
+
+
+@pytest.mark.asyncio
+async def test_reply_shows_every_source_in_its_style(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        view = app.transcript.replies()[0]
+        assert view.message["content"] == REPLY
+        kinds = {kind for kind, _ in view.message["spans"]}
+        assert kinds == {"draft", "correction", "bonus", "target", REJECTED}
+        text = view.tokens.content
+        assert text.plain == REPLY  # rejected text hidden by default
+        styles = {str(span.style) for span in text.spans}
+        for source in ("draft", "correction", "bonus"):
+            assert STYLES[source] in styles
+        assert "underline" in STYLES["correction"] and "bold" in STYLES["bonus"]  # read without colour
+
+        # F4: thrown-away draft text struck through right before each correction.
+        await pilot.press("f4")
+        text = view.tokens.content
+        struck = [text.plain[s.start:s.end] for s in text.spans if "strike" in str(s.style)]
+        assert struck and all(piece for piece in struck)
+        first = next(i for i, (k, _) in enumerate(view.message["spans"]) if k == REJECTED)
+        assert view.message["spans"][first + 1][0] == "correction"
+        await pilot.press("f4")
+        assert view.tokens.content.plain == REPLY
+
+        # Frozen stats under the reply, from the Summary.
+        stats = view.message["stats"]
+        assert stats["stop_reason"] == "eos" and stats["tokens"] == len(split_tokens(REPLY))
+        assert "tok/s" in view.footer.content.plain and "accept 7" in view.footer.content.plain
+
+
+def test_rejected_text_lands_before_its_correction_whatever_the_step_order():
+    after = {"content": "", "spans": []}
+    spans = ReplySpans(after)
+    spans.token(Source.DRAFT, "a")
+    spans.token(Source.CORRECTION, "b")
+    spans.rejected("X")  # Step after its tokens
+    before = {"content": "", "spans": []}
+    spans2 = ReplySpans(before)
+    spans2.token(Source.DRAFT, "a")
+    spans2.rejected("X")  # Step before its tokens
+    spans2.token(Source.CORRECTION, "b")
+    assert after["spans"] == before["spans"] == [["draft", "a"], [REJECTED, "X"], ["correction", "b"]]
+    assert after["content"] == before["content"] == "ab"
+    # Control bytes from a model are shown, never sent to the terminal; the saved text keeps them.
+    assert render_spans([["draft", "a\x1b[2Jb\n"]], False).plain == "a␛[2Jb\n"
+
+
+def test_stats_figures_and_sparkline():
+    events = script()
+    stats = ReplyStats(sent_at=0.0)
+    for n, e in enumerate(events):
+        stats.add(0.1 + n * 0.01, e)
+    tokens = sum(isinstance(e, Token) for e in events)
+    assert stats.tokens == tokens and stats.passes == sum(isinstance(e, Step) for e in events)
+    assert stats.ttft_s == pytest.approx(0.1)
+    assert 0 < stats.acceptance < 1 and stats.tokens_per_pass > 1
+    assert stats.current_k == events[-1].k
+    stats.add(1.0, summarize(events, "eos"))
+    assert stats.ttft_s == 0.15 and stats.stop_reason == "eos"
+    assert sparkline([0, 1, 2, 3], 0, 3) == "▁▃▆█"
+    assert len(sparkline(list(range(100)), 0, 99, width=16)) == 16
+
+
+# Keys
+
+
+@pytest.mark.asyncio
+async def test_esc_cancels_and_keeps_the_partial_reply(tmp_path):
+    engine = FakeEngine(pause_after=20)
+    app = make_app(tmp_path, engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: engine.paused.is_set() and n_tokens_shown(app) > 0
+                         and app._gen.queue.empty())
+        partial = app._gen.message["content"]
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not app.generating)
+        view = app.transcript.replies()[0]
+        assert view.message["content"] == partial and partial and REPLY.startswith(partial)
+        assert view.message["stats"]["stop_reason"] == "cancelled"
+        assert "stopped: cancelled" in view.footer.content.plain
+        # Still usable: the next message goes out with the partial reply in its history.
+        engine.pause_after = None
+        await send(pilot, "go on")
+        await wait_until(pilot, lambda: not app.generating and len(app.transcript.replies()) == 2)
+        assert engine.calls[-1][-2] == {"role": "assistant", "content": partial}
+
+
+@pytest.mark.asyncio
+async def test_prompt_enter_sends_and_ctrl_j_adds_a_line(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("h", "i", "ctrl+j", "y", "o")
+        assert app.query_one(PromptBox).text == "hi\nyo"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        assert app.conversation.messages[0] == {"role": "user", "content": "hi\nyo"}
+        assert app.query_one(PromptBox).text == ""
+
+
+@pytest.mark.asyncio
+async def test_ctrl_n_starts_an_empty_chat(tmp_path):
+    app = make_app(tmp_path, system="be brief")
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        old_id = app.conversation.id
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert app.conversation.id != old_id and app.conversation.messages == []
+        assert not app.transcript.query(ReplyView) and not app.transcript.query(UserMessage)
+        assert app.conversation.system == "be brief"
+        assert ChatStore(tmp_path / "chats").load(old_id).messages[-1]["content"] == REPLY
+
+
+@pytest.mark.asyncio
+async def test_ctrl_n_mid_reply_stops_it_and_keeps_it_in_the_old_chat(tmp_path):
+    engine = FakeEngine(pause_after=20)
+    app = make_app(tmp_path, engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: engine.paused.is_set() and n_tokens_shown(app) > 0)
+        old_id = app.conversation.id
+        await pilot.press("ctrl+n")
+        await wait_until(pilot, lambda: not app.generating)
+        assert app.conversation.messages == [] and not app.transcript.query(ReplyView)
+        old = ChatStore(tmp_path / "chats").load(old_id).messages[-1]
+        assert old["stats"]["stop_reason"] == "cancelled" and REPLY.startswith(old["content"])
+        engine.pause_after = None
+        await send(pilot, "again")  # the engine is free again
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+
+
+@pytest.mark.asyncio
+async def test_ctrl_r_regenerates_the_last_reply(tmp_path):
+    engine = FakeEngine()
+    app = make_app(tmp_path, engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: len(engine.calls) == 2 and not app.generating)
+        assert engine.calls[0] == engine.calls[1]  # the same prompt, without the old reply
+        assert [m["role"] for m in app.conversation.messages] == ["user", "assistant"]
+        assert len(app.transcript.replies()) == 1
+
+
+@pytest.mark.asyncio
+async def test_markdown_toggle_renders_finished_replies(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        view = app.transcript.replies()[0]
+        await pilot.press("f3")
+        await pilot.pause()
+        assert view.has_class("-markdown") and view._markdown is not None
+        await pilot.press("f3")
+        assert not view.has_class("-markdown")
+
+
+@pytest.mark.asyncio
+async def test_details_panel_opens_and_closes(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await pilot.press("f2")
+        assert isinstance(app.screen, DetailsScreen)
+        assert app.screen.stats["summary"]["stop_reason"] == "eos"
+        await pilot.press("escape")
+        assert not isinstance(app.screen, DetailsScreen)
+
+
+@pytest.mark.asyncio
+async def test_command_palette_lists_the_chat_actions(tmp_path):
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE):
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+    assert {"New chat", "Regenerate", "Stop", "Details", "Markdown", "Rejected drafts", "Open chat"} <= titles
+
+
+def test_details_speedup_prefers_controller_then_plain_passes():
+    stats = ReplyStats()
+    events = script()
+    for n, e in enumerate(events):
+        stats.add(n * 0.01, e)
+    stats.add(1.0, summarize(events, "eos"))
+    d = stats.to_dict()
+    assert speedup_line(d).plain.startswith("1.42× measured")
+    d["controller"] = None
+    assert "plain passes" in speedup_line(d).plain
+    d["plain_passes"] = 0
+    assert speedup_line(d).plain.startswith("≤ ")
+    details_renderable(d)  # renders with every figure present
+    assert "No reply yet" in details_renderable(None).plain
+
+
+# History
+
+
+@pytest.mark.asyncio
+async def test_history_saved_while_streaming_and_resumed(tmp_path):
+    engine = FakeEngine(pause_after=30)
+    store = ChatStore(tmp_path / "chats")
+    app = make_app(tmp_path, engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: engine.paused.is_set() and n_tokens_shown(app) > 0 and app._gen.queue.empty())
+        await pilot.pause(0.1)
+        # Mid-reply, the file on disk already holds what is on screen (a kill now loses nothing shown).
+        saved = json.loads(store.path(app.conversation.id).read_text())
+        assert saved["messages"][-1]["content"] == app._gen.message["content"] != ""
+        assert saved["messages"][-1]["complete"] is False
+        engine.resume.set()
+        await wait_until(pilot, lambda: not app.generating)
+        chat_id = app.conversation.id
+    assert not list((tmp_path / "chats").glob("*.partial"))
+
+    resumed = store.load(chat_id)
+    assert resumed.messages[-1]["complete"] and resumed.messages[-1]["content"] == REPLY
+    engine2 = FakeEngine()
+    app2 = make_app(tmp_path, engine2, conversation=resumed)
+    async with app2.run_test(size=SIZE) as pilot:
+        view = app2.transcript.replies()[0]
+        assert reply_text(view) == REPLY
+        assert "tok/s" in view.footer.content.plain
+        await send(pilot, "and in Rust?")
+        await wait_until(pilot, lambda: not app2.generating and len(app2.transcript.replies()) == 2)
+        assert [m["role"] for m in engine2.calls[0]] == ["user", "assistant", "user"]
+    assert len(store.load(chat_id).messages) == 4
+    assert [c.id for c in store.list()] == [chat_id]
+
+
+@pytest.mark.asyncio
+async def test_saved_chats_list_reopens_a_chat(tmp_path):
+    store = ChatStore(tmp_path / "chats")
+    old = Conversation(pair="qwen2.5-coder-1.5b")
+    old.add_user("an older question")
+    old.messages.append({"role": "assistant", "content": "an older answer", "spans": [["target", "an older answer"]],
+                         "stats": None, "complete": False})
+    store.save(old)
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.conversation.id == old.id)
+        await pilot.pause()
+        view = app.transcript.replies()[0]
+        assert reply_text(view) == "an older answer"
+        assert "interrupted" in view.footer.content.plain
+
+
+def test_store_uses_edgespec_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    store = ChatStore()
+    assert store.root == tmp_path / "chats"
+    c = Conversation(pair="p")
+    c.add_user("hello there\nsecond line")
+    store.save(c)
+    assert store.latest().title == "hello there"
+
+
+# Errors and the context window
+
+
+@pytest.mark.asyncio
+async def test_engine_error_shows_a_notification_and_app_recovers(tmp_path):
+    engine = FakeEngine(fail_after=0)
+    app = make_app(tmp_path, engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: not app.generating and app._notifications)
+        notes = list(app._notifications)
+        assert notes[-1].severity == "error" and "llama_decode" in notes[-1].message
+        assert not app.transcript.replies()  # the empty reply is dropped...
+        assert app.conversation.messages[-1]["role"] == "user"
+        engine.fail_after = None
+        await pilot.press("ctrl+r")  # ...so regenerate retries the same message
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        assert app.conversation.messages[-1]["content"] == REPLY
+
+
+@pytest.mark.asyncio
+async def test_a_chat_that_cannot_be_saved_says_so_once_and_goes_on(tmp_path):
+    (tmp_path / "not-a-folder").write_text("")
+    app = ChatApp(FakeEngine(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        assert [n.title for n in app._notifications] == ["Not saved"]
+        assert app.conversation.messages[-1]["content"] == REPLY
+
+
+@pytest.mark.asyncio
+async def test_long_chats_are_trimmed_from_the_oldest_turn(tmp_path):
+    engine = FakeEngine(events=script("ok."), n_ctx=512)
+    app = make_app(tmp_path, engine, system="sys")
+    async with app.run_test(size=SIZE) as pilot:
+        for n in range(3):
+            await send(pilot, f"question {n} " + "x" * 400)
+            await wait_until(pilot, lambda: not app.generating and len(app.transcript.replies()) == n + 1)
+        sent = engine.calls[-1]
+        assert sent[0]["role"] == "system" and sent[-1]["content"].startswith("question 2")
+        assert not any(m["content"].startswith("question 0") for m in sent)
+        assert app.transcript.query(Notice)
+        assert len(app.conversation.messages) == 6  # trimmed from the prompt, not from the chat
+        # A message that cannot fit even alone is refused with a notification.
+        await send(pilot, "y" * 4000)
+        await pilot.pause()
+        assert list(app._notifications)[-1].title == "Context full"
+        assert not app.generating
+
+
+@pytest.mark.asyncio
+async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draft_gguf):
+    """The real engine (llama.cpp, tiny random models) behind the app: tokens, steps, summary, save."""
+    pytest.importorskip("llama_cpp")
+    from edgespec.backends.llamacpp import LlamaCppBackend
+    from edgespec.engine import Engine
+
+    pair = PairConfig(name="tiny", backend="llamacpp", target=ModelSpec("tiny", "gguf", path=tiny_gguf),
+                      draft=ModelSpec("tiny-draft", "gguf", path=tiny_draft_gguf), drafter="model", context=256)
+    engine = Engine(pair, LlamaCppBackend(tiny_gguf, 256, threads=1), LlamaCppBackend(tiny_draft_gguf, 256, threads=1))
+    app = ChatApp(engine, GenerateSettings(max_tokens=32, k="3", draft="model"), store=ChatStore(tmp_path / "chats"))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, "the weather")
+            await wait_until(pilot, lambda: not app.generating and app.transcript.replies(), timeout=60)
+            message = app.conversation.messages[-1]
+            stats = message["stats"]
+            assert stats["error"] is None and stats["stop_reason"] in ("eos", "length")
+            assert stats["tokens"] > 0 and stats["summary"]["target_passes"] > 0
+            assert "".join(t for kind, t in message["spans"] if kind != REJECTED) == message["content"]
+            assert {kind for kind, _ in message["spans"]} & {"draft", "correction", "bonus"}
+            await pilot.press("f4")  # rejected drafts come back as text through engine.token_text
+            assert ChatStore(tmp_path / "chats").load(app.conversation.id).messages[-1]["complete"]
+    finally:
+        engine.close()
+
+
+# The command
+
+
+def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
+    import edgespec.engine
+    from edgespec.tui import command
+
+    engine = FakeEngine()
+    seen: dict = {}
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, config, draft: seen.update(
+        pair=pair, draft=draft) or engine, raising=False)
+    monkeypatch.setattr(command, "_reopen_terminal", lambda: seen.update(reopened=True))
+    monkeypatch.setattr(command, "_require_terminal", lambda: None)
+    monkeypatch.setattr(ChatApp, "run", lambda self: seen.update(app=self))
+    result = CliRunner().invoke(command.chat, ["-s", "review this", "--temperature", "0.7", "--draft", "ngram"],
+                                input="diff --git a/x b/x\n")
+    assert result.exit_code == 0, result.output
+    app = seen["app"]
+    assert seen["reopened"] and seen["draft"] == "ngram" and engine.closed
+    assert app._first_message == "diff --git a/x b/x" and app.system == "review this"
+    assert app.settings.sampling == SamplingParams(temperature=0.7) and app.settings.draft == "ngram"
+
+    missing = CliRunner().invoke(command.chat, ["--resume", "nope"])
+    assert missing.exit_code == 1 and "no saved chat 'nope'" in missing.output
+
+
+# Snapshots (pytest-textual-snapshot; update with --snapshot-update after checking the report)
+
+
+def mid_reply_app(tmp_path: Path, show_rejected: bool = True) -> tuple[ChatApp, object]:
+    engine = FakeEngine(pause_after=150)
+    app = make_app(tmp_path, engine, system="You are a concise coding assistant.")
+
+    async def run_before(pilot) -> None:
+        app.query_one(PromptBox).cursor_blink = False
+        await send(pilot, "Write a Python function that checks whether a string is a palindrome.")
+        await wait_until(pilot, lambda: engine.paused.is_set() and n_tokens_shown(app) > 0 and app._gen.queue.empty())
+        if show_rejected:
+            await pilot.press("f4")  # show the rejected draft tokens too
+            await pilot.pause()
+
+    return app, run_before
+
+
+def test_snapshot_mid_reply(tmp_path, snap_compare):
+    app, run_before = mid_reply_app(tmp_path)
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_details_panel(tmp_path, snap_compare):
+    app = make_app(tmp_path)
+
+    async def run_before(pilot) -> None:
+        app.query_one(PromptBox).cursor_blink = False
+        await send(pilot, "Write a Python function that checks whether a string is a palindrome.")
+        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await pilot.press("f2")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+if __name__ == "__main__":
+    # python tests/test_tui.py --screenshot assets/chat.svg
+    import tempfile
+
+    out = Path(sys.argv[sys.argv.index("--screenshot") + 1])
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            app, run_before = mid_reply_app(Path(tmp), show_rejected=False)
+            async with app.run_test(size=SIZE) as pilot:
+                await run_before(pilot)
+                app.save_screenshot(filename=out.name, path=str(out.parent))
+    asyncio.run(main())
+    print(f"wrote {out}")
