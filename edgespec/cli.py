@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from edgespec import __version__
-from edgespec.cli_common import decoding_options, error_boundary, pair_options, sampling_from_flags
+from edgespec.cli_common import decoding_options, error_boundary, pair_options, read_stdin, sampling_from_flags
 from edgespec.errors import UsageError
 from edgespec.spec.events import Source, Summary, Token
 
@@ -30,20 +30,6 @@ TOKEN_STYLES = {
 @click.version_option(__version__, prog_name="edgespec")
 def main() -> None:
     """Fast local chat and coding assistance with lossless speculative decoding."""
-
-
-def read_stdin() -> str | None:
-    """Piped input as text, or None when stdin is a terminal or absent. Binary input is refused."""
-    stream = sys.stdin
-    if stream is None or stream.isatty():
-        return None
-    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
-    if b"\x00" in data:
-        raise UsageError("stdin looks binary (it contains NUL bytes); pipe text or source code")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {e.start})") from None
 
 
 def compose_message(stdin_text: str | None, prompt: str | None) -> str:

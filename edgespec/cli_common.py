@@ -12,7 +12,7 @@ from typing import Callable
 
 import click
 
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, UsageError
 
 EXIT_INTERRUPTED = 130
 
@@ -72,3 +72,17 @@ def sampling_from_flags(defaults, temperature, top_p, top_k, min_p, seed):
 
     given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed)
     return replace(defaults, **{k: v for k, v in given.items() if v is not None})
+
+
+def read_stdin() -> str | None:
+    """Piped input as text, or None when stdin is a terminal or absent. Binary input is refused."""
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return None
+    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
+    if b"\x00" in data:
+        raise UsageError("stdin looks binary (it contains NUL bytes); pipe text or source code")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {e.start})") from None

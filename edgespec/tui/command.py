@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from edgespec.cli_common import decoding_options, error_boundary, pair_options, sampling_from_flags
+from edgespec.cli_common import decoding_options, error_boundary, pair_options, read_stdin, sampling_from_flags
 from edgespec.errors import UsageError
 
 
@@ -58,8 +58,9 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
         pair = pair or conversation.pair or None  # keep talking to the model that wrote the chat
 
     first_message = None
-    if not sys.stdin.isatty():
-        first_message = sys.stdin.read().strip() or None
+    piped = read_stdin()
+    if piped is not None:
+        first_message = piped.strip() or None
         _reopen_terminal()
     _require_terminal()
 

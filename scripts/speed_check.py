@@ -1,0 +1,134 @@
+"""Speed figures of the core engine issue, measured in one run on this machine:
+
+1. plain decoding through edgespec (--draft none) against llama-cpp-python's own generation,
+   same model, threads and prompt (interleaved repetitions, medians);
+2. host-side time per verify step (sampling, bookkeeping) at K=8 with the real vocabulary size,
+   using a zero-cost backend so only edgespec's own work is timed;
+3. peak RSS of `edgespec run` on the default pair.
+
+    .venv/bin/python scripts/speed_check.py [--tokens 128] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from edgespec.engine import GenerateSettings, open_engine
+from edgespec.spec.controller import FixedK
+from edgespec.spec.decoder import SpeculativeDecoder
+from edgespec.spec.drafters import NgramDrafter
+from edgespec.spec.events import Step, Summary
+from edgespec.spec.sampling import SamplingParams, warp
+
+PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
+
+
+def llama_cpp_python_rate(path, tokens: int, threads: int):
+    """A function timing llama-cpp-python's own streamed greedy chat completion (decode tok/s)."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False)
+    messages = [{"role": "user", "content": PROMPT}]
+
+    def once() -> float:
+        llm.reset()
+        stream = llm.create_chat_completion(messages, max_tokens=tokens, temperature=0.0, stream=True)
+        first, n = None, 0
+        for chunk in stream:
+            if chunk["choices"][0]["delta"].get("content"):
+                n += 1
+                if first is None:
+                    first = time.perf_counter()
+        return (n - 1) / (time.perf_counter() - first)
+
+    return once, llm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+
+    engine = open_engine(None, None, "none")
+    threads = engine.pair.threads or __import__("edgespec.backends.llamacpp", fromlist=["x"]).default_threads()
+    theirs, llm = llama_cpp_python_rate(engine.target.path, args.tokens, threads)
+    settings = GenerateSettings(max_tokens=args.tokens, draft="none", k="0")
+    messages = [{"role": "user", "content": PROMPT}]
+
+    def ours() -> float:
+        engine.target.truncate(0)
+        summary = [e for e in engine.chat(messages, settings) if isinstance(e, Summary)][0]
+        return summary.decode_tokens_per_s
+
+    ours(), theirs()  # warm-up
+    mine, other = [], []
+    for _ in range(args.reps):
+        mine.append(ours())
+        other.append(theirs())
+    m, o = statistics.median(mine), statistics.median(other)
+    print(f"plain decoding: edgespec {m:.1f} tok/s, llama-cpp-python {o:.1f} tok/s, ratio {m / o:.3f} "
+          f"(runs: {[round(x, 1) for x in mine]} vs {[round(x, 1) for x in other]})")
+    del llm
+    n_vocab = engine.target.n_vocab
+    engine.close()
+
+    for label, params in (("greedy", SamplingParams()),
+                          ("sampled T=0.7 top-k 20 top-p 0.8", SamplingParams(0.7, 20, 0.8, seed=1))):
+        print(f"host time per verify step at K=8 ({label}): {host_ms_per_step(n_vocab, params):.2f} ms")
+
+    rows = ZeroCostBackend(n_vocab).rows
+    t0 = time.perf_counter()
+    for row in rows:
+        warp(row, SamplingParams(0.7, 20, 0.8))
+    print(f"warping all 9 rows of a K=8 step (sampled, worst case: every draft accepted): "
+          f"{(time.perf_counter() - t0) * 1000:.2f} ms")
+
+    cmd = [sys.executable, "-m", "edgespec", "run", PROMPT, "--max-tokens", "64"]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(f"peak RSS of `edgespec run` (default pair, draft model loaded): {peak_kb / 1024:.0f} MiB")
+
+
+class ZeroCostBackend:
+    """Returns fixed random logits instantly: the round's time is edgespec's host work alone."""
+
+    name = "zero"
+
+    def __init__(self, n_vocab: int, n_ctx: int = 8192):
+        rng = np.random.default_rng(0)
+        self.rows = rng.normal(size=(9, n_vocab)).astype(np.float32) * 3
+        self.n_vocab, self.n_ctx, self.eos_ids, self.cached = n_vocab, n_ctx, frozenset(), []
+
+    def eval(self, tokens, n_logits):
+        self.cached.extend(tokens)
+        return self.rows[:n_logits]
+
+    def truncate(self, n):
+        del self.cached[n:]
+
+    def token_bytes(self, token_id):
+        return b"x"
+
+
+def host_ms_per_step(n_vocab: int, params: SamplingParams) -> float:
+    """Mean wall time of a K=8 round (n-gram drafts of a repeating prompt) on a zero-cost target."""
+    backend = ZeroCostBackend(n_vocab)
+    prompt = list(range(50)) * 20  # every suffix has an earlier match: full 8-token drafts
+    decoder = SpeculativeDecoder(backend, FixedK(8, "ngram"), ngram=NgramDrafter())
+    steps = 0
+    t0 = time.perf_counter()
+    for e in decoder.generate(prompt, 2000, params):
+        steps += isinstance(e, Step)
+    return (time.perf_counter() - t0) * 1000 / steps
+
+
+if __name__ == "__main__":
+    main()
