@@ -64,21 +64,31 @@ def load_suite(path: Path) -> list[BenchPrompt]:
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
-            mode = d["mode"]
-            if mode not in ("completion", "chat"):
-                raise ValueError(f"mode {mode!r} is not completion or chat")
-            p = BenchPrompt(
-                id=str(d["id"]), suite=str(d["suite"]), mode=mode, max_tokens=int(d.get("max_tokens", 256)),
-                prompt=d["prompt"] if mode == "completion" else None,
-                messages=tuple(d["messages"]) if mode == "chat" else None,
-            )
+            prompts.append(_prompt(json.loads(line)))
         except (ValueError, KeyError, TypeError) as e:
             raise UsageError(f"{path}:{n}: bad suite line ({e.__class__.__name__}: {e})") from None
-        prompts.append(p)
     if not prompts:
         raise UsageError(f"suite file {path} has no prompts")
     return prompts
+
+
+def _prompt(d: dict) -> BenchPrompt:
+    mode = d["mode"]
+    if mode not in ("completion", "chat"):
+        raise ValueError(f"mode {mode!r} is not completion or chat")
+    max_tokens = d.get("max_tokens", 256)
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens {max_tokens!r} is not a positive whole number")
+    if mode == "completion":
+        if not isinstance(d["prompt"], str):
+            raise TypeError("prompt is not a string")
+        return BenchPrompt(str(d["id"]), str(d["suite"]), mode, max_tokens, prompt=d["prompt"])
+    messages = d["messages"]
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
+    ):
+        raise TypeError("messages is not a list of {role, content} strings")
+    return BenchPrompt(str(d["id"]), str(d["suite"]), mode, max_tokens, messages=tuple(messages))
 
 
 def select(prompts: list[BenchPrompt], limit: int | None, suites: str | None) -> list[BenchPrompt]:
@@ -113,9 +123,8 @@ def parse_modes(spec: str, default_drafter: str) -> list[Mode]:
             raise UsageError(f"unknown bench mode {name!r}: use ar, kN, ngram-kN, model-kN, heuristic, auto")
     if not modes:
         raise UsageError("no bench modes given")
-    if "ar" not in [m.name for m in modes]:
-        modes.insert(0, Mode("ar", "none", "0"))  # every ratio is against plain decoding
-    return modes
+    # every ratio and output check is against plain decoding, so it runs first for each prompt
+    return [Mode("ar", "none", "0")] + [m for m in modes if m.name != "ar"]
 
 
 def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int], list[int]]:
@@ -170,12 +179,12 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
     """Per suite and mode: median tokens/s, median per-prompt speedup vs ar, acceptance, tokens per
     pass, K histogram, and the share of outputs identical to ar."""
     rows = list(rows)
-    ar = {r.id: r.decode_tokens_per_s for r in rows if r.mode == "ar"}
+    ar = {(r.suite, r.id): r.decode_tokens_per_s for r in rows if r.mode == "ar"}
     out = []
     keys = list(dict.fromkeys((r.suite, r.mode) for r in rows))
     for suite, mode in keys:
         group = [r for r in rows if r.suite == suite and r.mode == mode]
-        ratios = [r.decode_tokens_per_s / ar[r.id] for r in group if ar.get(r.id)]
+        ratios = [r.decode_tokens_per_s / ar[(r.suite, r.id)] for r in group if ar.get((r.suite, r.id))]
         hist: dict[str, int] = {}
         for r in group:
             for k in r.k_trace:
@@ -239,7 +248,8 @@ def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(suites))], suites)
     ax1.set_ylabel("decode speed vs plain (median of per-prompt ratios)")
-    ax1.legend(fontsize=8)
+    if modes:
+        ax1.legend(fontsize=8)
     trace_mode = "auto" if any(r.mode == "auto" for r in rows) else (modes[0] if modes else "ar")
     candidates = [r for r in rows if r.mode == trace_mode]
     if candidates:

@@ -3,24 +3,40 @@
 `MarkovBackend` computes each row of logits from the previous two tokens through a seeded random
 table, so plain decoding is fully deterministic and exact equality between plain and speculative
 greedy output is the right test. A draft model is the same table plus noise (it agrees often, not
-always); `sleep_per_token` gives it a cost profile for controller and bench tests.
+always); `base_s` / `per_token_s` (or any `cost(n)` curve) give it a cost profile for controller and
+bench tests, slept for real or, with a `VirtualClock`, only added to simulated time.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from edgespec.backends.base import ContextOverflow, Vocabulary
 
 
+class VirtualClock:
+    """Simulated seconds for `time.perf_counter`: fake backends advance it instead of sleeping, so a
+    test of speeds is exact and instant. Patch it in where the code under test reads the time."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class MarkovBackend:
     name = "fake"
 
     def __init__(self, n_vocab: int = 48, seed: int = 0, noise: float = 0.0, n_ctx: int = 512,
-                 eos: int | None = None, base_s: float = 0.0, per_token_s: float = 0.0, sharp: float = 3.0):
+                 eos: int | None = None, base_s: float = 0.0, per_token_s: float = 0.0, sharp: float = 3.0,
+                 cost: Callable[[int], float] | None = None, clock: VirtualClock | None = None):
         rng = np.random.default_rng(seed)
         self.table = rng.normal(size=(n_vocab, n_vocab, n_vocab)).astype(np.float32) * sharp
         if noise:
@@ -29,6 +45,7 @@ class MarkovBackend:
         self.eos_ids = frozenset() if eos is None else frozenset({eos})
         self.cached: list[int] = []
         self.base_s, self.per_token_s = base_s, per_token_s
+        self.cost, self.clock = cost, clock  # cost(n): seconds to evaluate n tokens (overrides base/per-token)
         self.evals: list[int] = []  # tokens per eval call, for tests
 
     def row(self, prev2: int, prev1: int) -> np.ndarray:
@@ -37,8 +54,11 @@ class MarkovBackend:
     def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
         if len(self.cached) + len(tokens) > self.n_ctx:
             raise ContextOverflow("context full")
-        if self.base_s or self.per_token_s:
-            time.sleep(self.base_s + self.per_token_s * len(tokens))
+        seconds = self.cost(len(tokens)) if self.cost else self.base_s + self.per_token_s * len(tokens)
+        if seconds and self.clock is not None:
+            self.clock.advance(seconds)
+        elif seconds:
+            time.sleep(seconds)
         self.evals.append(len(tokens))
         self.cached.extend(tokens)
         seq = self.cached

@@ -226,12 +226,15 @@ class _Probe:
     BASE = 16
     MAX = 512
 
-    def due(self) -> bool:
-        return self.idle >= self.interval
+    def due(self, cap: int) -> bool:
+        return self.idle >= min(self.interval, cap)
 
     def used(self, probing: bool) -> None:
         self.idle = 0
         self.interval = min(self.interval * 2, self.MAX) if probing else self.BASE
+
+    def reset(self) -> None:
+        self.interval = self.BASE
 
 
 @dataclass
@@ -250,28 +253,60 @@ class AutoK:
     _last: Plan | None = field(default=None, init=False)
     _probing: bool = field(default=False, init=False)
     _measured: float = field(default=0.0, init=False)
+    _drafting_rounds: int = field(default=0, init=False)
+
+    # Every STRETCH-th drafting round drafts one token past the chosen K: a position that is never
+    # drafted is never measured, so one early miss there would cap K for good.
+    STRETCH = 8
+    # Probes fully accepted in a row although the estimates gave that less than this chance mean
+    # the text has changed: the drafter's estimates go back to their priors.
+    SURPRISE = 0.15
+    # Probes may cost at most this share of plain decoding's time: it caps the back-off, and with
+    # it the number of rounds before a drafter that became good is noticed (a probe is nearly
+    # free on a GPU, so it comes often there; on a small CPU it is rarer).
+    PROBE_BUDGET = 0.01
+    # A drafter is probed only if it would pay at this acceptance: on a small CPU a draft model
+    # costing half a target step never does, and each probe would pay for reading back the text.
+    BEST_CASE = 0.9
 
     def __post_init__(self):
         self.max_k = max(self.max_k_model, self.max_k_ngram)
-        # Priors: a draft model of the same family agrees often; a short n-gram match rarely
-        # predicts more than a token, a long one predicts a copy.
-        self._pos = [Rate(0.7) for _ in range(self.max_k_model)]
+        self._pos = self._model_prior()
         self._conf = [Rate(0.3 + 0.6 * i / len(_CONF_BINS)) for i in range(len(_CONF_BINS) + 1)]
-        self._ngram = [[Rate(min(0.3 + 0.08 * b, 0.9)) for _ in range(self.max_k_ngram)] for b in range(len(_MATCH_BUCKETS))]
+        self._ngram = [self._ngram_prior(b) for b in range(len(_MATCH_BUCKETS))]
         self._probe = {"model": _Probe(), "ngram": _Probe()}
+        self._streak = {"model": 1.0, "ngram": 1.0}  # chance of the probes accepted in a row
+
+    # Priors: a draft model of the same family agrees often; a short n-gram match rarely predicts
+    # more than a token, a long one predicts a copy.
+    def _model_prior(self) -> list[Rate]:
+        return [Rate(0.7) for _ in range(self.max_k_model)]
+
+    def _ngram_prior(self, bucket: int) -> list[Rate]:
+        return [Rate(min(0.3 + 0.08 * bucket, 0.9)) for _ in range(self.max_k_ngram)]
 
     # -- choosing -------------------------------------------------------------------------
 
+    def _cost(self, name: str) -> Callable[[int], float]:
+        """Seconds for a round drafting k tokens with `name`."""
+        c = self.costs
+        if name == "ngram":
+            return lambda k: c.verify(k + 1) + c.ngram_lookup
+        d = c.draft_step if c.draft_step is not None else c.verify(1)
+        return lambda k: k * d + c.verify(k + 1) + c.ngram_lookup
+
     def _model_option(self, ctx: RoundContext) -> tuple[int, float]:
-        d = self.costs.draft_step if self.costs.draft_step is not None else self.costs.verify(1)
         acc = [r.mean for r in self._pos[: min(self.max_k_model, ctx.max_k)]]
-        return best_k(acc, lambda k: k * d + self.costs.verify(k + 1) + self.costs.ngram_lookup)
+        return best_k(acc, self._cost("model"))
 
     def _ngram_option(self, ctx: RoundContext) -> tuple[int, float]:
         g = ctx.ngram
         rates = self._ngram[_bucket(g.match_len, _MATCH_BUCKETS[1:])]
         acc = [r.mean for r in rates[: min(len(g.ids), ctx.max_k, self.max_k_ngram)]]
-        return best_k(acc, lambda k: self.costs.verify(k + 1) + self.costs.ngram_lookup)
+        return best_k(acc, self._cost("ngram"))
+
+    def _could_pay(self, name: str) -> bool:
+        return best_k([self.BEST_CASE] * (self.max_k_model if name == "model" else self.max_k_ngram), self._cost(name))[0] > 0
 
     def plan(self, ctx: RoundContext) -> Plan:
         plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
@@ -288,11 +323,16 @@ class AutoK:
         if k == 0:
             which = None
             for name in ("ngram", "model"):  # the free proposal is probed first
-                if name in options and self._probe[name].due() and ctx.max_k > 0:
+                if (name in options and self._probe[name].due(self._probe_cap(name)) and ctx.max_k > 0
+                        and self._could_pay(name)):
                     which, k, self._probing = name, min(2 if name == "model" else 1, ctx.max_k), True
                     if name == "ngram":
                         k = min(k, len(ctx.ngram.ids))
                     break
+        else:
+            self._drafting_rounds += 1
+            if self._drafting_rounds % self.STRETCH == 0:
+                k = min(k + 1, self._cap(which, ctx))
         if which is not None:
             self._probe[which].used(self._probing)
         acceptance = self._first_acceptance(which, ctx)
@@ -301,6 +341,20 @@ class AutoK:
         stop = self._stop_rule(rate) if which == "model" else None
         self._last = Plan(which, k, stop, state)
         return self._last
+
+    def _probe_cap(self, name: str) -> int:
+        """Rounds between probes at which their extra time is PROBE_BUDGET of plain decoding."""
+        c = self.costs
+        if name == "model":
+            extra = 2 * (c.draft_step if c.draft_step is not None else c.verify(1)) + c.verify(3) - c.verify(1)
+        else:
+            extra = c.verify(2) - c.verify(1)
+        return max(_Probe.BASE, min(_Probe.MAX, int(extra / (self.PROBE_BUDGET * c.verify(1)))))
+
+    def _cap(self, which: str, ctx: RoundContext) -> int:
+        if which == "model":
+            return min(self.max_k_model, ctx.max_k)
+        return min(len(ctx.ngram.ids), ctx.max_k, self.max_k_ngram)
 
     def _first_acceptance(self, which: str | None, ctx: RoundContext) -> float:
         if which == "model":
@@ -327,12 +381,17 @@ class AutoK:
     # -- learning -------------------------------------------------------------------------
 
     def observe(self, step: Step, draft: Draft) -> None:
+        if step.drafter is not None:
+            self._check_surprise(step, draft)
         self.costs.observe_verify(step.k + 1, step.verify_s)
         tokens = step.accepted + 1
         seconds = step.draft_s + step.verify_s
         self._measured = tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
         if step.drafter == "model":
-            self.costs.observe_draft(step.k, step.draft_s)
+            if not draft.catch_up_s:
+                self.costs.observe_draft(step.k, step.draft_s)
+            elif step.k > 1:
+                self.costs.observe_draft(step.k - 1, step.draft_s - draft.catch_up_s)
             for i in range(min(step.k, step.accepted + 1)):
                 hit = i < step.accepted
                 if i < len(self._pos):
@@ -345,6 +404,26 @@ class AutoK:
                 rates[i].update(i < step.accepted)
         else:
             self.costs.observe_lookup(step.draft_s)
+
+    def _check_surprise(self, step: Step, draft: Draft) -> None:
+        """After fully accepted probes in a row: was that unlikely under the estimates? Then forget them."""
+        if not self._probing or step.accepted < step.k:
+            self._streak[step.drafter] = 1.0
+            return
+        if step.drafter == "model":
+            rates = self._pos
+        else:
+            rates = self._ngram[_bucket(draft.match_len, _MATCH_BUCKETS[1:])]
+        for r in rates[: step.k]:
+            self._streak[step.drafter] *= r.mean
+        if self._streak[step.drafter] < self.SURPRISE:
+            self._streak[step.drafter] = 1.0
+            if step.drafter == "model":
+                self._pos = self._model_prior()
+            else:
+                b = _bucket(draft.match_len, _MATCH_BUCKETS[1:])
+                self._ngram[b] = self._ngram_prior(b)
+            self._probe[step.drafter].reset()
 
 
 def make_policy(k: str, drafter: str, costs: CostModel) -> Policy:

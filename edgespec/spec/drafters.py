@@ -10,12 +10,13 @@ Two kinds, both with the same result type (`Draft`):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
-from edgespec.backends.base import Backend, sync_cache
+from edgespec.backends.base import Backend, common_prefix, sync_cache
 from edgespec.spec.sampling import Dist, SamplingParams, softmax_max, warp
 
 
@@ -27,6 +28,7 @@ class Draft:
     dists: list[Dist | None] = field(default_factory=list)
     confidence: list[float] = field(default_factory=list)  # drafter's probability of each token
     match_len: int = 0  # n-gram drafter: length of the matched suffix
+    catch_up_s: float = 0.0  # model drafter: seconds spent reading committed text it had not seen
 
 
 class ModelDrafter:
@@ -50,7 +52,13 @@ class ModelDrafter:
         out = Draft()
         if k <= 0:
             return out
+        # After plain or n-gram rounds the draft model is behind the text; reading it back is a
+        # prefill, not a draft step, and is reported apart so the cost model is not misled.
+        behind = len(context) - common_prefix(self.backend.cached, context)
+        t0 = time.perf_counter()
         logits = sync_cache(self.backend, context, 1)[0]
+        if behind > 2:  # drafting every round leaves one or two tokens to read
+            out.catch_up_s = time.perf_counter() - t0
         while True:
             if params.greedy:
                 token, conf = softmax_max(logits)

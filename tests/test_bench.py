@@ -1,0 +1,431 @@
+"""`edgespec bench`'s own logic on fake models, in seconds: the suite format, the mode list,
+interleaving, agreement with plain decoding, the per-prompt ratios, the JSON schema and the plot.
+
+The engine here is a real `Engine` around `MarkovBackend` target and draft models whose evaluations
+advance a `VirtualClock` instead of taking time, so tokens/s figures are exact.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from importlib.resources import files
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+
+from edgespec import bench
+from edgespec.bench import BenchPrompt, Mode, Row, load_suite, parse_modes, run_bench, summarize, to_json
+from edgespec.config import ModelSpec, PairConfig
+from edgespec.engine import Engine
+from edgespec.errors import UsageError
+from edgespec.spec import controller, decoder, drafters
+from edgespec.spec.sampling import SamplingParams
+from tests.fakes import MarkovBackend, VirtualClock
+
+DEV_SET = Path("/work/shared/bench/dev.jsonl")
+SHIPPED = Path(str(files("edgespec") / "data" / "dev.jsonl"))
+GREEDY = SamplingParams()
+
+ROW_KEYS = {"id", "suite", "mode", "tokens", "decode_tokens_per_s", "drafted", "accepted", "target_passes", "matches_ar"}
+SUMMARY_KEYS = {"suite", "mode", "decode_tokens_per_s", "speedup_vs_ar", "acceptance", "tokens_per_pass", "k_histogram"}
+
+# -- the suite file ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [SHIPPED, DEV_SET], ids=["shipped", "shared"])
+def test_load_suite_reads_the_dev_set(path):
+    if not path.exists():
+        pytest.skip(f"{path} is not on this machine")
+    prompts = load_suite(path)
+    assert len(prompts) == sum(1 for line in path.read_text().splitlines() if line.strip())
+    assert {p.suite for p in prompts} == {"humaneval", "mtbench", "code-edit"}
+    for p in prompts:
+        assert p.max_tokens > 0 and p.id
+        if p.mode == "completion":
+            assert isinstance(p.prompt, str) and p.prompt and p.messages is None
+        else:
+            assert p.mode == "chat" and p.prompt is None
+            assert p.messages and all({"role", "content"} <= set(m) for m in p.messages)
+    first = prompts[0]
+    assert (first.id, first.suite, first.mode, first.max_tokens) == ("HumanEval/0", "humaneval", "completion", 256)
+    assert first.prompt.startswith("from typing import List")
+    assert {p.mode for p in prompts if p.suite == "code-edit"} == {"chat"}
+
+
+def test_the_shipped_suite_is_the_dev_set():
+    if not DEV_SET.exists():
+        pytest.skip(f"{DEV_SET} is not on this machine")
+    assert load_suite(SHIPPED) == load_suite(DEV_SET)
+
+
+GOOD_COMPLETION = '{"id": "a/1", "suite": "a", "mode": "completion", "prompt": "def f():", "max_tokens": 12}'
+GOOD_CHAT = '{"id": "b/1", "suite": "b", "mode": "chat", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def write_suite(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "suite.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_load_suite_skips_blank_lines_and_defaults_max_tokens(tmp_path):
+    prompts = load_suite(write_suite(tmp_path, GOOD_COMPLETION, "", "   ", GOOD_CHAT))
+    assert [p.id for p in prompts] == ["a/1", "b/1"]
+    assert prompts[0] == BenchPrompt("a/1", "a", "completion", 12, prompt="def f():")
+    assert prompts[1].max_tokens == 256 and prompts[1].messages == ({"role": "user", "content": "hi"},)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "{not json",
+        "[1, 2]",
+        "null",
+        '"a string"',
+        '{"suite": "a", "mode": "completion", "prompt": "x"}',  # no id
+        '{"id": "a/2", "mode": "completion", "prompt": "x"}',  # no suite
+        '{"id": "a/2", "suite": "a", "prompt": "x"}',  # no mode
+        '{"id": "a/2", "suite": "a", "mode": "infill", "prompt": "x"}',
+        '{"id": "a/2", "suite": "a", "mode": "completion", "messages": []}',  # completion without prompt
+        '{"id": "a/2", "suite": "a", "mode": "chat", "prompt": "x"}',  # chat without messages
+        '{"id": "a/2", "suite": "a", "mode": "completion", "prompt": "x", "max_tokens": "many"}',
+    ],
+)
+def test_load_suite_rejects_a_bad_line_in_one_line_naming_file_and_line(tmp_path, bad):
+    path = write_suite(tmp_path, GOOD_COMPLETION, "", bad, GOOD_CHAT)
+    with pytest.raises(UsageError) as e:
+        load_suite(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}:3: ") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"id": "a/2", "suite": "a", "mode": "chat", "messages": "hello"}',
+        '{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "user"}]}',
+        '{"id": "a/2", "suite": "a", "mode": "completion", "prompt": 42}',
+        '{"id": "a/2", "suite": "a", "mode": "completion", "prompt": "x", "max_tokens": 0}',
+    ],
+)
+def test_load_suite_rejects_wrongly_typed_fields(tmp_path, bad):
+    with pytest.raises(UsageError, match=r":2: "):
+        load_suite(write_suite(tmp_path, GOOD_COMPLETION, bad))
+
+
+def test_load_suite_rejects_a_missing_or_empty_file(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        load_suite(tmp_path / "nope.jsonl")
+    with pytest.raises(UsageError, match="no prompts"):
+        load_suite(write_suite(tmp_path, "", " "))
+
+
+def test_select_takes_the_first_n_of_each_suite_and_named_suites():
+    prompts = [BenchPrompt(f"{s}/{i}", s, "completion", 8, prompt="x") for s in ("a", "b") for i in range(3)]
+    assert [p.id for p in bench.select(prompts, 2, None)] == ["a/0", "a/1", "b/0", "b/1"]
+    assert [p.id for p in bench.select(prompts, None, "b")] == ["b/0", "b/1", "b/2"]
+    assert [p.id for p in bench.select(prompts, 1, " b , a ")] == ["a/0", "b/0"]
+    with pytest.raises(UsageError, match="c"):
+        bench.select(prompts, None, "a,c")
+
+
+# -- modes ------------------------------------------------------------------------------------
+
+
+def test_parse_modes_reads_every_kind():
+    modes = parse_modes("ar,k2,ngram-k4,model-k8,heuristic,auto", "model")
+    assert modes == [
+        Mode("ar", "none", "0"),
+        Mode("k2", "model", "2"),
+        Mode("ngram-k4", "ngram", "4"),
+        Mode("model-k8", "model", "8"),
+        Mode("heuristic", "model", "heuristic"),
+        Mode("auto", "auto", "auto"),
+    ]
+    assert parse_modes(" ar , k3 ", "ngram") == [Mode("ar", "none", "0"), Mode("k3", "ngram", "3")]
+
+
+def test_parse_modes_puts_plain_decoding_first_when_missing():
+    assert [m.name for m in parse_modes("k2,auto", "ngram")] == ["ar", "k2", "auto"]
+
+
+@pytest.mark.parametrize("spec", ["k", "kx", "k-2", "turbo", "ngram-heuristic", "draft-k2", "AR", "k2,fast"])
+def test_parse_modes_rejects_unknown_modes(spec):
+    with pytest.raises(UsageError, match="mode"):
+        parse_modes(spec, "model")
+
+
+@pytest.mark.parametrize("spec", ["", " , "])
+def test_parse_modes_rejects_an_empty_list(spec):
+    with pytest.raises(UsageError):
+        parse_modes(spec, "model")
+
+
+# -- running: interleaving and agreement with plain decoding -----------------------------------
+
+
+def fake_engine(clock: VirtualClock | None = None, verify=None, draft_step: float = 0.0, noise: float = 1.0) -> Engine:
+    """An Engine around a deterministic fake pair (greedy output is exactly reproducible)."""
+    spec = ModelSpec("fake-target", "gguf")
+    pair = PairConfig("fake", "llamacpp", spec, ModelSpec("fake-draft", "gguf"), "model", 512)
+    target = MarkovBackend(seed=21, n_ctx=512, cost=verify, clock=clock)
+    draft = MarkovBackend(seed=21, noise=noise, n_ctx=512, cost=(lambda n: n * draft_step) if draft_step else None,
+                          clock=clock)
+    return Engine(pair, target, draft)
+
+
+PROMPTS = [
+    BenchPrompt("c/0", "code", "completion", 30, prompt="def add(a, b):\n    return a + b\n\ndef add("),
+    BenchPrompt("c/1", "code", "completion", 24, prompt="for i in range(10): print(i)\nfor i in range("),
+    BenchPrompt("t/0", "talk", "chat", 20, messages=({"role": "user", "content": "tell me a story"},)),
+]
+
+
+def simulated_time(clock: VirtualClock):
+    """Every module that reads the clock during generation reads `clock` instead."""
+    patches = [mock.patch.object(m, "time", SimpleNamespace(perf_counter=clock), create=True)
+               for m in (decoder, controller, drafters)]
+
+    class _All:
+        def __enter__(self):
+            for p in patches:
+                p.__enter__()
+
+        def __exit__(self, *exc):
+            for p in reversed(patches):
+                p.__exit__(*exc)
+
+    return _All()
+
+
+@pytest.fixture(scope="module")
+def bench_run():
+    """One bench over PROMPTS in every kind of mode, on a flat (GPU-like) cost curve."""
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=lambda n: 0.010, draft_step=0.001, noise=0.3)
+    modes = parse_modes("ar,k2,ngram-k4,model-k8,heuristic,auto", "model")
+    order = []
+    with simulated_time(clock):
+        rows = run_bench(engine, PROMPTS, modes, GREEDY, on_row=lambda row: order.append((row.id, row.mode)))
+    return SimpleNamespace(engine=engine, modes=modes, rows=rows, order=order)
+
+
+def test_run_bench_interleaves_modes_per_prompt(bench_run):
+    expected = [(p.id, m.name) for p in PROMPTS for m in bench_run.modes]
+    assert bench_run.order == expected
+    assert [(r.id, r.mode) for r in bench_run.rows] == expected
+
+
+def test_run_bench_greedy_outputs_of_every_mode_match_ar(bench_run):
+    for row in bench_run.rows:
+        assert row.matches_ar is True and row.first_divergence is None, (row.id, row.mode)
+    by_prompt = {}
+    for row in bench_run.rows:
+        by_prompt.setdefault(row.id, set()).add(tuple(row.output_ids))
+    assert all(len(outputs) == 1 for outputs in by_prompt.values())
+
+
+def test_run_bench_rows_carry_the_engine_figures(bench_run):
+    limits = {"ar": 0, "k2": 2, "ngram-k4": 4, "model-k8": 8, "heuristic": 16, "auto": 16}
+    for p in PROMPTS:
+        rows = {r.mode: r for r in bench_run.rows if r.id == p.id}
+        for mode, r in rows.items():
+            assert r.suite == p.suite and r.tokens == p.max_tokens  # the fake never emits an end token
+            assert r.target_passes == len(r.k_trace) and r.drafted == sum(r.k_trace)
+            assert 0 <= r.accepted <= r.drafted and max(r.k_trace) <= limits[mode]
+            assert r.decode_tokens_per_s > 0
+        assert rows["ar"].drafted == 0 and set(rows["ar"].k_trace) == {0}
+        # simulated time: plain decoding is one 10 ms pass per token after the first
+        assert rows["ar"].decode_tokens_per_s == pytest.approx(p.max_tokens / ((p.max_tokens - 1) * 0.010))
+        assert rows["model-k8"].accepted > 0
+        # on a flat curve with a good cheap draft, drafting beats plain decoding
+        assert rows["auto"].decode_tokens_per_s > 1.3 * rows["ar"].decode_tokens_per_s
+
+
+def test_run_bench_flags_outputs_that_differ_from_ar():
+    engine = fake_engine(noise=0.5)
+    prompts = [BenchPrompt("x", "s", "completion", 24, prompt="abc abc abc")]
+    sampled = SamplingParams(temperature=1.0, seed=1)
+    modes = parse_modes("ar,k3", "model")
+    rows = run_bench(engine, prompts, modes, sampled)
+    ar, k3 = rows
+    assert ar.matches_ar is True
+    # sampled: the same seed draws differently once drafts are verified (the outputs are equal in law)
+    assert k3.matches_ar is False
+    i = k3.first_divergence
+    assert k3.output_ids[:i] == ar.output_ids[:i] and k3.output_ids[i] != ar.output_ids[i]
+
+
+def test_first_divergence():
+    assert bench._first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert bench._first_divergence([1, 9, 3], [1, 2, 3]) == 1
+    assert bench._first_divergence([1, 2], [1, 2, 3]) == 2
+    assert bench._first_divergence([], [1]) == 0
+
+
+def test_every_mode_is_compared_with_ar_whatever_the_order_given():
+    engine = fake_engine()
+    rows = run_bench(engine, PROMPTS[:1], parse_modes("k2,ar", "model"), GREEDY)
+    assert all(r.matches_ar is not None for r in rows)
+
+
+# -- summary, JSON, table, plot -----------------------------------------------------------------
+
+
+def row(id, suite, mode, tps, tokens=100, drafted=0, accepted=0, passes=100, trace=(), matches=True):
+    return Row(id, suite, mode, tokens, tps, drafted, accepted, passes, matches, None, list(trace))
+
+
+HAND_ROWS = [
+    # suite "a": per-prompt ratios of k2 are 1.5, 1.0 and 3.0 -> median 1.5 (a ratio of medians would be 2.0)
+    row("a/0", "a", "ar", 10.0, trace=[0] * 3),
+    row("a/0", "a", "k2", 15.0, drafted=20, accepted=10, passes=50, trace=[2, 2, 0]),
+    row("a/1", "a", "ar", 20.0, trace=[0]),
+    row("a/1", "a", "k2", 20.0, drafted=10, accepted=5, passes=50, trace=[2, 10], matches=False),
+    row("a/2", "a", "ar", 5.0),
+    row("a/2", "a", "k2", 15.0, drafted=10, accepted=9, passes=20, trace=[2]),
+    # suite "b": one prompt
+    row("b/0", "b", "ar", 8.0),
+    row("b/0", "b", "k2", 4.0, drafted=40, accepted=0, passes=80, trace=[2] * 4),
+]
+
+
+def test_summarize_computes_medians_of_per_prompt_ratios_and_totals():
+    summary = {(s["suite"], s["mode"]): s for s in summarize(HAND_ROWS)}
+    assert list(summary) == [("a", "ar"), ("a", "k2"), ("b", "ar"), ("b", "k2")]
+    k2 = summary["a", "k2"]
+    assert k2["speedup_vs_ar"] == pytest.approx(1.5)
+    assert k2["decode_tokens_per_s"] == pytest.approx(15.0)  # median of 15, 20, 15
+    assert k2["acceptance"] == pytest.approx(24 / 40)
+    assert k2["tokens_per_pass"] == pytest.approx(300 / 120)
+    assert k2["k_histogram"] == {"0": 1, "2": 4, "10": 1}
+    assert list(k2["k_histogram"]) == ["0", "2", "10"]  # numeric order, not text order
+    assert k2["matches_ar"] == pytest.approx(2 / 3) and k2["prompts"] == 3
+    ar = summary["a", "ar"]
+    assert ar["speedup_vs_ar"] == pytest.approx(1.0) and ar["acceptance"] == 0.0
+    assert ar["decode_tokens_per_s"] == pytest.approx(10.0)
+    assert ar["k_histogram"] == {"0": 4} and ar["tokens_per_pass"] == pytest.approx(1.0)
+    assert summary["b", "k2"]["speedup_vs_ar"] == pytest.approx(0.5)
+    assert summary["b", "k2"]["acceptance"] == 0.0
+
+
+def test_summarize_without_ar_has_no_speedup():
+    s = summarize([row("a/0", "a", "k2", 15.0, drafted=4, accepted=2, passes=3, matches=None)])
+    assert s[0]["speedup_vs_ar"] is None and s[0]["matches_ar"] is None
+    assert s[0]["acceptance"] == pytest.approx(0.5)
+
+
+def test_summarize_skips_prompts_whose_ar_speed_is_zero():
+    rows = [row("a/0", "a", "ar", 0.0), row("a/0", "a", "k2", 5.0), row("a/1", "a", "ar", 10.0), row("a/1", "a", "k2", 30.0)]
+    assert {s["mode"]: s["speedup_vs_ar"] for s in summarize(rows)}["k2"] == pytest.approx(3.0)
+
+
+def test_to_json_has_the_documented_schema(bench_run):
+    summary = summarize(bench_run.rows)
+    doc = json.loads(json.dumps(to_json(bench_run.rows, summary, {"pair": "fake"})))
+    assert doc["meta"] == {"pair": "fake"}
+    assert len(doc["rows"]) == len(PROMPTS) * len(bench_run.modes)
+    for r in doc["rows"]:
+        assert ROW_KEYS <= set(r) and "output_ids" not in r
+        assert isinstance(r["tokens"], int) and isinstance(r["matches_ar"], bool)
+    assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {(p.suite, m.name) for p in PROMPTS for m in bench_run.modes}
+    for s in doc["summary"]:
+        assert SUMMARY_KEYS <= set(s)
+        assert all(isinstance(k, str) and isinstance(v, int) for k, v in s["k_histogram"].items())
+    auto = next(s for s in doc["summary"] if s["suite"] == "code" and s["mode"] == "auto")
+    per_prompt = [r["decode_tokens_per_s"] / a["decode_tokens_per_s"] for r in doc["rows"] if r["mode"] == "auto"
+                  and r["suite"] == "code" for a in doc["rows"] if a["mode"] == "ar" and a["id"] == r["id"]]
+    assert auto["speedup_vs_ar"] == pytest.approx(statistics.median(per_prompt))
+
+
+def test_table_lists_every_suite_and_mode():
+    from rich.console import Console
+
+    console = Console(record=True, width=160)
+    console.print(bench.table(summarize(HAND_ROWS)))
+    text = console.export_text()
+    assert "1.50x" in text and "0.50x" in text and "60%" in text and "0:1 2:4 10:1" in text
+
+
+def test_plot_writes_a_png(tmp_path, bench_run):
+    out = tmp_path / "bench.png"
+    bench.plot(out, bench_run.rows, summarize(bench_run.rows))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_copes_with_ar_only(tmp_path):
+    rows = [row("a/0", "a", "ar", 10.0, trace=[0, 0])]
+    bench.plot(tmp_path / "ar.png", rows, summarize(rows))
+    assert (tmp_path / "ar.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
+    """A user models.toml with a pair of tiny GGUFs, an empty store, and a two-suite JSONL file."""
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'default = "tiny"\n'
+        f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+    )
+    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+    lines = [
+        {"id": "c/0", "suite": "code", "mode": "completion", "prompt": "def add(a, b):", "max_tokens": 12},
+        {"id": "c/1", "suite": "code", "mode": "completion", "prompt": "for i in range(", "max_tokens": 12},
+        {"id": "c/2", "suite": "code", "mode": "completion", "prompt": "import os\n", "max_tokens": 12},
+        {"id": "t/0", "suite": "talk", "mode": "chat", "messages": [{"role": "user", "content": "hello there"}],
+         "max_tokens": 12},
+    ]
+    (tmp_path / "tiny.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _bench_command():
+    from edgespec import cli
+
+    if "bench" not in cli.main.commands:
+        pytest.skip("the `edgespec bench` command is not there yet")
+    return cli
+
+
+def test_bench_command_writes_json_and_plot(cli_env):
+    from click.testing import CliRunner
+
+    cli = _bench_command()
+    r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,k2,auto", "--json", "out.json",
+                                      "--plot", "out.png", "--limit", "2"])
+    assert r.exit_code == 0, (r.output, r.exception)
+    doc = json.loads((cli_env / "out.json").read_text())
+    rows = doc["rows"]
+    # --limit 2 takes two prompts of each suite; every prompt runs every mode, interleaved
+    assert [(x["id"], x["mode"]) for x in rows] == [(i, m) for i in ("c/0", "c/1", "t/0") for m in ("ar", "k2", "auto")]
+    for x in rows:
+        assert ROW_KEYS <= set(x)
+        assert 0 < x["tokens"] <= 12 and x["target_passes"] > 0
+    assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {(s, m) for s in ("code", "talk") for m in ("ar", "k2", "auto")}
+    for s in doc["summary"]:
+        assert SUMMARY_KEYS <= set(s) and s["speedup_vs_ar"] is not None
+    assert (cli_env / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "speedup" in r.stdout  # the table
+
+
+def test_bench_command_reports_a_bad_suite_in_one_line(cli_env):
+    from click.testing import CliRunner
+
+    cli = _bench_command()
+    (cli_env / "bad.jsonl").write_text('{"id": "x"}\n')
+    r = CliRunner().invoke(cli.main, ["bench", "--suite", "bad.jsonl", "--modes", "ar"])
+    assert r.exit_code == 2
+    assert "bad.jsonl:1" in r.stderr and "Traceback" not in r.stderr
+    r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,turbo"])
+    assert r.exit_code == 2 and "turbo" in r.stderr

@@ -1,0 +1,638 @@
+"""The K controller against simulated hardware and drafters: costs and acceptance set by the test.
+
+Nothing sleeps. A simulated round (`Sim.round`) asks the policy for a plan, draws the fate of each
+drafted token from Bernoulli(a) with a seeded generator (the draft model also reports a confidence
+c ~ Beta(4a, 4(1 - a)) and its token survives with probability c, so confidence predicts acceptance
+and the marginal rate is a), charges draft_s = drafted * t_draft and verify_s = t_verify(K + 1) from
+the hardware's cost curve, and reports the Step back. The CostModel is calibrated the way the engine
+does it, by `CostModel.calibrate` timing fake backends on a virtual clock.
+
+Hardware (seconds per target pass verifying n tokens; seconds per draft-model token):
+- CPU: the 2-core llama.cpp numbers, 28/45/71/121/138 ms at n = 1/2/4/8/16, draft 16 ms (~55%);
+- GPU: flat, 10 ms for every n up to 17, draft 2 ms;
+- BF16: torch bf16-like, 124/128/153 ms at n = 1/4/8, draft 45 ms.
+
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Callable
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from edgespec.errors import UsageError
+from edgespec.spec import controller
+from edgespec.spec import decoder as decoder_module
+from edgespec.spec import drafters as drafters_module
+from edgespec.spec.controller import AutoK, CostModel, FixedK, HeuristicK, Plan, Rate, RoundContext, best_k, make_policy
+from edgespec.spec.decoder import SpeculativeDecoder
+from edgespec.spec.drafters import Draft, ModelDrafter
+from edgespec.spec.events import ControllerState, Step, Summary, Token
+from edgespec.spec.sampling import SamplingParams
+from tests.fakes import MarkovBackend, VirtualClock, plain_greedy
+
+# -- simulated hardware -----------------------------------------------------------------------
+
+
+def curve(points: dict[int, float]) -> Callable[[int], float]:
+    """Piecewise linear through `points`, extended with the last segment's slope."""
+    ns = sorted(points)
+
+    def seconds(n: int) -> float:
+        if n in points:
+            return points[n]
+        lo = max((m for m in ns if m < n), default=ns[0])
+        hi = min((m for m in ns if m > n), default=ns[-1])
+        if lo == hi:  # beyond the last point
+            lo, hi = ns[-2], ns[-1]
+        return points[lo] + (points[hi] - points[lo]) / (hi - lo) * (n - lo)
+
+    return seconds
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    verify: Callable[[int], float]  # seconds per target pass over n tokens
+    draft: float  # seconds per draft-model token
+
+    @property
+    def plain_rate(self) -> float:
+        return 1.0 / self.verify(1)
+
+
+CPU = Hardware("cpu", curve({1: 0.028, 2: 0.045, 4: 0.071, 8: 0.121, 16: 0.138}), 0.016)
+GPU = Hardware("gpu", curve({1: 0.010, 17: 0.010}), 0.002)
+BF16 = Hardware("bf16", curve({1: 0.124, 4: 0.128, 8: 0.153}), 0.045)
+
+
+def patched_clock(clock: VirtualClock, *modules):
+    """Make `modules` read `clock` as time.perf_counter."""
+    stack = [mock.patch.object(m, "time", SimpleNamespace(perf_counter=clock), create=True) for m in modules]
+
+    class _Both:
+        def __enter__(self):
+            for p in stack:
+                p.__enter__()
+
+        def __exit__(self, *exc):
+            for p in reversed(stack):
+                p.__exit__(*exc)
+
+    return _Both()
+
+
+def calibrated(hw: Hardware, with_draft: bool = True) -> CostModel:
+    """A CostModel calibrated as the engine does (`CostModel.calibrate` on the loaded backends)."""
+    clock = VirtualClock()
+    target = MarkovBackend(n_vocab=8, cost=hw.verify, clock=clock)
+    draft = MarkovBackend(n_vocab=8, cost=lambda n: n * hw.draft, clock=clock) if with_draft else None
+    costs = CostModel()
+    with patched_clock(clock, controller):
+        costs.calibrate(target, draft)
+    return costs
+
+
+# -- simulated rounds -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """An n-gram proposal: `length` tokens copied after a match of `match_len`, each surviving
+    with probability `a`."""
+
+    length: int
+    match_len: int
+    a: float
+
+
+@dataclass
+class Record:
+    k: int
+    drafter: str | None
+    accepted: int
+    seconds: float
+    state: ControllerState | None
+
+
+@dataclass
+class Sim:
+    """Drives a policy's plan()/observe() loop on `hw`. `model(r)` is the draft model's acceptance
+    in round r (None: no draft model loaded); `ngram(r)` the n-gram proposal of round r."""
+
+    hw: Hardware
+    model: Callable[[int], float] | None = None
+    ngram: Callable[[int], Proposal | None] | None = None
+    seed: int = 0
+    max_k: int = 10_000  # the budget (max_tokens / context) never binds unless a test says so
+    records: list[Record] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.rng = np.random.default_rng(self.seed)
+
+    def run(self, policy, rounds: int) -> Sim:
+        for _ in range(rounds):
+            self.round(policy)
+        return self
+
+    def round(self, policy) -> Record:
+        r = len(self.records)
+        proposal = self.ngram(r) if self.ngram else None
+        offered = None
+        if proposal is not None:
+            offered = Draft(list(range(proposal.length)), [None] * proposal.length, [1.0] * proposal.length,
+                            proposal.match_len)
+        plan: Plan = policy.plan(RoundContext(offered, self.model is not None, self.max_k))
+        k = max(0, min(plan.k, self.max_k))
+        draft, fates, draft_s = Draft(), [], 0.0
+        if k and plan.drafter == "model":
+            draft, fates, evals = self._draft_model(self.model(r), k, plan.stop)
+            draft_s = evals * self.hw.draft
+        elif k and plan.drafter == "ngram":
+            k = min(k, proposal.length)
+            draft = Draft(offered.ids[:k], offered.dists[:k], offered.confidence[:k], proposal.match_len)
+            fates = list(self.rng.random(k) < proposal.a)
+        accepted = next((i for i, ok in enumerate(fates) if not ok), len(fates))
+        n = len(draft.ids)
+        step = Step(n, accepted, tuple(draft.ids), tuple(draft.ids[accepted:]), draft_s, self.hw.verify(n + 1),
+                    plan.drafter if n else None, plan.state)
+        policy.observe(step, draft)
+        rec = Record(n, step.drafter, accepted, draft_s + step.verify_s, plan.state)
+        self.records.append(rec)
+        return rec
+
+    def _draft_model(self, a: float, k: int, stop) -> tuple[Draft, list[bool], int]:
+        """Like ModelDrafter.draft: one draft evaluation per token, plus one for a token that the
+        stop rule then declines."""
+        a = min(max(a, 1e-3), 1 - 1e-3)
+        draft, fates, evals = Draft(), [], 0
+        while len(draft.ids) < k:
+            conf = float(self.rng.beta(4 * a, 4 * (1 - a)))
+            evals += 1
+            if draft.ids and stop is not None and stop(len(draft.ids), conf):
+                break
+            draft.ids.append(len(draft.ids))
+            draft.dists.append(None)
+            draft.confidence.append(conf)
+            fates.append(bool(self.rng.random() < conf))
+        return draft, fates, evals
+
+    # -- what happened
+
+    def rate(self, start: int = 0, stop: int | None = None) -> float:
+        recs = self.records[start:stop]
+        return sum(r.accepted + 1 for r in recs) / sum(r.seconds for r in recs)
+
+    def speedup(self, start: int = 0, stop: int | None = None) -> float:
+        return self.rate(start, stop) / self.hw.plain_rate
+
+    def ks(self, start: int = 0, stop: int | None = None) -> list[int]:
+        return [r.k for r in self.records[start:stop]]
+
+    def share(self, pred: Callable[[Record], bool], start: int = 0, stop: int | None = None) -> float:
+        recs = self.records[start:stop]
+        return sum(map(pred, recs)) / len(recs)
+
+    def rounds_to(self, start: int, pred: Callable[[int], bool], window: int = 10, need: int = 8) -> int | None:
+        """Rounds after `start` until a window of `window` rounds has `need` whose K satisfies `pred`."""
+        ks = self.ks(start)
+        for i in range(len(ks) - window + 1):
+            if sum(map(pred, ks[i : i + window])) >= need:
+                return i
+        return None
+
+
+def auto(hw: Hardware, drafter: str = "model") -> AutoK:
+    return AutoK(drafter, calibrated(hw, with_draft=drafter in ("model", "auto")))
+
+
+def constant(a: float) -> Callable[[int], float]:
+    return lambda r: a
+
+
+def switch(before: float, after: float, at: int) -> Callable[[int], float]:
+    return lambda r: before if r < at else after
+
+
+def best_fixed(hw: Hardware, a: float, seed: int, rounds: int, ks=range(0, 13)) -> tuple[int, float]:
+    """The fixed K (draft model) with the highest simulated tokens/s, and that speedup."""
+    speed = {k: Sim(hw, model=constant(a), seed=seed).run(FixedK(k, "model"), rounds).speedup() for k in ks}
+    k = max(speed, key=speed.get)
+    return k, speed[k]
+
+
+WARM_UP = 50
+
+# -- the pure parts ---------------------------------------------------------------------------
+
+
+def expected_tokens(acceptance) -> list[float]:
+    """E(K) for K = 0..len: 1 + sum_j prod_{i<=j} a_i."""
+    out, survive = [1.0], 1.0
+    for a in acceptance:
+        survive *= a
+        out.append(out[-1] + survive)
+    return out
+
+
+@pytest.mark.parametrize("hw", [CPU, GPU, BF16], ids=lambda h: h.name)
+def test_best_k_is_the_brute_force_argmax_of_expected_tokens_over_cost(hw):
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        acceptance = list(rng.uniform(0.0, 1.0, size=rng.integers(0, 13)))
+        draft = hw.draft * rng.uniform(0, 2)
+        cost = lambda k: k * draft + hw.verify(k + 1)  # noqa: E731
+        k, rate = best_k(acceptance, cost)
+        rates = [e / cost(j) for j, e in enumerate(expected_tokens(acceptance))]
+        assert rate == pytest.approx(max(rates))
+        assert rates[k] == pytest.approx(max(rates))
+        assert k == rates.index(max(rates))  # ties go to the shorter draft
+
+
+@pytest.mark.parametrize("a", [0.0, 0.3, 0.7, 0.95])
+def test_best_k_for_equal_acceptance_follows_the_closed_form(a):
+    cost = lambda k: k * GPU.draft + GPU.verify(k + 1)  # noqa: E731
+    k, rate = best_k([a] * 16, cost)
+    closed = [(1 - a ** (j + 1)) / (1 - a) / cost(j) for j in range(17)]
+    assert rate == pytest.approx(max(closed))
+    assert k == int(np.argmax(closed))
+
+
+def test_best_k_prefers_plain_decoding_when_no_draft_pays():
+    assert best_k([0.7] * 8, lambda k: k * CPU.draft + CPU.verify(k + 1)) == (0, pytest.approx(CPU.plain_rate))
+    assert best_k([], lambda k: 0.5) == (0, 2.0)
+    # a perfect drafter on a flat curve with free drafts: the longest draft
+    assert best_k([1.0] * 5, lambda k: 0.01)[0] == 5
+
+
+def test_rate_is_a_discounted_mean_that_follows_a_change():
+    r = Rate(0.7)
+    assert r.mean == pytest.approx(0.7)
+    for _ in range(200):
+        r.update(True)
+    assert r.mean > 0.99
+    for _ in range(40):
+        r.update(False)
+    assert r.mean < 0.35  # the old hits are forgotten at 3% a step
+
+
+def test_cost_model_interpolates_between_and_extrapolates_beyond_measured_sizes():
+    c = CostModel()
+    assert not c.calibrated
+    c.observe_verify(2, 0.040)
+    assert c.verify(4) == pytest.approx(0.080)  # one point: proportional
+    c.observe_verify(4, 0.060)
+    assert c.calibrated
+    assert c.verify(3) == pytest.approx(0.050)
+    assert c.verify(8) == pytest.approx(0.100)  # the last slope
+    assert c.verify(1) == pytest.approx(0.030)  # below the first point: the first slope
+    c.observe_verify(4, 0.160)  # one slow pass moves the estimate by SMOOTH only
+    assert c.verify(4) == pytest.approx(0.060 + CostModel.SMOOTH * 0.100)
+    c.observe_draft(0, 1.0)  # nothing drafted: nothing learnt
+    assert c.draft_step is None
+    c.observe_draft(4, 0.040)
+    assert c.draft_step == pytest.approx(0.010)
+
+
+@pytest.mark.parametrize("hw", [CPU, GPU, BF16], ids=lambda h: h.name)
+def test_calibrate_measures_the_verify_curve_and_the_draft_step_and_rolls_back(hw):
+    clock = VirtualClock()
+    target = MarkovBackend(cost=hw.verify, clock=clock)
+    draft = MarkovBackend(cost=lambda n: n * hw.draft, clock=clock)
+    target.eval([1, 2, 3], 1)
+    draft.eval([1, 2], 1)
+    costs = CostModel()
+    with patched_clock(clock, controller):
+        costs.calibrate(target, draft)
+    for n in (1, 2, 4, 8, 16):
+        assert costs.verify(n) == pytest.approx(hw.verify(n))
+    assert costs.verify(3) == pytest.approx((hw.verify(2) + hw.verify(4)) / 2)
+    assert costs.draft_step == pytest.approx(hw.draft)
+    assert target.cached == [1, 2, 3] and draft.cached == [1, 2]  # dummy tokens rolled back
+
+
+def test_calibrate_skips_sizes_that_do_not_fit_the_context():
+    clock = VirtualClock()
+    target = MarkovBackend(n_ctx=6, cost=CPU.verify, clock=clock)
+    costs = CostModel()
+    with patched_clock(clock, controller):
+        costs.calibrate(target)
+    assert sorted(costs._verify) == [1, 2, 4]
+    assert costs.draft_step is None and target.cached == []
+
+
+# -- the --k flag and the simple policies -----------------------------------------------------
+
+
+def test_make_policy_parses_the_k_flag():
+    costs = CostModel()
+    assert isinstance(make_policy("auto", "auto", costs), AutoK)
+    assert make_policy("auto", "ngram", costs).costs is costs
+    assert isinstance(make_policy("heuristic", "model", costs), HeuristicK)
+    fixed = make_policy("4", "ngram", costs)
+    assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.drafter == "ngram"
+    assert make_policy("0", "none", costs).k == 0
+
+
+@pytest.mark.parametrize("flag", ["x", "-1", "65", "", "2.5", "Auto"])
+def test_make_policy_rejects_bad_k_with_a_usage_error(flag):
+    with pytest.raises(UsageError, match="--k") as e:
+        make_policy(flag, "auto", CostModel())
+    assert "\n" not in str(e.value)
+
+
+def ngram_ctx(n: int, match_len: int = 3, has_model: bool = False, max_k: int = 100) -> RoundContext:
+    return RoundContext(Draft(list(range(n)), [None] * n, [1.0] * n, match_len), has_model, max_k)
+
+
+def test_fixed_k_caps_by_budget_and_ngram_length():
+    assert FixedK(8, "model").plan(RoundContext(None, True, 3)).k == 3  # max_tokens left
+    plan = FixedK(8, "ngram").plan(ngram_ctx(2))
+    assert (plan.drafter, plan.k) == ("ngram", 2)  # the copy found is shorter
+    assert FixedK(8, "ngram").plan(ngram_ctx(20, max_k=5)).k == 5
+    plan = FixedK(4, "ngram").plan(RoundContext(Draft(), False, 100))  # no match: a plain step
+    assert (plan.drafter, plan.k) == (None, 0)
+    plan = FixedK(4, "model").plan(RoundContext(None, False, 100))  # no draft model loaded
+    assert (plan.drafter, plan.k) == (None, 0)
+    # "auto" takes the draft model when there is one, else the n-gram copy
+    assert FixedK(4, "auto").plan(ngram_ctx(9, has_model=True)).drafter == "model"
+    assert FixedK(4, "auto").plan(ngram_ctx(9)).drafter == "ngram"
+    plan = FixedK(0, "auto").plan(ngram_ctx(9, has_model=True))
+    assert (plan.drafter, plan.k) == (None, 0)
+    assert plan.state == ControllerState("fixed", 0, None, 0.0, 0.0, 0.0)
+    assert FixedK(3, "model").plan(RoundContext(None, True, 100)).state.k == 3
+
+
+def _step(k: int, accepted: int, drafter: str | None = "model") -> Step:
+    ids = tuple(range(k))
+    return Step(k, accepted, ids, ids[accepted:], 0.0, 0.0, drafter if k else None)
+
+
+def test_heuristic_k_adds_two_after_a_full_round_and_drops_one_otherwise():
+    h = HeuristicK("model")
+    ctx = RoundContext(None, True, 100)
+    trace = []
+    for accepted_all in (True, True, False, False, True):
+        k = h.plan(ctx).k
+        trace.append(k)
+        h.observe(_step(k, k if accepted_all else 0), Draft())
+    assert trace == [5, 7, 9, 8, 7]
+    for _ in range(10):
+        h.observe(_step(h.k, h.k), Draft())
+    assert h.k == 16  # capped
+    for _ in range(30):
+        h.observe(_step(h.k, 0), Draft())
+    assert h.k == 1  # never below one
+    h.observe(_step(0, 0), Draft())  # a plain step (nothing drafted) changes nothing
+    assert h.k == 1
+    # the plan is capped by the budget and the n-gram copy, the schedule is not
+    h.k = 9
+    assert HeuristicK.plan(h, RoundContext(None, True, 4)).k == 4
+    g = HeuristicK("ngram")
+    assert g.plan(ngram_ctx(3)).k == 3
+    g.observe(_step(3, 3, "ngram"), Draft())
+    assert g.k == 7 and g.plan(ngram_ctx(3)).state.policy == "heuristic"
+
+
+# -- AutoK on simulated hardware --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cpu_draft_model_at_0_7_settles_on_plain_decoding(seed):
+    # On the 2-core CPU a draft step costs 55% of a target step and verifying grows with n:
+    # K=1 gives 1.7 tokens in 61 ms (27.9/s) against 35.7/s plain. Only bounded probes remain.
+    sim = Sim(CPU, model=constant(0.7), seed=seed).run(auto(CPU), 1500)
+    assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.98
+    assert sum(k > 0 for k in sim.ks()) <= 15  # probes back off
+    assert max(sim.ks()) <= 2  # a probe is short
+    assert sim.speedup() >= 0.98
+
+
+@pytest.mark.parametrize("hw", [CPU, GPU, BF16], ids=lambda h: h.name)
+@pytest.mark.parametrize("drafter", ["model", "ngram", "auto"])
+def test_useless_drafters_cost_at_most_three_percent(hw, drafter):
+    model = constant(0.0) if drafter in ("model", "auto") else None
+    ngram = (lambda r: Proposal(8, 1 + r % 3, 0.0)) if drafter in ("ngram", "auto") else None
+    sim = Sim(hw, model=model, ngram=ngram, seed=3).run(auto(hw, drafter), 1500)
+    assert sim.speedup() >= 0.97
+    assert sim.share(lambda r: r.drafter != "model", WARM_UP) >= 0.97
+    if hw is CPU:  # elsewhere verifying a few more tokens is (nearly) free, so trying a copy is no loss
+        assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.97
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_gpu_draft_model_at_0_8_drafts_several_tokens(seed):
+    # flat verification and a cheap draft: speculation wins big (the best fixed K is 4-5)
+    sim = Sim(GPU, model=constant(0.8), seed=seed).run(auto(GPU), 1500)
+    assert sim.share(lambda r: r.k >= 2, WARM_UP) >= 0.95
+    assert sim.speedup(WARM_UP) >= 1.6
+
+
+def test_gpu_draft_model_at_0_8_settles_on_a_long_draft():
+    medians = [statistics.median(Sim(GPU, model=constant(0.8), seed=s).run(auto(GPU), 1000).ks(200)) for s in range(6)]
+    assert statistics.median(medians) >= 4, medians
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_torch_bf16_draft_model_at_0_7_drafts_one_to_three(seed):
+    # a near-flat curve but a draft step costing 36% of a target step: K=1-2 is best (1.24x)
+    sim = Sim(BF16, model=constant(0.7), seed=seed).run(auto(BF16), 1000)
+    assert sim.share(lambda r: 1 <= r.k <= 3, WARM_UP) >= 0.9
+    assert sim.speedup() >= 1.15
+
+
+def _auto_vs_fixed(hw: Hardware, a: float, seeds=range(4), rounds=1500) -> list[float]:
+    """AutoK's simulated tokens/s over the best fixed K's, on the same random stream, per seed."""
+    return [Sim(hw, model=constant(a), seed=s).run(auto(hw), rounds).rate() * hw.verify(1)
+            / best_fixed(hw, a, s, rounds)[1] for s in seeds]
+
+
+def test_auto_matches_the_best_fixed_k_where_speculation_wins_on_torch_bf16():
+    assert min(_auto_vs_fixed(BF16, 0.7)) >= 0.97
+
+
+@pytest.mark.parametrize("a", [0.8, 0.9])
+def test_auto_matches_the_best_fixed_k_where_speculation_wins_on_a_gpu(a):
+    assert min(_auto_vs_fixed(GPU, a)) >= 0.97
+
+
+@pytest.mark.parametrize("hw,a", [(CPU, 0.7), (BF16, 0.7), (BF16, 0.9)], ids=["cpu-0.7", "bf16-0.7", "bf16-0.9"])
+def test_auto_is_ahead_of_the_heuristic_schedule(hw, a):
+    for seed in range(3):
+        heuristic = Sim(hw, model=constant(a), seed=seed).run(HeuristicK("model"), 1000).speedup()
+        assert Sim(hw, model=constant(a), seed=seed).run(auto(hw), 1000).speedup() >= heuristic
+
+
+def test_auto_is_ahead_of_the_heuristic_schedule_on_a_gpu():
+    for seed in range(4):
+        heuristic = Sim(GPU, model=constant(0.8), seed=seed).run(HeuristicK("model"), 1500).speedup()
+        assert Sim(GPU, model=constant(0.8), seed=seed).run(auto(GPU), 1500).speedup() >= heuristic
+
+
+LONG_COPY = Proposal(16, 12, 0.95)  # e.g. code-edit: the reply repeats the input
+SHORT_GUESS = Proposal(6, 1, 0.1)  # a one-token match in prose
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ngram_long_likely_copies_are_drafted_on_a_cpu(seed):
+    sim = Sim(CPU, ngram=constant(LONG_COPY), seed=seed).run(auto(CPU, "ngram"), 600)
+    assert sim.share(lambda r: r.drafter == "ngram" and r.k >= 2, WARM_UP) >= 0.95
+    assert sim.speedup() >= 1.3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ngram_short_unlikely_matches_are_not_drafted_on_a_cpu(seed):
+    sim = Sim(CPU, ngram=constant(SHORT_GUESS), seed=seed).run(auto(CPU, "ngram"), 600)
+    assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.97
+    assert sim.speedup() >= 0.98
+
+
+def test_hybrid_drafts_copies_and_decodes_plainly_in_between_on_a_cpu():
+    # alternating stretches of 5 rounds: a long likely copy, then a short unlikely match; the draft
+    # model (a=0.7) never pays on this CPU
+    sim = Sim(CPU, model=constant(0.7), ngram=lambda r: LONG_COPY if r // 5 % 2 == 0 else SHORT_GUESS, seed=4)
+    sim.run(auto(CPU, "auto"), 1000)
+    copy_rounds = [rec for i, rec in enumerate(sim.records) if i >= 100 and i // 5 % 2 == 0]
+    other_rounds = [rec for i, rec in enumerate(sim.records) if i >= 100 and i // 5 % 2 == 1]
+    assert sum(r.drafter == "ngram" for r in copy_rounds) / len(copy_rounds) >= 0.95
+    assert sum(r.k == 0 for r in other_rounds) / len(other_rounds) >= 0.97
+    assert sim.speedup() >= 1.1
+
+
+def test_ngram_long_likely_copies_get_long_drafts_on_a_cpu():
+    sim = Sim(CPU, ngram=constant(LONG_COPY), seed=0).run(auto(CPU, "ngram"), 1000)
+    best = max(Sim(CPU, ngram=constant(LONG_COPY), seed=0).run(FixedK(k, "ngram"), 1000).speedup()
+               for k in (1, 2, 4, 8, 16))
+    assert sim.speedup() >= 0.9 * best
+
+
+# -- following a change in the text ---------------------------------------------------------------
+
+# A drop is followed within this many rounds (a window of 10 rounds with 8 at K=0 starts by then).
+# Measured: 54-69 rounds on the GPU curve (8 seeds); the estimates forget 3% per update.
+DROP_BOUND = 100
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_gpu_acceptance_drop_from_0_9_to_0_1_is_followed(seed):
+    sim = Sim(GPU, model=switch(0.9, 0.1, 300), seed=seed).run(auto(GPU), 500)
+    assert statistics.median(sim.ks(100, 300)) >= 3
+    lag = sim.rounds_to(300, lambda k: k == 0)
+    assert lag is not None and lag <= DROP_BOUND, lag
+    assert sim.share(lambda r: r.k == 0, 300 + DROP_BOUND + 10) >= 0.9
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cpu_ngram_acceptance_drop_is_followed(seed):
+    sim = Sim(CPU, ngram=lambda r: Proposal(16, 12, 0.95 if r < 300 else 0.1), seed=seed)
+    sim.run(auto(CPU, "ngram"), 500)
+    assert sim.share(lambda r: r.k > 0, 100, 300) >= 0.95
+    lag = sim.rounds_to(300, lambda k: k == 0)
+    assert lag is not None and lag <= DROP_BOUND, lag
+
+
+# A rise is followed within this many rounds: a probe has to come, so this is the probe interval's
+# bound plus a few rounds of learning.
+RISE_BOUND_GPU = 120
+RISE_BOUND_CPU_NGRAM = 300
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_gpu_acceptance_rise_from_0_1_to_0_9_is_followed(seed):
+    sim = Sim(GPU, model=switch(0.1, 0.9, 600), seed=seed).run(auto(GPU), 600 + 2 * RISE_BOUND_GPU)
+    assert sim.share(lambda r: r.k == 0, 100, 600) >= 0.9
+    lag = sim.rounds_to(600, lambda k: k >= 2)
+    assert lag is not None and lag <= RISE_BOUND_GPU, lag
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cpu_ngram_acceptance_rise_is_followed(seed):
+    sim = Sim(CPU, ngram=lambda r: Proposal(16, 12, 0.1 if r < 600 else 0.95), seed=seed)
+    sim.run(auto(CPU, "ngram"), 600 + 2 * RISE_BOUND_CPU_NGRAM)
+    lag = sim.rounds_to(600, lambda k: k >= 1)
+    assert lag is not None and lag <= RISE_BOUND_CPU_NGRAM, lag
+
+
+# -- what the controller tells the UI -----------------------------------------------------------
+
+
+def test_controller_state_on_a_gpu_predicts_the_measured_speedup():
+    sim = Sim(GPU, model=constant(0.8), seed=5).run(auto(GPU), 600)
+    states = [r.state for r in sim.records[300:]]
+    assert all(s.policy == "auto" for s in states)
+    assert all(s.k == r.k and s.drafter == r.drafter for s, r in zip(states, sim.records[300:]))
+    realised = sim.speedup(300)
+    predicted = statistics.mean(s.predicted_speedup for s in states)
+    measured = statistics.mean(s.measured_speedup for s in states)
+    assert statistics.mean(s.acceptance for s in states) == pytest.approx(0.8, abs=0.1)
+    assert predicted == pytest.approx(realised, rel=0.15)
+    assert measured == pytest.approx(realised, rel=0.15)
+    assert realised > 1.5
+
+
+def test_controller_state_on_a_cpu_says_plain():
+    sim = Sim(CPU, model=constant(0.7), seed=6).run(auto(CPU), 300)
+    plain = [r.state for r in sim.records[WARM_UP:] if r.k == 0]
+    assert len(plain) > 240
+    assert all(s.drafter is None and s.k == 0 and s.acceptance == 0.0 for s in plain)
+    assert all(s.predicted_speedup == pytest.approx(1.0) for s in plain)
+    assert plain[-1].measured_speedup == pytest.approx(1.0, abs=0.05)
+    probes = [r.state for r in sim.records if r.k > 0]  # (a controller may also never probe here)
+    assert all(s.drafter == "model" and 0 < s.acceptance < 1 and s.k <= 2 for s in probes)
+
+
+def test_stop_rule_ends_a_draft_at_a_low_confidence_token_when_verifying_costs():
+    # verifying costs 10 ms + 3 ms a token and drafting nearly nothing: K=2 at the 0.7 prior; whether
+    # the second token pays depends on its confidence (its 3 ms are worth 0.4 tokens at that rate)
+    hw = Hardware("linear", curve({1: 0.010, 17: 0.058}), 0.0002)
+    policy = auto(hw)
+    plan = policy.plan(RoundContext(None, True, 100))
+    assert plan.drafter == "model" and plan.k >= 2 and plan.stop is not None
+    assert plan.stop(1, 0.01) is True
+    plan = policy.plan(RoundContext(None, True, 100))
+    assert plan.stop(1, 0.995) is False and plan.stop(2, 0.995) is False
+
+
+# -- the real decode loop, on fake models with simulated time ----------------------------------
+
+
+def _decode(hw: Hardware, policy, draft_noise: float | None, n: int = 300) -> Summary:
+    """Greedy decoding of n tokens with fake target and draft models that cost what `hw` says
+    (a draft-model eval of m tokens costs m draft steps, as one token at a time would)."""
+    clock = VirtualClock()
+    target = MarkovBackend(seed=11, cost=hw.verify, clock=clock)
+    draft = None
+    if draft_noise is not None:
+        draft = MarkovBackend(seed=11, noise=draft_noise, cost=lambda m: m * hw.draft, clock=clock)
+    if isinstance(policy, AutoK):
+        with patched_clock(clock, controller):
+            policy.costs.calibrate(target, draft)
+    decoder = SpeculativeDecoder(target, policy, model=ModelDrafter(draft) if draft else None)
+    with patched_clock(clock, decoder_module, drafters_module, controller):
+        events = list(decoder.generate([1, 2, 3, 4], n, SamplingParams()))
+    tokens = [e.id for e in events if isinstance(e, Token)]
+    assert tokens == plain_greedy(target, [1, 2, 3, 4], n)
+    return events[-1]
+
+
+def test_decode_loop_with_auto_on_a_cpu_is_not_slower_than_plain():
+    plain = _decode(CPU, FixedK(0, "none"), None)
+    fixed = _decode(CPU, FixedK(3, "model"), 1.0)
+    adaptive = _decode(CPU, AutoK("model", CostModel()), 1.0)
+    assert plain.decode_tokens_per_s == pytest.approx(CPU.plain_rate, rel=0.01)
+    assert fixed.decode_tokens_per_s < 0.8 * plain.decode_tokens_per_s
+    assert adaptive.decode_tokens_per_s >= 0.97 * plain.decode_tokens_per_s
+    assert adaptive.k_histogram.get(0, 0) >= 0.95 * adaptive.target_passes
+
+
+def test_decode_loop_with_auto_on_a_gpu_speculates():
+    plain = _decode(GPU, FixedK(0, "none"), None)
+    adaptive = _decode(GPU, AutoK("model", CostModel()), 0.3)
+    assert adaptive.acceptance > 0.7
+    assert adaptive.decode_tokens_per_s >= 1.5 * plain.decode_tokens_per_s
+    assert sum(v for k, v in adaptive.k_histogram.items() if k >= 2) >= 0.8 * adaptive.target_passes
