@@ -239,7 +239,7 @@ def test_run_bench_rows_carry_the_engine_figures(bench_run):
             assert r.decode_tokens_per_s > 0
         assert rows["ar"].drafted == 0 and set(rows["ar"].k_trace) == {0}
         # simulated time: plain decoding is one 10 ms pass per token after the first
-        assert rows["ar"].decode_tokens_per_s == pytest.approx(p.max_tokens / ((p.max_tokens - 1) * 0.010))
+        assert rows["ar"].decode_tokens_per_s == pytest.approx(1 / 0.010)  # tokens after the first, per second
         assert rows["model-k8"].accepted > 0
         # on a flat curve with a good cheap draft, drafting beats plain decoding
         assert rows["auto"].decode_tokens_per_s > 1.3 * rows["ar"].decode_tokens_per_s

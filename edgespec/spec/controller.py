@@ -57,6 +57,10 @@ class Policy(Protocol):
 
     def observe(self, step: Step, draft: Draft) -> None: ...
 
+    def uses_model(self) -> bool:
+        """Whether the draft model may be asked to draft (then it reads the prompt with the target)."""
+        ...
+
 
 def _preferred(drafter: str, ctx: RoundContext) -> str | None:
     """The drafter a fixed policy uses this round: "auto" means the model if loaded, else n-gram."""
@@ -87,6 +91,9 @@ class FixedK:
     def observe(self, step: Step, draft: Draft) -> None:
         pass
 
+    def uses_model(self) -> bool:
+        return self.k > 0 and self.drafter in ("model", "auto")
+
 
 class HeuristicK:
     """transformers' "heuristic" schedule: K += 2 after a round with every draft accepted, else
@@ -103,6 +110,9 @@ class HeuristicK:
     def observe(self, step: Step, draft: Draft) -> None:
         if step.k:
             self.k = min(self.max_k, self.k + 2) if step.accepted == step.k else max(1, self.k - 1)
+
+    def uses_model(self) -> bool:
+        return self.drafter in ("model", "auto")
 
 
 class Rate:
@@ -304,6 +314,9 @@ class AutoK:
         rates = self._ngram[_bucket(g.match_len, _MATCH_BUCKETS[1:])]
         acc = [r.mean for r in rates[: min(len(g.ids), ctx.max_k, self.max_k_ngram)]]
         return best_k(acc, self._cost("ngram"))
+
+    def uses_model(self) -> bool:
+        return self.drafter in ("auto", "model") and self._could_pay("model")
 
     def _could_pay(self, name: str) -> bool:
         return best_k([self.BEST_CASE] * (self.max_k_model if name == "model" else self.max_k_ngram), self._cost(name))[0] > 0

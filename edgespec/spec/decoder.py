@@ -74,9 +74,10 @@ class SpeculativeDecoder:
         summary = Summary(prompt_tokens=len(prompt))
         t_start = time.perf_counter()
 
-        logits = sync_cache(self.target, prompt, 1)[0]
+        first = choose(sync_cache(self.target, prompt, 1)[0], params, rng)
+        if self.model is not None and self.policy.uses_model():
+            self.model.prefill(prompt)
         summary.prefill_s = time.perf_counter() - t_start
-        first = choose(logits, params, rng)
         context = list(prompt) + [first]
         summary.ttft_s = time.perf_counter() - t_start
         t_decode = time.perf_counter()

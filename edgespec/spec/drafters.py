@@ -77,6 +77,10 @@ class ModelDrafter:
             logits = self.backend.eval([token], 1)[0]
         return out
 
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Read the prompt alongside the target's prefill, so the first draft has no catch-up."""
+        sync_cache(self.backend, prompt, 1)
+
     def rollback(self, n_valid: int) -> None:
         """Drop drafted tokens past the first `n_valid` committed ones (the rejected ones)."""
         self.backend.truncate(min(n_valid, len(self.backend.cached)))

@@ -57,7 +57,8 @@ class Step:
 
 @dataclass(slots=True)
 class Summary:
-    """Totals for one generation. `decode_*` exclude prompt processing (prefill)."""
+    """Totals for one generation. Prefill (both models reading the prompt) produces the first
+    token and counts in ttft_s; decode_s runs from the first token to the last."""
 
     tokens: int = 0
     drafted: int = 0
@@ -74,7 +75,8 @@ class Summary:
 
     @property
     def decode_tokens_per_s(self) -> float:
-        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+        """Tokens after the first (which prefill produced) per second of decoding."""
+        return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
 
     @property
     def acceptance(self) -> float:

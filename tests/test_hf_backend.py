@@ -1,0 +1,580 @@
+"""The transformers backend on tiny models built here from configs (tests/tiny_hf.py): cache
+bookkeeping and rollback, logits, token bytes, chat template, safety refusals, bitsandbytes on the
+CPU, the GGUF conversion cache, and the vocabulary reader."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from edgespec.backends import hf  # noqa: E402
+from edgespec.backends.base import BackendError, ContextOverflow, sync_cache  # noqa: E402
+from edgespec.backends.hf import HFBackend, load_hf_backend, read_hf_vocabulary, token_tables  # noqa: E402
+from edgespec.config import ModelSpec  # noqa: E402
+from tests.tiny_hf import (  # noqa: E402
+    ARCHS,
+    REMOTE_CODE_SENTINEL,
+    build_tiny_hf,
+    make_pickled,
+    make_remote_code_model,
+    sentencepiece_tokenizer,
+)
+
+# fp32 on tiny models: a batch of n and n single steps agree to a few ulps of the logits' scale
+ATOL = 2e-4
+TEXTS = [
+    "def fibonacci(n):\n    return n",
+    "Café, naïve, über — 日本語 中文 € Ω 🙂🚀 ∑ x ≤ y",
+    "  leading spaces\tand\ttabs\r\nand a mix: ünïcödé",
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls gain nothing from threads, and on a busy 2-core machine OpenMP workers waiting
+    for a descheduled peer turn milliseconds into hundreds of them."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_hf")
+    return {arch: build_tiny_hf(root / arch, arch) for arch in ARCHS}
+
+
+def spec(name: str = "tiny", **kw) -> ModelSpec:
+    kw.setdefault("dtype", "fp32")
+    return ModelSpec(name=name, format="hf", **kw)
+
+
+def load(path: Path, n_ctx: int = 256, **kw) -> HFBackend:
+    return load_hf_backend(spec(**kw), path, n_ctx=n_ctx, device_map="cpu")
+
+
+@pytest.fixture(params=ARCHS)
+def backend(request, tiny_dirs) -> HFBackend:
+    return load(tiny_dirs[request.param])
+
+
+def cache_len(b: HFBackend) -> int:
+    return b._cache.get_seq_length()
+
+
+def prompt_ids(b: HFBackend) -> list[int]:
+    ids = b.tokenize(TEXTS[0] + " " + TEXTS[1])
+    assert len(ids) > 20
+    return ids
+
+
+# -- logits and the cache -----------------------------------------------------------------------
+
+
+def test_one_batch_equals_token_by_token(backend):
+    ids = prompt_ids(backend)
+    whole = backend.eval(ids, len(ids))
+    assert whole.dtype == np.float32 and whole.shape == (len(ids), backend.n_vocab)
+    backend.truncate(0)
+    steps = np.concatenate([backend.eval([t], 1) for t in ids])
+    np.testing.assert_allclose(steps, whole, atol=ATOL, rtol=0)
+    assert (steps.argmax(1) == whole.argmax(1)).all()
+
+
+def test_truncate_to_any_length_then_re_eval_reproduces_logits(backend):
+    ids = prompt_ids(backend)[:24]
+    whole = backend.eval(ids, len(ids))
+    for n in range(len(ids) + 1):
+        backend.truncate(n)
+        assert backend.cached == ids[:n] and cache_len(backend) == n
+        if n < len(ids):
+            again = backend.eval(ids[n:], len(ids) - n)
+            np.testing.assert_allclose(again, whole[n:], atol=ATOL, rtol=0)
+        assert backend.cached == ids and cache_len(backend) == len(ids)
+
+
+def test_rollback_of_rejected_drafts_then_a_different_continuation(backend):
+    """The decoder's pattern: eval [pending, d1..dK], keep a prefix, continue with other tokens."""
+    ids = prompt_ids(backend)
+    base = ids[:12]
+    backend.eval(base, 1)
+    backend.eval([5, 6, 7, 8], 4)  # drafts
+    backend.truncate(len(base) + 1)  # one accepted
+    got = backend.eval([9, 10], 2)
+    fresh = load(backend.path)
+    want = fresh.eval(base + [5, 9, 10], 2)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+
+
+def test_n_logits_rows_are_the_last_positions(backend):
+    ids = prompt_ids(backend)
+    whole = backend.eval(ids, len(ids))
+    for k in (0, 1, 3):
+        backend.truncate(0)
+        rows = backend.eval(ids, k)
+        assert rows.shape == (k, backend.n_vocab)
+        np.testing.assert_allclose(rows, whole[len(ids) - k :], atol=ATOL, rtol=0)
+    assert backend.eval([], 0).shape == (0, backend.n_vocab)
+
+
+def test_long_prompts_are_evaluated_in_chunks_with_the_same_result(backend, monkeypatch):
+    ids = prompt_ids(backend)
+    whole = backend.eval(ids, 7)
+    backend.truncate(0)
+    monkeypatch.setattr(hf, "PREFILL_CHUNK", 5)
+    chunked = backend.eval(ids, 7)  # the last chunk is widened to hold the 7 rows
+    np.testing.assert_allclose(chunked, whole, atol=ATOL, rtol=0)
+    assert backend.cached == ids and cache_len(backend) == len(ids)
+
+
+def test_chunk_spans():
+    assert hf._chunks(10, 1, 512) == [(0, 10)]
+    assert hf._chunks(10, 1, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert hf._chunks(10, 3, 4) == [(0, 4), (4, 10)]
+    assert hf._chunks(8, 8, 4) == [(0, 8)]
+
+
+def test_cached_mirrors_the_cache_and_survives_a_failed_pass(backend):
+    ids = prompt_ids(backend)
+    backend.eval(ids[:10], 1)
+    with pytest.raises(ContextOverflow):
+        backend.eval(list(range(backend.n_ctx)), 1)
+    assert backend.cached == ids[:10] and cache_len(backend) == 10
+
+    # A pass that dies after the first layer has written its keys and values (an exception, or
+    # Ctrl-C) leaves layers of different lengths; the backend cuts them all back.
+    layers = backend.model.model.layers
+    original = layers[1].forward
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    layers[1].forward = boom
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            backend.eval(ids[10:15], 1)
+    finally:
+        layers[1].forward = original
+    assert backend.cached == ids[:10]
+    assert [layer.get_seq_length() for layer in backend._cache.layers] == [10, 10]
+    got = backend.eval(ids[10:], 1)
+    fresh = load(backend.path)
+    np.testing.assert_allclose(got, fresh.eval(ids, 1), atol=ATOL, rtol=0)
+
+
+def test_sync_cache_reuses_the_shared_prefix(backend):
+    ids = prompt_ids(backend)
+    sync_cache(backend, ids[:15], 1)
+    calls = []
+    original = backend.model.forward
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[1])
+        return original(*args, **kwargs)
+
+    backend.model.forward = counting
+    sync_cache(backend, ids[:12] + [3, 4], 1)
+    assert calls == [2] and backend.cached == ids[:12] + [3, 4]
+
+
+def test_context_is_capped_at_the_models_positions(tiny_dirs):
+    assert load(tiny_dirs["llama"], n_ctx=100_000).n_ctx == 512
+    assert load(tiny_dirs["llama"], n_ctx=64).n_ctx == 64
+
+
+# -- tokens, text and chat ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_bytes_round_trip_utf8(backend, text):
+    ids = backend.tokenize(text)
+    raw = b"".join(backend.token_bytes(i) for i in ids)
+    assert raw == text.encode("utf-8")
+    # multi-byte characters are split across tokens somewhere: pieces are raw bytes, not text
+    assert any(not _is_utf8(backend.token_bytes(i)) for i in backend.tokenize(TEXTS[1]))
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_special_and_padding_token_bytes(backend):
+    """Control tokens print nothing, as llama.cpp renders them; padding ids past the tokenizer too."""
+    tok = backend.tokenizer
+    assert backend.token_bytes(tok.convert_tokens_to_ids("<|im_end|>")) == b""
+    assert backend.vocabulary().tokens[tok.convert_tokens_to_ids("<|im_end|>")] == b"<|im_end|>"
+    assert backend.n_vocab > len(tok)  # the tiny models pad their embeddings like real ones
+    assert backend.token_bytes(backend.n_vocab - 1) == b""
+    assert backend.token_bytes(backend.n_vocab + 5) == b""
+
+
+def test_sentencepiece_spelling_gives_raw_bytes():
+    tok = sentencepiece_tokenizer()
+    text = "Hello world é 日本"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    pieces = tok.convert_ids_to_tokens(ids)
+    assert any(p.startswith("<0x") for p in pieces) and any("\u2581" in p for p in pieces)
+    spellings, raw = token_tables(tok, len(tok) + 3)
+    assert b"".join(raw[i] for i in ids) == (" " + text).encode("utf-8")  # the ▁ before the first word
+    assert raw[tok.convert_tokens_to_ids("<0x0A>")] == b"\n"
+    assert spellings[tok.convert_tokens_to_ids("<0x0A>")] == b"<0x0A>"
+    assert raw[tok.convert_tokens_to_ids("</s>")] == b"" and spellings[tok.convert_tokens_to_ids("</s>")] == b"</s>"
+    assert raw[-1] == b"" == spellings[-1]
+
+
+def test_tokenize_parses_special_tokens_only_when_asked(backend):
+    im_end = backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert backend.tokenize("hi<|im_end|>") [-1] == im_end
+    plain = backend.tokenize("hi<|im_end|>", special=False)
+    assert im_end not in plain and b"".join(backend.token_bytes(i) for i in plain) == b"hi<|im_end|>"
+    assert backend.tokenize("<|im_end|>") == [im_end]
+
+
+def test_chat_prompt_renders_the_models_template(tiny_dirs):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 🙂"}]
+    qwen = load(tiny_dirs["qwen2"])
+    assert qwen.chat_prompt(messages) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi 🙂<|im_end|>\n<|im_start|>assistant\n")
+    llama = load(tiny_dirs["llama"])
+    text = llama.chat_prompt(messages)
+    assert text.startswith("<|begin_of_text|><|im_start|>system")
+    ids = llama.tokenize(text)
+    bos = llama.tokenizer.bos_token_id
+    assert ids[0] == bos and ids.count(bos) == 1  # the template's BOS, not a second one
+
+
+def test_no_chat_template_is_a_clear_error(backend):
+    backend.tokenizer.chat_template = None
+    with pytest.raises(BackendError, match="no chat template"):
+        backend.chat_prompt([{"role": "user", "content": "hi"}])
+
+
+def test_end_of_generation_ids(backend):
+    tok = backend.tokenizer
+    assert backend.eos_ids == {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
+
+
+# -- vocabulary ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_read_hf_vocabulary_matches_the_loaded_model(tiny_dirs, arch):
+    read = read_hf_vocabulary(tiny_dirs[arch])
+    loaded = load(tiny_dirs[arch]).vocabulary()
+    assert read == loaded
+    assert read.size == loaded.size > len(load(tiny_dirs[arch]).tokenizer)
+    assert b"<|im_end|>" in read.tokens
+    assert (read.bos_id is not None) == (arch == "llama")
+
+
+def test_read_hf_vocabulary_rejects_what_is_not_a_model(tmp_path):
+    with pytest.raises(BackendError):
+        read_hf_vocabulary(tmp_path / "missing")
+
+
+# -- safety -------------------------------------------------------------------------------------
+
+
+def test_pickled_weights_are_refused_unless_allowed(tmp_path):
+    folder = make_pickled(build_tiny_hf(tmp_path / "pickled", "qwen2"))
+    with pytest.raises(BackendError, match=r"pickled weights \(pytorch_model.bin\).*arbitrary code.*allow_pickle"):
+        load(folder)
+    reference = load(build_tiny_hf(tmp_path / "safe", "qwen2"))
+    allowed = load(folder, allow_pickle=True)
+    ids = prompt_ids(reference)
+    np.testing.assert_allclose(allowed.eval(ids, 2), reference.eval(ids, 2), atol=ATOL, rtol=0)
+
+
+def test_remote_code_is_refused_unless_trusted(tmp_path):
+    folder = make_remote_code_model(tmp_path / "custom")
+    with pytest.raises(BackendError, match=r"modeling_evil\.py.*trust_remote_code = true"):
+        load(folder)
+    assert not (folder / REMOTE_CODE_SENTINEL).exists()
+    with pytest.raises(BackendError):
+        read_hf_vocabulary(folder)
+    assert not (folder / REMOTE_CODE_SENTINEL).exists()
+
+
+def test_a_missing_path_and_a_stray_file_are_clear_errors(tmp_path):
+    with pytest.raises(BackendError, match="does not exist"):
+        load(tmp_path / "nope")
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(BackendError, match="not a .gguf"):
+        load(tmp_path / "weights.bin")
+
+
+# -- precision, placement, quantization -----------------------------------------------------------
+
+
+def test_dtype_auto_follows_the_cpu(monkeypatch):
+    monkeypatch.setattr(hf, "cpu_has_bf16", lambda: True)
+    assert hf.resolve_dtype("auto", on_cuda=False) == torch.bfloat16
+    monkeypatch.setattr(hf, "cpu_has_bf16", lambda: False)
+    assert hf.resolve_dtype("auto", on_cuda=False) == torch.float32
+    assert hf.resolve_dtype("fp16", on_cuda=False) == torch.float16
+    with pytest.raises(BackendError):
+        hf.resolve_dtype("int3", on_cuda=False)
+
+
+def test_bf16_model_runs_and_rolls_back(tiny_dirs):
+    b = load(tiny_dirs["qwen2"], dtype="bf16")
+    assert b.model.dtype == torch.bfloat16
+    ids = prompt_ids(b)
+    whole = b.eval(ids, 4)
+    assert whole.dtype == np.float32
+    b.truncate(len(ids) - 4)
+    np.testing.assert_array_equal(b.eval(ids[-4:], 4), whole)  # same shapes: bit-identical
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_device_map_without_cuda_is_a_one_line_error(tiny_dirs):
+    with pytest.raises(BackendError, match="needs a CUDA GPU") as e:
+        load_hf_backend(spec(), tiny_dirs["llama"], n_ctx=64, device_map="cuda")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+@pytest.mark.parametrize("quant", ["8bit", "4bit"])
+def test_quantization_without_a_usable_backend_is_a_one_line_error(tiny_dirs, monkeypatch, quant):
+    bnb = pytest.importorskip("bitsandbytes")
+    monkeypatch.setattr(bnb, "supported_torch_devices", {"cuda"})
+    with pytest.raises(BackendError, match=f'quant = "{quant}" needs a CUDA GPU') as e:
+        load(tiny_dirs["llama"], quant=quant)
+    assert "\n" not in str(e.value)
+
+
+def _bnb_cpu_skip() -> tuple[bool, str]:
+    """(skip, reason) for quantized tests on this machine."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        return True, "bitsandbytes is not installed"
+    if torch.cuda.is_available() or "cpu" in getattr(bnb, "supported_torch_devices", ()):
+        return False, ""
+    return True, f"bitsandbytes {bnb.__version__} has no CPU backend and there is no CUDA GPU"
+
+
+_SKIP_BNB, _WHY = _bnb_cpu_skip()
+# Marked `cuda` only where it cannot run here (the issue's rule); on this CPU it runs.
+QUANT_MARKS = [pytest.mark.cuda, pytest.mark.skip(reason=_WHY)] if _SKIP_BNB else []
+
+
+@pytest.mark.parametrize("quant, layer", [pytest.param("8bit", "Linear8bitLt", marks=QUANT_MARKS),
+                                          pytest.param("4bit", "Linear4bit", marks=QUANT_MARKS)])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_quantized_model_loads_evaluates_and_rolls_back(tiny_dirs, arch, quant, layer, caplog):
+    reference = load(tiny_dirs[arch])
+    b = load(tiny_dirs[arch], quant=quant, dtype="auto")
+    assert type(b.model.model.layers[0].mlp.up_proj).__name__ == layer
+    ids = prompt_ids(b)
+    with caplog.at_level(logging.WARNING):
+        whole = b.eval(ids, len(ids))
+    assert not [r for r in caplog.records if r.name.startswith("bitsandbytes")]  # no per-matmul warning spam
+    assert np.isfinite(whole).all()
+    b.truncate(10)
+    again = b.eval(ids[10:], len(ids) - 10)
+    np.testing.assert_allclose(again, whole[10:], atol=0.05 * np.abs(whole).max(), rtol=0)
+    # quantization perturbs the logits, not the model: they still track the full-precision ones
+    ref = reference.eval(ids, len(ids))
+    assert np.corrcoef(whole.ravel(), ref.ravel())[0, 1] > 0.8
+
+
+# -- GGUF through transformers' loader ----------------------------------------------------------------
+
+
+def test_gguf_is_converted_once_and_then_loaded_from_the_cache(tiny_gguf, tmp_path, monkeypatch):
+    from edgespec.backends import hf_convert
+
+    cache = tmp_path / "converted"
+    gguf_spec = ModelSpec(name="tiny-gguf", format="gguf", dtype="fp32")
+    first = load_hf_backend(gguf_spec, tiny_gguf, n_ctx=128, device_map="cpu", cache_dir=cache)
+    (folder,) = cache.iterdir()
+    assert (folder / hf_convert.DONE).exists() and list(folder.glob("*.safetensors"))
+    assert folder.name.startswith(tiny_gguf.stem) and folder.name.endswith("float32")
+
+    def no_second_conversion(*args, **kwargs):
+        raise AssertionError("converted twice")
+
+    monkeypatch.setattr(hf_convert, "convert_gguf", no_second_conversion)
+    second = load_hf_backend(gguf_spec, tiny_gguf, n_ctx=128, device_map="cpu", cache_dir=cache)
+    ids = second.tokenize(second.chat_prompt([{"role": "user", "content": "hello there"}]))
+    np.testing.assert_array_equal(first.eval(ids, 3), second.eval(ids, 3))
+    assert [p.name for p in cache.iterdir()] == [folder.name]  # no temporary directories left
+
+
+def test_an_interrupted_conversion_leaves_nothing_that_looks_finished(tiny_gguf, tmp_path, monkeypatch):
+    from edgespec.backends import hf_convert
+
+    def dies(gguf, out, *, dtype):
+        (out / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hf_convert, "convert_gguf", dies)
+    with pytest.raises(KeyboardInterrupt):
+        hf_convert.converted_dir(tiny_gguf, tmp_path, dtype=torch.float32)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gguf_through_hf_agrees_with_llama_cpp(tiny_gguf, tmp_path):
+    """The same GGUF in both runtimes: same vocabulary, same stop ids, same logits (f32 weights)."""
+    pytest.importorskip("llama_cpp")
+    from edgespec.backends.llamacpp import LlamaCppBackend
+
+    ours = load_hf_backend(ModelSpec(name="tiny-gguf", format="gguf", dtype="fp32"), tiny_gguf, n_ctx=128,
+                           device_map="cpu", cache_dir=tmp_path)
+    theirs = LlamaCppBackend(tiny_gguf, 128, threads=1)
+    try:
+        assert ours.vocabulary().tokens == theirs.vocabulary().tokens
+        assert ours.eos_ids == theirs.eos_ids
+        text = "hello there, the world 🙂"
+        ids = theirs.tokenize(text)
+        assert ours.tokenize(text) == ids
+        assert [ours.token_bytes(i) for i in range(ours.n_vocab)] == [theirs.token_bytes(i) for i in range(theirs.n_vocab)]
+        a, b = ours.eval(ids, len(ids)), theirs.eval(ids, len(ids)).copy()
+        np.testing.assert_allclose(a, b, atol=2e-3 * np.abs(b).max(), rtol=0)
+        assert (a.argmax(1) == b.argmax(1)).all()
+    finally:
+        theirs.close()
+
+
+# -- with the decode loop -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_speculative_equals_transformers_generate(tiny_dirs, tmp_path, arch):
+    """End to end on the real runtime: greedy speculative output is exactly transformers' own greedy
+    generate (fp32 tiny models have no near-ties), with a draft that is right only part of the time."""
+    decoder_mod = pytest.importorskip("edgespec.spec.decoder")
+    from edgespec.spec.controller import FixedK
+    from edgespec.spec.drafters import ModelDrafter
+    from edgespec.spec.events import Step, Token
+    from edgespec.spec.sampling import SamplingParams
+
+    target = load(tiny_dirs[arch])
+    draft = load(build_tiny_hf(tmp_path / "draft", arch, seed=7, like=0, similarity=0.9))
+    prompt = target.tokenize(target.chat_prompt([{"role": "user", "content": "def fibonacci(n):"}]))
+    n = 40
+    ref = list(prompt)
+    with torch.inference_mode():  # the plainest greedy reference: the whole sequence each step, no cache
+        for _ in range(n):
+            ref.append(int(target.model(torch.tensor([ref])).logits[0, -1].argmax()))
+    ref = ref[len(prompt):]
+    target.eos_ids = frozenset()  # compare all 40 tokens
+    decoder = decoder_mod.SpeculativeDecoder(target, FixedK(4, "model"), model=ModelDrafter(draft))
+    events = list(decoder.generate(prompt, n, SamplingParams()))
+    got = [e.id for e in events if isinstance(e, Token)]
+    steps = [e for e in events if isinstance(e, Step)]
+    assert got == ref
+    assert 0 < sum(s.accepted for s in steps) < sum(s.k for s in steps)  # both outcomes exercised
+    assert target.cached == (prompt + got)[: len(target.cached)]
+
+
+def test_same_event_stream_as_llama_cpp_for_the_same_gguf_pair(tiny_gguf_factory, tmp_path):
+    """One pair of tiny GGUFs decoded through each runtime: the same tokens, texts, sources and
+    draft/accept pattern (f32 weights on both sides, so the models agree to rounding)."""
+    pytest.importorskip("llama_cpp")
+    from edgespec.backends.llamacpp import LlamaCppBackend
+    from edgespec.spec.controller import FixedK
+    from edgespec.spec.decoder import SpeculativeDecoder
+    from edgespec.spec.drafters import ModelDrafter
+    from edgespec.spec.events import Step, Token
+    from edgespec.spec.sampling import SamplingParams
+
+    target_file = tiny_gguf_factory(seed=0)
+    draft_file = tiny_gguf_factory(seed=1, like=0, similarity=0.9)
+
+    def stream(make):
+        target, draft = make(target_file), make(draft_file)
+        try:
+            prompt = target.tokenize(target.chat_prompt([{"role": "user", "content": "hello there"}]))
+            decoder = SpeculativeDecoder(target, FixedK(3, "model"), model=ModelDrafter(draft))
+            events = list(decoder.generate(prompt, 40, SamplingParams()))
+        finally:
+            if hasattr(target, "close"):
+                target.close()
+                draft.close()
+        return ([(e.id, e.text, e.source) for e in events if isinstance(e, Token)],
+                [(e.k, e.accepted, e.drafted_ids) for e in events if isinstance(e, Step)])
+
+    gguf = lambda f: ModelSpec(name=f.stem, format="gguf", dtype="fp32")  # noqa: E731
+    ours = stream(lambda f: load_hf_backend(gguf(f), f, n_ctx=256, device_map="cpu", cache_dir=tmp_path))
+    theirs = stream(lambda f: LlamaCppBackend(f, 256, threads=1))
+    assert ours[0] == theirs[0]
+    assert ours[1] == theirs[1]
+    assert 0 < sum(a for _, a, _ in ours[1]) < sum(k for k, _, _ in ours[1])
+
+
+# -- the GPU check script, on tiny shapes -----------------------------------------------------------
+
+
+def test_gpu_check_script_runs_on_tiny_shapes(monkeypatch):
+    """scripts/gpu_check.py end to end on the CPU (its --tiny mode, cut down): it builds both
+    precisions, the permutation rule holds (so acceptance is known), and every row is filled."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+    module_spec = importlib.util.spec_from_file_location("gpu_check", script)
+    gpu_check = importlib.util.module_from_spec(module_spec)
+    monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)  # dataclasses look their module up there
+    module_spec.loader.exec_module(gpu_check)
+    plan = gpu_check.Plan("tiny-target", "tiny-draft", "cpu", "fp32", prompt=16, tokens=12, verify_ns=(1, 4),
+                          reps=1, accept=(0.9,), fixed_k=(3,), quants=("none", "4bit") if not _SKIP_BNB else ("none",))
+    text, report = gpu_check.gpu_check(plan, budget_s=120)
+    rows = report["rows"]
+    decode = [r for r in rows if r["section"] == "decode"]
+    assert len(decode) == 3 * len(plan.quants)  # ar, k=3, auto
+    assert all(r["measured"].endswith("tok/s") and r["predicted"] for r in decode)
+    assert all("follows rule 1.000" in r["note"] for r in decode if r["setting"].endswith(" ar"))
+    assert [r["setting"] for r in rows if r["section"] == "verify"][:2] == ["fp32 n=1", "fp32 n=4"]
+    assert "verify" in text and "tok/s" in text
+
+
+# -- the real built-in model (slow) ---------------------------------------------------------------
+
+REAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+def _real_model():
+    """The built-in target's spec and its GGUF in the store, or None where it is not pulled."""
+    from edgespec.config import load_registry
+    from edgespec.store import Store
+
+    spec = load_registry().models[REAL_MODEL]
+    path = Store().path_for(spec)
+    return (spec, path) if path.exists() else None
+
+
+@pytest.mark.slow
+def test_real_qwen_gguf_through_transformers():
+    """The built-in 1.5B through transformers' GGUF loader and the conversion cache the engine uses
+    (converted once, about a minute here, then loaded in seconds)."""
+    from edgespec.store import home
+    from edgespec.vocab import read_gguf_vocabulary
+
+    found = _real_model()
+    if found is None:
+        pytest.skip(f"{REAL_MODEL} is not pulled")
+    spec, path = found
+    b = load_hf_backend(spec, path, n_ctx=512, device_map="auto", cache_dir=home() / "converted")
+    assert b.n_vocab == 151936 and 151645 in b.eos_ids
+    gguf_vocab = read_gguf_vocabulary(path)
+    assert b.vocabulary().tokens[: len(b.tokenizer)] == gguf_vocab.tokens[: len(b.tokenizer)]
+    prompt = b.chat_prompt([{"role": "user", "content": "Reverse a string in Python. Ünïcödé ok?"}])
+    assert prompt.endswith("<|im_start|>assistant\n")
+    ids = b.tokenize(prompt)
+    shown = b"".join(b.token_bytes(i) for i in ids).decode("utf-8")
+    assert shown == prompt.replace("<|im_start|>", "").replace("<|im_end|>", "")  # control tokens print nothing
+    rows = b.eval(ids, 1)
+    assert b.token_bytes(int(rows[0].argmax()))  # a real token, not padding or a control token
