@@ -19,9 +19,11 @@ from typing import Sequence
 
 import numpy as np
 
-# top-p looks for its nucleus among this many best candidates first and falls back to a full sort
-# only when they do not reach top_p (a flat distribution); the result is the same either way.
-_NUCLEUS_PROBE = 1024
+# top-k and top-p first look among the tokens close to the best one and widen the search only when
+# those are too few; the result is the same as a full sort, at a fraction of its cost.
+_PROBE_WIDTHS = (8.0, 32.0, 128.0)  # logit units below the maximum
+_NUCLEUS_PROBE = 1024  # rows shorter than this are simply sorted
+_NUCLEUS_CUTS = (1e-3, 1e-6, 1e-12)  # weights relative to the most likely token
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,7 @@ def warp(logits: np.ndarray, params: SamplingParams) -> Dist:
     if params.greedy:
         return Dist(np.array([int(np.argmax(logits))], dtype=np.int64), np.ones(1))
     if 0 < params.top_k < n:
-        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
+        ids = _top_k_ids(logits, params.top_k)
     else:
         ids = None  # every token is still a candidate
     z = (logits if ids is None else logits[ids]).astype(np.float64) / params.temperature
@@ -94,14 +96,31 @@ def warp(logits: np.ndarray, params: SamplingParams) -> Dist:
     return Dist(ids[order].astype(np.int64), w[order] / total)
 
 
+def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest logits. A partial sort of the whole 151936-token row costs about a
+    millisecond; the tokens within a few units of the maximum are a vectorised compare away, and
+    once there are at least k of them the top k are among them, so only they are partitioned."""
+    top = logits.max()
+    for width in _PROBE_WIDTHS:
+        ids = np.flatnonzero(logits >= top - width)
+        if len(ids) >= k:
+            return ids[np.argpartition(logits[ids], len(ids) - k)[len(ids) - k :]]
+    n = len(logits)
+    return np.argpartition(logits, n - k)[n - k :]
+
+
 def _nucleus(ids: np.ndarray, w: np.ndarray, total: float, top_p: float) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one).
+
+    Any set of all tokens above a weight threshold that holds top_p of the mass contains the
+    nucleus, so only such a set is sorted (thresholds widen until one qualifies)."""
+    best = np.arange(len(w))
     if len(w) > _NUCLEUS_PROBE:
-        best = np.argpartition(w, len(w) - _NUCLEUS_PROBE)[len(w) - _NUCLEUS_PROBE :]
-        if w[best].sum() < top_p * total:
-            best = np.arange(len(w))  # flat distribution: the nucleus is wider than the probe
-    else:
-        best = np.arange(len(w))
+        for cut in _NUCLEUS_CUTS:
+            above = np.flatnonzero(w >= cut)  # w is relative to the largest weight (1.0)
+            if w[above].sum() >= top_p * total:
+                best = above
+                break
     best = best[np.argsort(-w[best], kind="stable")]
     cum = np.cumsum(w[best])
     cut = int(np.searchsorted(cum, top_p * total, side="left")) + 1
