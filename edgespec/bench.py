@@ -2,7 +2,9 @@
 
 Modes run interleaved per prompt (ar, k2, ..., then the next prompt) so slow drift of a noisy
 machine hits every mode alike; speedups are medians of per-prompt ratios against `ar` measured
-next to them. Every figure comes from the engine's own event stream, as in `edgespec run`.
+next to them. Every figure comes from the engine's own event stream, as in `edgespec run`, except
+those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
+prompts (hf backend only), the peer to beat, timed the same way (see `backends.hf.assisted_generate`).
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ class BenchPrompt:
 
 @dataclass(frozen=True)
 class Mode:
-    """A named decoding setup: `ar` (plain), `kN`, `ngram-kN`, `model-kN`, `heuristic`, `auto`."""
+    """A named decoding setup: `ar` (plain), `kN`, `ngram-kN`, `model-kN`, `heuristic`, `auto`, or
+    `hf-assisted` (transformers' generate with the draft model as assistant; draft and k unused)."""
 
     name: str
     draft: str
     k: str
+
+
+HF_ASSISTED = "hf-assisted"
 
 
 @dataclass
@@ -108,7 +114,7 @@ def select(prompts: list[BenchPrompt], limit: int | None, suites: str | None) ->
 
 
 def parse_modes(spec: str, default_drafter: str) -> list[Mode]:
-    """"ar,k4,ngram-k8,heuristic,auto" -> modes; `kN` and `heuristic` use `default_drafter`."""
+    """"ar,k4,ngram-k8,heuristic,auto,hf-assisted" -> modes; `kN` and `heuristic` use `default_drafter`."""
     modes = []
     for name in (m.strip() for m in spec.split(",") if m.strip()):
         if name == "ar":
@@ -117,19 +123,28 @@ def parse_modes(spec: str, default_drafter: str) -> list[Mode]:
             modes.append(Mode(name, "auto", "auto"))
         elif name == "heuristic":
             modes.append(Mode(name, default_drafter, "heuristic"))
+        elif name == HF_ASSISTED:
+            modes.append(Mode(name, "model", "assistant"))
         elif m := re.fullmatch(r"(?:(ngram|model)-)?k(\d+)", name):
             modes.append(Mode(name, m.group(1) or default_drafter, m.group(2)))
         else:
-            raise UsageError(f"unknown bench mode {name!r}: use ar, kN, ngram-kN, model-kN, heuristic, auto")
+            raise UsageError(f"unknown bench mode {name!r}: use ar, kN, ngram-kN, model-kN, heuristic, auto, hf-assisted")
     if not modes:
         raise UsageError("no bench modes given")
     # every ratio and output check is against plain decoding, so it runs first for each prompt
     return [Mode("ar", "none", "0")] + [m for m in modes if m.name != "ar"]
 
 
+def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
+    """The tokens the engine generates after: the chat template's, or the plain text's."""
+    if prompt.mode == "chat":
+        return engine.chat_tokens(prompt.messages)
+    return engine.target.tokenize(prompt.prompt, special=False)
+
+
 def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int], list[int]]:
     """One generation; returns its summary, output ids and the K of each target pass."""
-    events = engine.chat(prompt.messages, settings) if prompt.mode == "chat" else engine.complete(prompt.prompt, settings)
+    events = engine.generate_tokens(prompt_ids(engine, prompt), settings)
     ids, ks, summary = [], [], Summary()
     for e in events:
         if isinstance(e, Token):
@@ -141,6 +156,31 @@ def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) ->
     return summary, ids, ks
 
 
+def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingParams) -> Row:
+    """One generation of `prompt` in `mode`, as a row not yet compared with ar."""
+    if mode.name == HF_ASSISTED:
+        from edgespec.backends.hf import assisted_generate
+
+        r = assisted_generate(engine.target, engine.draft, prompt_ids(engine, prompt), prompt.max_tokens)
+        return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,
+                   r.target_passes, None, None, r.k_trace, r.ids)
+    summary, ids, ks = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
+    return Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s, summary.drafted,
+               summary.accepted, summary.target_passes, None, None, ks, ids)
+
+
+def check_modes(engine: Engine, modes: list[Mode], sampling: SamplingParams) -> None:
+    """Refuse, before anything runs, a mode this engine or these settings cannot run."""
+    if any(m.name == HF_ASSISTED for m in modes):
+        if engine.pair.backend != "hf":
+            raise UsageError(f"bench mode {HF_ASSISTED} runs transformers' generate and needs a pair on the hf backend; "
+                             f"pair {engine.pair.name!r} is on {engine.pair.backend}")
+        if engine.draft is None:
+            raise UsageError(f"bench mode {HF_ASSISTED} needs a draft model; pair {engine.pair.name!r} has none")
+        if not sampling.greedy:
+            raise UsageError(f"bench mode {HF_ASSISTED} is greedy only: use --temperature 0")
+
+
 def run_bench(
     engine: Engine,
     prompts: list[BenchPrompt],
@@ -148,21 +188,20 @@ def run_bench(
     sampling: SamplingParams,
     on_row: Callable[[Row], None] = lambda row: None,
 ) -> list[Row]:
+    check_modes(engine, modes, sampling)
     rows = []
-    warm = prompts[0]
+    warm = BenchPrompt(**{**asdict(prompts[0]), "max_tokens": 8})
     for mode in modes:  # warm-up (calibration, first allocations): not measured
-        generate(engine, BenchPrompt(**{**asdict(warm), "max_tokens": 8}), GenerateSettings(8, sampling, mode.draft, mode.k))
+        measure(engine, warm, mode, sampling)
     for prompt in prompts:
         ar_ids = None
         for mode in modes:
-            settings = GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k)
-            summary, ids, ks = generate(engine, prompt, settings)
+            row = measure(engine, prompt, mode, sampling)
             if mode.name == "ar":
-                ar_ids = ids
-            div = _first_divergence(ids, ar_ids) if ar_ids is not None else None
-            row = Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s,
-                      summary.drafted, summary.accepted, summary.target_passes,
-                      None if ar_ids is None else div is None, div, ks, ids)
+                ar_ids = row.output_ids
+            if ar_ids is not None:
+                row.first_divergence = _first_divergence(row.output_ids, ar_ids)
+                row.matches_ar = row.first_divergence is None
             rows.append(row)
             on_row(row)
     return rows
@@ -219,7 +258,9 @@ def table(summary: list[dict]):
 
     t = Table(title="edgespec bench")
     for col in ("suite", "mode", "tok/s", "speedup vs ar", "acceptance", "tokens/pass", "K histogram", "= ar"):
-        t.add_column(col, justify="left" if col in ("suite", "mode", "K histogram") else "right")
+        # suite and mode names are kept whole on a narrow terminal; the figures' headers wrap instead
+        t.add_column(col, justify="left" if col in ("suite", "mode", "K histogram") else "right",
+                     no_wrap=col in ("suite", "mode"))
     for s in summary:
         hist = " ".join(f"{k}:{v}" for k, v in s["k_histogram"].items())
         t.add_row(

@@ -121,7 +121,8 @@ def stream_to_stdout(events, colored: bool) -> Summary:
               help="JSONL suite (default: the development set shipped with edgespec).")
 @pair_options
 @click.option("--modes", default="ar,k2,k4,k8,heuristic,auto", show_default=True,
-              help="Comma-separated: ar, kN, ngram-kN, model-kN, heuristic, auto.")
+              help="Comma-separated: ar, kN, ngram-kN, model-kN, heuristic, auto, and hf-assisted (transformers' "
+                   "generate with the draft as assistant; hf pairs only).")
 @click.option("--drafter", type=click.Choice(["model", "ngram"]), default=None,
               help="Drafter of kN and heuristic modes (default: the pair's draft model, else ngram).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="First N prompts of each suite.")

@@ -1,0 +1,120 @@
+"""Does the chat UI slow decoding? Decode tokens/s with the TUI open against the engine alone.
+
+Same pair, prompt and settings for both, interleaved repetitions (one of each per round, after one
+warm-up of each), medians:
+
+  direct  `engine.chat(...)` iterated in this thread, nothing else running;
+  tui     the `ChatApp` driven headless (`App.run_test()` and a Pilot): the prompt is typed, enter
+          pressed, and the run ends when the reply's Summary has reached the app. Decoding then runs
+          in the app's worker thread while the event loop drains, folds and repaints ~30 times a
+          second, as in `edgespec chat` (minus the terminal writes: the headless driver draws nowhere).
+
+Both figures are the engine Summary's decode tokens/s (tokens after the first per second after the
+first); for the app, the Summary it received and froze under the reply. The issue's target: tui
+within 5% of direct.
+
+    .venv/bin/python scripts/tui_throughput.py                      # the default pair
+    .venv/bin/python scripts/tui_throughput.py -m tiny --config models.toml --max-tokens 64 --reps 3
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+from pathlib import Path
+
+import click
+
+from edgespec.cli_common import decoding_options, error_boundary, pair_options, sampling_from_flags
+from edgespec.engine import Engine, GenerateSettings
+from edgespec.spec.events import Summary
+
+PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
+SIZE = (120, 40)
+
+
+def direct_rate(engine: Engine, settings: GenerateSettings, prompt: str) -> tuple[float, int]:
+    """(decode tokens/s, tokens) of one reply generated straight from the engine."""
+    summary = [e for e in engine.chat([{"role": "user", "content": prompt}], settings) if isinstance(e, Summary)][0]
+    return summary.decode_tokens_per_s, summary.tokens
+
+
+async def tui_rate(engine: Engine, settings: GenerateSettings, prompt: str, store_dir: Path, timeout: float) -> tuple[float, int]:
+    """(decode tokens/s, tokens) of one reply generated through the chat app, from the Summary it got."""
+    from edgespec.tui.app import ChatApp
+    from edgespec.tui.history import ChatStore
+    from edgespec.tui.prompt import PromptBox
+
+    app = ChatApp(engine, settings, store=ChatStore(store_dir))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*prompt)
+        typed = app.query_one(PromptBox).text
+        if typed != prompt:
+            raise click.ClickException(f"typing the prompt gave {typed!r}")
+        await pilot.press("enter")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        def reply_stats() -> dict | None:
+            messages = app.conversation.messages
+            if app.generating or not messages or messages[-1]["role"] != "assistant":
+                return None
+            return messages[-1].get("stats")
+
+        while (stats := reply_stats()) is None:
+            if loop.time() > deadline:
+                raise click.ClickException(f"no finished reply after {timeout:.0f} s")
+            await pilot.pause(0.05)
+    if stats.get("error") or stats.get("summary") is None:
+        raise click.ClickException(f"the app's reply failed: {stats.get('error') or 'no Summary reached the app'}")
+    return stats["summary"]["decode_tokens_per_s"], stats["summary"]["tokens"]
+
+
+@click.command()
+@pair_options
+@decoding_options
+@click.option("--prompt", default=PROMPT, show_default=True, help="The user message (one line: it is typed).")
+@click.option("--max-tokens", type=click.IntRange(min=2), default=256, show_default=True)
+@click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Measured rounds.")
+@error_boundary
+def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt, max_tokens, reps):
+    from edgespec.engine import open_engine
+
+    if "\n" in prompt:
+        raise click.UsageError("--prompt must be one line (enter sends it)")
+    engine = open_engine(pair, config, draft)
+    sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
+    settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
+    timeout = max(120.0, 2.0 * max_tokens)
+    runs: dict[str, list[tuple[float, int]]] = {"direct": [], "tui": []}
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgespec-tui-throughput-") as tmp:
+            store_dir = Path(tmp) / "chats"  # the app saves its chats here, not in the user's history
+
+            def one_round() -> tuple[tuple[float, int], tuple[float, int]]:
+                return (direct_rate(engine, settings, prompt),
+                        asyncio.run(tui_rate(engine, settings, prompt, store_dir, timeout)))
+
+            click.echo(f"pair {engine.pair.name}, draft {draft}, k {k}, max {max_tokens} tokens, "
+                       f"{reps} rounds after a warm-up", err=True)
+            one_round()  # warm-up (calibration, allocations, Textual's first compose): not counted
+            for i in range(reps):
+                d, t = one_round()
+                runs["direct"].append(d)
+                runs["tui"].append(t)
+                click.echo(f"round {i + 1}: direct {d[0]:.1f} tok/s ({d[1]} tokens), "
+                           f"tui {t[0]:.1f} tok/s ({t[1]} tokens)", err=True)
+    finally:
+        engine.close()
+    direct = statistics.median(r for r, _ in runs["direct"])
+    tui = statistics.median(r for r, _ in runs["tui"])
+    lengths = {n for rs in runs.values() for _, n in rs}
+    print(f"decode tok/s, median of {reps}: direct {direct:.1f}, tui {tui:.1f}, "
+          f"tui/direct {tui / direct if direct else float('nan'):.3f}")
+    if len(lengths) > 1:
+        print(f"note: reply lengths differed between runs ({sorted(lengths)} tokens): sampled, or near-ties")
+
+
+if __name__ == "__main__":
+    main()
