@@ -111,6 +111,9 @@ class Proposal:
     a: float
 
 
+TRUTH = 1_000_000  # simulated token ids of the committed text start here
+
+
 @dataclass
 class Record:
     k: int
@@ -134,6 +137,10 @@ class Sim:
 
     def __post_init__(self):
         self.rng = np.random.default_rng(self.seed)
+        # The committed text: position j holds token TRUTH + j. An n-gram proposal copies the true
+        # continuation for its first m tokens (each surviving with probability a) and then goes
+        # wrong, so the controller can score proposals against the text as it does for real.
+        self.context: list[int] = [TRUTH]
 
     def run(self, policy, rounds: int) -> Sim:
         for _ in range(rounds):
@@ -142,26 +149,30 @@ class Sim:
 
     def round(self, policy) -> Record:
         r = len(self.records)
+        t = len(self.context)
         proposal = self.ngram(r) if self.ngram else None
-        offered = None
+        offered, right = None, 0
         if proposal is not None:
-            offered = Draft(list(range(proposal.length)), [None] * proposal.length, [1.0] * proposal.length,
-                            proposal.match_len)
-        plan: Plan = policy.plan(RoundContext(offered, self.model is not None, self.max_k))
+            fates = self.rng.random(proposal.length) < proposal.a
+            right = next((i for i, ok in enumerate(fates) if not ok), proposal.length)
+            ids = [TRUTH + t + i if i < right else -1 - i for i in range(proposal.length)]
+            offered = Draft(ids, [None] * proposal.length, [1.0] * proposal.length, proposal.match_len)
+        plan: Plan = policy.plan(RoundContext(offered, self.model is not None, self.max_k, self.context))
         k = max(0, min(plan.k, self.max_k))
-        draft, fates, draft_s = Draft(), [], 0.0
+        draft, draft_s, accepted = Draft(), 0.0, 0
         if k and plan.drafter == "model":
             draft, fates, evals = self._draft_model(self.model(r), k, plan.stop)
             draft_s = evals * self.hw.draft
+            accepted = next((i for i, ok in enumerate(fates) if not ok), len(fates))
         elif k and plan.drafter == "ngram":
             k = min(k, proposal.length)
             draft = Draft(offered.ids[:k], offered.dists[:k], offered.confidence[:k], proposal.match_len)
-            fates = list(self.rng.random(k) < proposal.a)
-        accepted = next((i for i, ok in enumerate(fates) if not ok), len(fates))
+            accepted = min(right, k)
         n = len(draft.ids)
         step = Step(n, accepted, tuple(draft.ids), tuple(draft.ids[accepted:]), draft_s, self.hw.verify(n + 1),
                     plan.drafter if n else None, plan.state)
         policy.observe(step, draft)
+        self.context.extend(TRUTH + t + i for i in range(accepted + 1))
         rec = Record(n, step.drafter, accepted, draft_s + step.verify_s, plan.state)
         self.records.append(rec)
         return rec

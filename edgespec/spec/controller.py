@@ -16,7 +16,8 @@ with `observe`. Three policies:
   against plain decoding's 1 / t_verify(1). Inside a round the draft model stops early when
   P(all drafted so far survive) * P(next survives | its confidence) no longer pays for the extra
   verification it costs at the plan's rate. A drafter that is not worth using is probed now and
-  then (one or two tokens, with exponential back-off) so a change in the text is noticed.
+  then (one or two tokens, with exponential back-off) so a change in the text is noticed; n-gram
+  proposals need no probes, as they are scored against the text whether drafted or not.
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class RoundContext:
-    """What a policy may look at before the round: the free n-gram proposal and the budget."""
+    """What a policy may look at before the round: the free n-gram proposal, the budget, and the
+    committed text (prompt and output so far, read-only), against which earlier n-gram proposals
+    can be scored whether or not they were drafted."""
 
     ngram: Draft | None  # None when the n-gram drafter is off
     has_model: bool  # a draft model is loaded and allowed
     max_k: int  # drafts beyond this would overrun max_tokens or the context
+    context: Sequence[int] = ()
 
 
 class Policy(Protocol):
@@ -227,9 +231,57 @@ def _bucket(x: float, edges: Sequence[float]) -> int:
     return sum(x >= e for e in edges)
 
 
+class NgramScores:
+    """Acceptance of n-gram proposals per match-length bucket and draft position, learnt from every
+    proposal, drafted or not.
+
+    The lookup runs every round for free, and once the text has moved past a proposal it is known
+    how many of its tokens the target produced: under greedy decoding exactly the ones
+    verification would have accepted; under sampling the target emits x with probability p(x),
+    which is the probability a point-mass draft of x is accepted, so the estimate is unbiased.
+    The controller thus learns the drafter's worth while decoding plainly, without paying for
+    probes, and follows the text as it moves between prose and copying.
+    """
+
+    MAX_PENDING = 64
+    # Priors, the shape measured on the development set's greedy outputs: a one-token match
+    # predicts the next token one time in five, a 32-token match nearly always; and once a copy's
+    # first tokens survive, the next ones are likelier still (the conditional rate rises with the
+    # position). Live scores take over within a few dozen proposals.
+    FIRST = (0.2, 0.4, 0.55, 0.7, 0.8, 0.9, 0.95, 0.98)  # per match bucket, first position
+    RISE = 0.85  # the miss rate shrinks by this factor per position
+
+    def __init__(self, max_k: int):
+        self.rates = [[Rate(1.0 - (1.0 - first) * self.RISE**i, prior_weight=3.0) for i in range(max_k)]
+                      for first in self.FIRST]
+        self._pending: list[tuple[int, list[int], list[Rate]]] = []  # (position, proposal, rates)
+
+    def rates_for(self, match_len: int) -> list[Rate]:
+        return self.rates[_bucket(match_len, _MATCH_BUCKETS[1:])]
+
+    def remember(self, position: int, proposal: Draft) -> None:
+        self._pending.append((position, list(proposal.ids), self.rates_for(proposal.match_len)))
+        del self._pending[: -self.MAX_PENDING]
+
+    def score(self, context: Sequence[int]) -> None:
+        """Settle every proposal whose fate the committed text now shows."""
+        still = []
+        for position, ids, rates in self._pending:
+            seen = context[position : position + len(ids)]
+            hits = 0
+            while hits < len(seen) and seen[hits] == ids[hits]:
+                hits += 1
+            if hits == len(seen) and len(seen) < len(ids):
+                still.append((position, ids, rates))  # all seen so far match: not settled yet
+                continue
+            for i in range(min(hits + 1, len(ids), len(rates))):
+                rates[i].update(i < hits)
+        self._pending = still
+
+
 @dataclass
 class _Probe:
-    """Exponential back-off for trying a drafter the cost model currently rejects."""
+    """Exponential back-off for trying the draft model while the cost model rejects it."""
 
     interval: int = 16
     idle: int = 0
@@ -258,42 +310,36 @@ class AutoK:
     max_k_ngram: int = 16
     _pos: list[Rate] = field(init=False)
     _conf: list[Rate] = field(init=False)
-    _ngram: list[list[Rate]] = field(init=False)
-    _probe: dict[str, _Probe] = field(init=False)
-    _last: Plan | None = field(default=None, init=False)
+    _ngram: NgramScores = field(init=False)
+    _probe: _Probe = field(default_factory=_Probe, init=False)
     _probing: bool = field(default=False, init=False)
+    _streak: float = field(default=1.0, init=False)
     _measured: float = field(default=0.0, init=False)
-    _drafting_rounds: int = field(default=0, init=False)
+    _model_rounds: int = field(default=0, init=False)
 
-    # Every STRETCH-th drafting round drafts one token past the chosen K: a position that is never
-    # drafted is never measured, so one early miss there would cap K for good.
+    # Every STRETCH-th draft-model round drafts one token past the chosen K: a position that is
+    # never drafted is never measured, so one early miss there would cap K for good.
     STRETCH = 8
-    # Probes fully accepted in a row although the estimates gave that less than this chance mean
-    # the text has changed: the drafter's estimates go back to their priors.
+    # Model probes fully accepted in a row although the estimates gave that less than this chance
+    # mean the text has changed: the draft model's estimates go back to their priors.
     SURPRISE = 0.15
     # Probes may cost at most this share of plain decoding's time: it caps the back-off, and with
-    # it the number of rounds before a drafter that became good is noticed (a probe is nearly
+    # it the number of rounds before a draft model that became good is noticed (a probe is nearly
     # free on a GPU, so it comes often there; on a small CPU it is rarer).
     PROBE_BUDGET = 0.01
-    # A drafter is probed only if it would pay at this acceptance: on a small CPU a draft model
-    # costing half a target step never does, and each probe would pay for reading back the text.
+    # The draft model is probed only if it would pay at this acceptance: on a small CPU a draft
+    # model costing half a target step never does, and each probe would pay for reading back text.
     BEST_CASE = 0.9
 
     def __post_init__(self):
         self.max_k = max(self.max_k_model, self.max_k_ngram)
         self._pos = self._model_prior()
         self._conf = [Rate(0.3 + 0.6 * i / len(_CONF_BINS)) for i in range(len(_CONF_BINS) + 1)]
-        self._ngram = [self._ngram_prior(b) for b in range(len(_MATCH_BUCKETS))]
-        self._probe = {"model": _Probe(), "ngram": _Probe()}
-        self._streak = {"model": 1.0, "ngram": 1.0}  # chance of the probes accepted in a row
+        self._ngram = NgramScores(self.max_k_ngram)
 
-    # Priors: a draft model of the same family agrees often; a short n-gram match rarely predicts
-    # more than a token, a long one predicts a copy.
     def _model_prior(self) -> list[Rate]:
+        """A draft model of the same family agrees often."""
         return [Rate(0.7) for _ in range(self.max_k_model)]
-
-    def _ngram_prior(self, bucket: int) -> list[Rate]:
-        return [Rate(min(0.3 + 0.08 * bucket, 0.9)) for _ in range(self.max_k_ngram)]
 
     # -- choosing -------------------------------------------------------------------------
 
@@ -311,69 +357,56 @@ class AutoK:
 
     def _ngram_option(self, ctx: RoundContext) -> tuple[int, float]:
         g = ctx.ngram
-        rates = self._ngram[_bucket(g.match_len, _MATCH_BUCKETS[1:])]
-        acc = [r.mean for r in rates[: min(len(g.ids), ctx.max_k, self.max_k_ngram)]]
+        acc = [r.mean for r in self._ngram.rates_for(g.match_len)[: min(len(g.ids), ctx.max_k, self.max_k_ngram)]]
         return best_k(acc, self._cost("ngram"))
 
     def uses_model(self) -> bool:
-        return self.drafter in ("auto", "model") and self._could_pay("model")
+        return self.drafter in ("auto", "model") and self._model_could_pay()
 
-    def _could_pay(self, name: str) -> bool:
-        return best_k([self.BEST_CASE] * (self.max_k_model if name == "model" else self.max_k_ngram), self._cost(name))[0] > 0
+    def _model_could_pay(self) -> bool:
+        return best_k([self.BEST_CASE] * self.max_k_model, self._cost("model"))[0] > 0
 
     def plan(self, ctx: RoundContext) -> Plan:
+        use_ngram = ctx.ngram is not None and self.drafter in ("auto", "ngram")
+        if use_ngram:
+            self._ngram.score(ctx.context)
+            if ctx.ngram.ids:
+                self._ngram.remember(len(ctx.context), ctx.ngram)
         plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
         options: dict[str | None, tuple[int, float]] = {None: (0, plain_rate)}
         if ctx.has_model and self.drafter in ("auto", "model"):
             options["model"] = self._model_option(ctx)
-        if ctx.ngram is not None and ctx.ngram.ids and self.drafter in ("auto", "ngram"):
+        if use_ngram and ctx.ngram.ids:
             options["ngram"] = self._ngram_option(ctx)
-        for p in self._probe.values():
-            p.idle += 1
+        self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate = options[which]
         self._probing = False
         if k == 0:
             which = None
-            for name in ("ngram", "model"):  # the free proposal is probed first
-                if (name in options and self._probe[name].due(self._probe_cap(name)) and ctx.max_k > 0
-                        and self._could_pay(name)):
-                    which, k, self._probing = name, min(2 if name == "model" else 1, ctx.max_k), True
-                    if name == "ngram":
-                        k = min(k, len(ctx.ngram.ids))
-                    break
-        else:
-            self._drafting_rounds += 1
-            if self._drafting_rounds % self.STRETCH == 0:
-                k = min(k + 1, self._cap(which, ctx))
-        if which is not None:
-            self._probe[which].used(self._probing)
-        acceptance = self._first_acceptance(which, ctx)
-        state = ControllerState("auto", k, which, acceptance, rate / plain_rate,
-                                self._measured * self.costs.verify(1))
-        stop = self._stop_rule(rate) if which == "model" else None
-        self._last = Plan(which, k, stop, state)
-        return self._last
-
-    def _probe_cap(self, name: str) -> int:
-        """Rounds between probes at which their extra time is PROBE_BUDGET of plain decoding."""
-        c = self.costs
-        if name == "model":
-            extra = 2 * (c.draft_step if c.draft_step is not None else c.verify(1)) + c.verify(3) - c.verify(1)
-        else:
-            extra = c.verify(2) - c.verify(1)
-        return max(_Probe.BASE, min(_Probe.MAX, int(extra / (self.PROBE_BUDGET * c.verify(1)))))
-
-    def _cap(self, which: str, ctx: RoundContext) -> int:
+            if "model" in options and ctx.max_k > 0 and self._probe.due(self._probe_cap()) and self._model_could_pay():
+                which, k, self._probing = "model", min(2, ctx.max_k), True
+        elif which == "model":
+            self._model_rounds += 1
+            if self._model_rounds % self.STRETCH == 0:
+                k = min(k + 1, self.max_k_model, ctx.max_k)
         if which == "model":
-            return min(self.max_k_model, ctx.max_k)
-        return min(len(ctx.ngram.ids), ctx.max_k, self.max_k_ngram)
+            self._probe.used(self._probing)
+        state = ControllerState("auto", k, which, self._first_acceptance(which, ctx), rate / plain_rate,
+                                self._measured * self.costs.verify(1))
+        return Plan(which, k, self._stop_rule(rate) if which == "model" else None, state)
+
+    def _probe_cap(self) -> int:
+        """Rounds between model probes at which their extra time is PROBE_BUDGET of plain decoding."""
+        c = self.costs
+        extra = 2 * (c.draft_step if c.draft_step is not None else c.verify(1)) + c.verify(3) - c.verify(1)
+        return max(_Probe.BASE, min(_Probe.MAX, int(extra / (self.PROBE_BUDGET * c.verify(1)))))
 
     def _first_acceptance(self, which: str | None, ctx: RoundContext) -> float:
         if which == "model":
             return self._pos[0].mean
         if which == "ngram":
-            return self._ngram[_bucket(ctx.ngram.match_len, _MATCH_BUCKETS[1:])][0].mean
+            return self._ngram.rates_for(ctx.ngram.match_len)[0].mean
         return 0.0
 
     def _stop_rule(self, rate: float) -> StopRule:
@@ -394,49 +427,35 @@ class AutoK:
     # -- learning -------------------------------------------------------------------------
 
     def observe(self, step: Step, draft: Draft) -> None:
-        if step.drafter is not None:
-            self._check_surprise(step, draft)
         self.costs.observe_verify(step.k + 1, step.verify_s)
         tokens = step.accepted + 1
         seconds = step.draft_s + step.verify_s
         self._measured = tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
-        if step.drafter == "model":
-            if not draft.catch_up_s:
-                self.costs.observe_draft(step.k, step.draft_s)
-            elif step.k > 1:
-                self.costs.observe_draft(step.k - 1, step.draft_s - draft.catch_up_s)
-            for i in range(min(step.k, step.accepted + 1)):
-                hit = i < step.accepted
-                if i < len(self._pos):
-                    self._pos[i].update(hit)
-                self._conf[_bucket(draft.confidence[i], _CONF_BINS)].update(hit)
-        elif step.drafter == "ngram":
+        if step.drafter != "model":  # n-gram proposals are scored against the text in plan()
             self.costs.observe_lookup(step.draft_s)
-            rates = self._ngram[_bucket(draft.match_len, _MATCH_BUCKETS[1:])]
-            for i in range(min(step.k, step.accepted + 1, len(rates))):
-                rates[i].update(i < step.accepted)
-        else:
-            self.costs.observe_lookup(step.draft_s)
+            return
+        self._check_surprise(step)
+        if not draft.catch_up_s:
+            self.costs.observe_draft(step.k, step.draft_s)
+        elif step.k > 1:
+            self.costs.observe_draft(step.k - 1, step.draft_s - draft.catch_up_s)
+        for i in range(min(step.k, step.accepted + 1)):
+            hit = i < step.accepted
+            if i < len(self._pos):
+                self._pos[i].update(hit)
+            self._conf[_bucket(draft.confidence[i], _CONF_BINS)].update(hit)
 
-    def _check_surprise(self, step: Step, draft: Draft) -> None:
+    def _check_surprise(self, step: Step) -> None:
         """After fully accepted probes in a row: was that unlikely under the estimates? Then forget them."""
         if not self._probing or step.accepted < step.k:
-            self._streak[step.drafter] = 1.0
+            self._streak = 1.0
             return
-        if step.drafter == "model":
-            rates = self._pos
-        else:
-            rates = self._ngram[_bucket(draft.match_len, _MATCH_BUCKETS[1:])]
-        for r in rates[: step.k]:
-            self._streak[step.drafter] *= r.mean
-        if self._streak[step.drafter] < self.SURPRISE:
-            self._streak[step.drafter] = 1.0
-            if step.drafter == "model":
-                self._pos = self._model_prior()
-            else:
-                b = _bucket(draft.match_len, _MATCH_BUCKETS[1:])
-                self._ngram[b] = self._ngram_prior(b)
-            self._probe[step.drafter].reset()
+        for r in self._pos[: step.k]:
+            self._streak *= r.mean
+        if self._streak < self.SURPRISE:
+            self._streak = 1.0
+            self._pos = self._model_prior()
+            self._probe.reset()
 
 
 def make_policy(k: str, drafter: str, costs: CostModel) -> Policy:

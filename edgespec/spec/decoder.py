@@ -131,7 +131,7 @@ class SpeculativeDecoder:
         ngram_draft = None
         if self.ngram is not None and max_k > 0:
             ngram_draft = self.ngram.draft(context, min(max_k, self.policy.max_k))
-        plan: Plan = self.policy.plan(RoundContext(ngram=ngram_draft, has_model=self.model is not None, max_k=max_k))
+        plan: Plan = self.policy.plan(RoundContext(ngram_draft, self.model is not None, max_k, context))
         k = max(0, min(plan.k, max_k))
         if k == 0 or plan.drafter is None:
             draft = Draft()
