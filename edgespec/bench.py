@@ -238,7 +238,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "decode_tokens_per_s": statistics.median(r.decode_tokens_per_s for r in group),
             "speedup_vs_ar": statistics.median(ratios) if ratios else None,
             "acceptance": sum(r.accepted for r in group) / drafted if drafted else 0.0,
-            "tokens_per_pass": sum(r.tokens for r in group) / passes if passes else 0.0,
+            "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
             "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
             "matches_ar": sum(matched) / len(matched) if matched else None,
         })

@@ -71,12 +71,21 @@ def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p
     if raw and system:
         raise UsageError("--system has no meaning with --raw (no chat template)")
     engine = open_engine(pair, config, draft)
-    settings = GenerateSettings(
-        max_tokens=max_tokens,
-        sampling=sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed),
-        draft=draft,
-        k=k,
-    )
+    try:
+        settings = GenerateSettings(
+            max_tokens=max_tokens,
+            sampling=sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed),
+            draft=draft,
+            k=k,
+        )
+        reply(engine, text, system, raw, settings, color, stats, stats_json)
+    finally:
+        engine.close()  # also keeps the controller's refined cost measurements for the next run
+
+
+def reply(engine, text: str, system: str | None, raw: bool, settings, color: str, stats: bool,
+          stats_json: Path | None) -> None:
+    """Tokenize the input the way asked, check it fits, stream the reply, report the figures."""
     if raw:
         prompt_tokens = engine.target.tokenize(text, special=False)
     else:

@@ -12,6 +12,8 @@ re-evaluated, and its cost measurements, so the controller starts warm on the ne
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,11 +87,54 @@ class Engine:
         key = (settings.draft, settings.k)
         if key not in self._policies:
             if settings.k == "auto" and not self.costs.calibrated:
-                self.costs.calibrate(self.target, self.draft)
+                self._load_or_calibrate()
             self._policies[key] = make_policy(settings.k, settings.draft, self.costs)
         return self._policies[key]
 
+    def _calibration_key(self) -> str:
+        """What the cost curve depends on: the models, the runtime and how it is run."""
+        parts = [self.pair.backend, str(self.pair.n_gpu_layers), str(self.pair.threads), self.pair.device_map]
+        for backend in (self.target, self.draft):
+            path = getattr(backend, "path", None)
+            if path is not None:
+                st = Path(path).stat()
+                parts += [str(path), str(st.st_size)]
+        return "|".join(parts)
+
+    def _load_or_calibrate(self) -> None:
+        """Cost measurements are kept between runs (they are refined online during every reply), so
+        only the first run on a machine pays for calibration (about a second on a small CPU)."""
+        from edgespec.store import home
+
+        cache = home() / "calibration.json"
+        key = self._calibration_key()
+        try:
+            saved = json.loads(cache.read_text()).get(key)
+        except (OSError, ValueError):
+            saved = None
+        if saved:
+            self.costs.restore(saved)
+            return
+        self.costs.calibrate(self.target, self.draft)
+        self._save_costs()
+
+    def _save_costs(self) -> None:
+        from edgespec.store import home
+
+        cache = home() / "calibration.json"
+        try:
+            data = json.loads(cache.read_text()) if cache.exists() else {}
+            data[self._calibration_key()] = self.costs.to_dict()
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=1))
+            os.replace(tmp, cache)
+        except (OSError, ValueError):
+            pass  # a read-only or damaged cache only costs a calibration next time
+
     def close(self) -> None:
+        if self.costs.calibrated:
+            self._save_costs()
         for backend in (self.target, self.draft):
             if backend is not None and hasattr(backend, "close"):
                 backend.close()

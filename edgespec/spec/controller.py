@@ -168,6 +168,14 @@ class CostModel:
     def calibrated(self) -> bool:
         return len(self._verify) >= 2
 
+    def to_dict(self) -> dict:
+        return {"verify": {str(n): s for n, s in sorted(self._verify.items())}, "draft_step": self.draft_step}
+
+    def restore(self, d: dict) -> None:
+        """Take measurements saved by `to_dict` (an earlier run on the same machine and models)."""
+        self._verify = {int(n): float(s) for n, s in d["verify"].items()}
+        self.draft_step = None if d.get("draft_step") is None else float(d["draft_step"])
+
     def verify(self, n: int) -> float:
         pts = self._verify
         if n in pts:

@@ -84,7 +84,8 @@ class Summary:
 
     @property
     def tokens_per_pass(self) -> float:
-        return self.tokens / self.target_passes if self.target_passes else 0.0
+        """Tokens per decoding pass of the target (1.0 for plain decoding)."""
+        return (self.tokens - 1) / self.target_passes if self.target_passes else 0.0
 
     def to_dict(self) -> dict:
         d = asdict(self)
