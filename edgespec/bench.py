@@ -273,7 +273,7 @@ def table(summary: list[dict]):
 
 
 def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
-    """Speedup per suite and mode (bars), and K over time for the longest `auto` generation."""
+    """Speedup per suite and mode (bars), and K over time for the `auto` generation that drafted most."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -294,7 +294,7 @@ def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
     trace_mode = "auto" if any(r.mode == "auto" for r in rows) else (modes[0] if modes else "ar")
     candidates = [r for r in rows if r.mode == trace_mode]
     if candidates:
-        r = max(candidates, key=lambda r: len(r.k_trace))
+        r = max(candidates, key=lambda r: (r.drafted, len(r.k_trace)))
         ax2.step(range(len(r.k_trace)), r.k_trace, where="post")
         ax2.set_title(f"K per target pass: {trace_mode}, {r.id}", fontsize=9)
         ax2.set_xlabel("target pass")

@@ -148,6 +148,7 @@ class CostModel:
 
     def __init__(self):
         self._verify: dict[int, float] = {}
+        self._curve: dict[int, float] = {}  # verify(n) as interpolated, until the next observation
         self.draft_step: float | None = None  # seconds per draft-model token
         self.ngram_lookup = 0.0  # seconds per n-gram lookup
 
@@ -156,6 +157,7 @@ class CostModel:
 
     def observe_verify(self, n: int, seconds: float) -> None:
         self._verify[n] = self._ema(self._verify.get(n), seconds)
+        self._curve.clear()
 
     def observe_draft(self, tokens: int, seconds: float) -> None:
         if tokens:
@@ -174,9 +176,17 @@ class CostModel:
     def restore(self, d: dict) -> None:
         """Take measurements saved by `to_dict` (an earlier run on the same machine and models)."""
         self._verify = {int(n): float(s) for n, s in d["verify"].items()}
+        self._curve.clear()
         self.draft_step = None if d.get("draft_step") is None else float(d["draft_step"])
 
     def verify(self, n: int) -> float:
+        """Seconds for a target pass over n tokens (the controller asks this dozens of times a round)."""
+        t = self._curve.get(n)
+        if t is None:
+            t = self._curve[n] = self._interpolate(n)
+        return t
+
+    def _interpolate(self, n: int) -> float:
         pts = self._verify
         if n in pts:
             return pts[n]
