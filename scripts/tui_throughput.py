@@ -40,13 +40,14 @@ def direct_rate(engine: Engine, settings: GenerateSettings, prompt: str) -> tupl
     return summary.decode_tokens_per_s, summary.tokens
 
 
-async def tui_rate(engine: Engine, settings: GenerateSettings, prompt: str, store_dir: Path, timeout: float) -> tuple[float, int]:
+async def tui_rate(engine: Engine, engine_thread, settings: GenerateSettings, prompt: str, store_dir: Path,
+                   timeout: float) -> tuple[float, int]:
     """(decode tokens/s, tokens) of one reply generated through the chat app, from the Summary it got."""
     from edgespec.tui.app import ChatApp
     from edgespec.tui.history import ChatStore
     from edgespec.tui.prompt import PromptBox
 
-    app = ChatApp(engine, settings, store=ChatStore(store_dir))
+    app = ChatApp(engine, settings, store=ChatStore(store_dir), engine_thread=engine_thread)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*prompt)
         typed = app.query_one(PromptBox).text
@@ -79,11 +80,12 @@ async def tui_rate(engine: Engine, settings: GenerateSettings, prompt: str, stor
 @click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Measured rounds.")
 @error_boundary
 def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt, max_tokens, reps):
-    from edgespec.engine import open_engine
+    from edgespec.engine import EngineThread, open_engine
 
     if "\n" in prompt:
         raise click.UsageError("--prompt must be one line (enter sends it)")
-    engine = open_engine(pair, config, draft)
+    engine_thread = EngineThread()  # as in `edgespec chat`: one thread loads and generates
+    engine = engine_thread.call(open_engine, pair, config, draft)
     sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
     settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
     timeout = max(120.0, 2.0 * max_tokens)
@@ -93,8 +95,8 @@ def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt,
             store_dir = Path(tmp) / "chats"  # the app saves its chats here, not in the user's history
 
             def one_round() -> tuple[tuple[float, int], tuple[float, int]]:
-                return (direct_rate(engine, settings, prompt),
-                        asyncio.run(tui_rate(engine, settings, prompt, store_dir, timeout)))
+                return (engine_thread.call(direct_rate, engine, settings, prompt),
+                        asyncio.run(tui_rate(engine, engine_thread, settings, prompt, store_dir, timeout)))
 
             click.echo(f"pair {engine.pair.name}, draft {draft}, k {k}, max {max_tokens} tokens, "
                        f"{reps} rounds after a warm-up", err=True)
@@ -106,7 +108,8 @@ def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt,
                 click.echo(f"round {i + 1}: direct {d[0]:.1f} tok/s ({d[1]} tokens), "
                            f"tui {t[0]:.1f} tok/s ({t[1]} tokens)", err=True)
     finally:
-        engine.close()
+        engine_thread.call(engine.close)
+        engine_thread.shutdown()
     direct = statistics.median(r for r, _ in runs["direct"])
     tui = statistics.median(r for r, _ in runs["tui"])
     lengths = {n for rs in runs.values() for _, n in rs}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from edgespec.engine import Engine, GenerateSettings
+from edgespec.engine import Engine, EngineThread, GenerateSettings
 from edgespec.errors import EdgespecError
 from edgespec.spec.events import Step, Summary, Token
 from edgespec.tui.chat_list import ChatListScreen
@@ -93,10 +94,16 @@ def describe_pair(engine: Engine) -> str:
     return f"{pair.backend} · {device} · {pair.target.name} ← {drafter}"
 
 
+SWITCH_INTERVAL_S = 0.0005
+
+
 class ChatApp(App):
     CSS_PATH = "chat.tcss"
     TITLE = "edgespec"
-    FLUSH_HZ = 30  # at most this many UI updates (and saves) per second while generating
+    # At most this many UI updates (and saves) per second while generating. Each repaint of a
+    # growing reply costs the UI thread milliseconds, taken from a CPU that decodes with every
+    # core; a few updates a second read as live and keep decoding at full speed.
+    FLUSH_HZ = 5
 
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
@@ -122,9 +129,12 @@ class ChatApp(App):
         first_message: str | None = None,
         store: ChatStore | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        engine_thread: EngineThread | None = None,
     ):
         super().__init__()
         self.engine = engine
+        # every generation runs on the thread that loaded the engine (see EngineThread)
+        self.engine_thread = engine_thread or EngineThread()
         self.settings = settings or GenerateSettings()
         self.system = system
         self.store = store or ChatStore()
@@ -149,6 +159,10 @@ class ChatApp(App):
         yield Footer()
 
     async def on_mount(self) -> None:
+        # The engine's worker thread needs the GIL for a moment between target passes; by default
+        # it may wait up to 5 ms for the UI thread to yield it, several times a token. A short
+        # switch interval keeps the UI from slowing decoding.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.sub_title = describe_pair(self.engine)
         self._flush_timer = self.set_interval(1 / self.FLUSH_HZ, self._drain_events, pause=True)
         await self._show_conversation()
@@ -284,8 +298,9 @@ class ChatApp(App):
         gen = Generation(self.conversation, message, view, sent_at=self.clock(), prompt_tokens=used)
         self._gen = gen
         self._show_stats()
+        self.query_one(PromptBox).cursor_blink = False  # a blinking cursor repaints the screen twice a second
         self._flush_timer.resume()
-        self.run_worker(lambda: self._generate(gen, messages), thread=True, group="generate",
+        self.run_worker(lambda: self.engine_thread.call(self._generate, gen, messages), thread=True, group="generate",
                         exit_on_error=False, description="engine.chat")
 
     def _generate(self, gen: Generation, messages: list[dict]) -> None:
@@ -353,6 +368,8 @@ class ChatApp(App):
         gen.done = True
         self._gen = None
         self._flush_timer.pause()
+        for box in self.query(PromptBox):  # none while the app is shutting down
+            box.cursor_blink = True
         gen.spans.finish()
         stats = gen.stats
         conversation, message = gen.conversation, gen.message

@@ -48,7 +48,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     Keys: enter send · shift+enter/ctrl+j newline · esc stop · ctrl+n new chat · ctrl+r regenerate ·
     F2 details · F3 markdown · F4 rejected drafts · ctrl+o saved chats · ctrl+p commands · ctrl+q quit.
     """
-    from edgespec.engine import GenerateSettings, open_engine
+    from edgespec.engine import EngineThread, GenerateSettings, open_engine
     from edgespec.tui.history import ChatStore
 
     store = ChatStore()
@@ -65,14 +65,18 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     _require_terminal()
 
     click.echo("edgespec: loading the model pair…", err=True)
-    engine = open_engine(pair, config, draft)
+    engine_thread = EngineThread()  # loads the engine and runs every reply (see EngineThread)
     try:
-        sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
-        settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
+        engine = engine_thread.call(open_engine, pair, config, draft)
+        try:
+            sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
+            settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
 
-        from edgespec.tui.app import ChatApp
+            from edgespec.tui.app import ChatApp
 
-        ChatApp(engine, settings, system=system, conversation=conversation, first_message=first_message,
-                store=store).run()
+            ChatApp(engine, settings, system=system, conversation=conversation, first_message=first_message,
+                    store=store, engine_thread=engine_thread).run()
+        finally:
+            engine_thread.call(engine.close)
     finally:
-        engine.close()
+        engine_thread.shutdown()
