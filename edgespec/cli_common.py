@@ -17,10 +17,9 @@ from edgespec.errors import EdgespecError, UsageError
 EXIT_INTERRUPTED = 130
 
 
-def pair_options(f: Callable) -> Callable:
-    """-m/--pair and --config."""
-    f = click.option("-m", "--pair", "pair", default=None, help="Model pair from models.toml (default: the registry's default).")(f)
-    f = click.option(
+def config_option(f: Callable) -> Callable:
+    """--config (or $EDGESPEC_CONFIG): the user's models.toml."""
+    return click.option(
         "--config",
         "config",
         type=click.Path(path_type=Path, dir_okay=False),
@@ -28,7 +27,12 @@ def pair_options(f: Callable) -> Callable:
         envvar="EDGESPEC_CONFIG",
         help="User models.toml adding or overriding pairs (default: the platform config dir).",
     )(f)
-    return f
+
+
+def pair_options(f: Callable) -> Callable:
+    """-m/--pair and --config."""
+    f = click.option("-m", "--pair", "pair", default=None, help="Model pair from models.toml (default: the registry's default).")(f)
+    return config_option(f)
 
 
 def decoding_options(f: Callable) -> Callable:

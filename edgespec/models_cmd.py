@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
 
 import click
 from rich.console import Console
@@ -17,25 +16,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from edgespec.backends.base import Vocabulary
-from edgespec.cli_common import error_boundary
+from edgespec.cli_common import config_option, error_boundary
 from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
 from edgespec.errors import EdgespecError
 from edgespec.store import Store
 from edgespec.vocab import compare_vocabularies, read_gguf_vocabulary
 
 PIPE_WIDTH = 200  # a pipe has no width; wide enough that model names are never folded
-
-
-def config_option(f: Callable) -> Callable:
-    """--config, as `pair_options` declares it for run/chat/bench."""
-    return click.option(
-        "--config",
-        "config",
-        type=click.Path(path_type=Path, dir_okay=False),
-        default=None,
-        envvar="EDGESPEC_CONFIG",
-        help="User models.toml adding or overriding pairs (default: the platform config dir).",
-    )(f)
 
 
 @click.group("models", invoke_without_command=True)
