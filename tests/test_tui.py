@@ -258,6 +258,25 @@ def test_stats_figures_and_sparkline():
 
 
 @pytest.mark.asyncio
+async def test_a_long_streaming_reply_freezes_finished_lines_and_ends_as_one_text(tmp_path):
+    long_reply = "".join(f"line {i}: value = compute({i})\n" for i in range(80))
+    events = script(long_reply)
+    engine = FakeEngine(events, pause_after=len(events) - 5)
+    app = make_app(tmp_path, engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "write many lines")
+        await wait_until(pilot, lambda: engine.paused.is_set() and app._gen.queue.empty())
+        await pilot.pause(0.3)  # a flush after the queue drained
+        view = app.transcript.replies()[0]
+        shown = "".join(block.content.plain for block in view._blocks) + reply_text(view)
+        assert view._blocks, "finished lines should sit in frozen blocks while streaming"
+        assert shown.rstrip("▍") == view.message["content"]  # nothing lost or doubled at the seams
+        engine.resume.set()
+        await wait_until(pilot, lambda: not app.generating)
+        assert not view._blocks and reply_text(view) == long_reply
+
+
+@pytest.mark.asyncio
 async def test_esc_cancels_and_keeps_the_partial_reply(tmp_path):
     engine = FakeEngine(pause_after=20)
     app = make_app(tmp_path, engine)

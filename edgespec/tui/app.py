@@ -103,7 +103,7 @@ class ChatApp(App):
     # At most this many UI updates (and saves) per second while generating. Each repaint of a
     # growing reply costs the UI thread milliseconds, taken from a CPU that decodes with every
     # core; a few updates a second read as live and keep decoding at full speed.
-    FLUSH_HZ = 5
+    FLUSH_HZ = 4
 
     BINDINGS = [
         Binding("escape", "stop", "Stop"),

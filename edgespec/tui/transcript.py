@@ -130,10 +130,19 @@ class Notice(Static):
 
 
 class ReplyView(Vertical):
-    """One assistant reply: coloured tokens (or Markdown once finished) and its frozen stats."""
+    """One assistant reply: coloured tokens (or Markdown once finished) and its frozen stats.
+
+    While a reply streams, its finished lines move into blocks that are never repainted: a repaint
+    re-wraps the whole text, several times a second, on a CPU the decoder needs, so each repaint
+    must cost the last lines only (measured: a 300-token reply repainted whole 5 times a second
+    slowed decoding by a fifth on 2 cores)."""
+
+    FREEZE_SPANS = 48  # spans kept live at the end; older finished lines are frozen
 
     def __init__(self, message: dict, show_rejected: bool = False, generating: bool = False):
         super().__init__(classes="reply")
+        self._frozen = 0  # spans already in frozen blocks
+        self._blocks: list[Static] = []
         self.border_title = "assistant"
         self.message = message
         self.show_rejected = show_rejected
@@ -150,28 +159,55 @@ class ReplyView(Vertical):
         yield self.tokens
         yield self.footer
 
+    def _spans(self) -> list:
+        return self.message.get("spans") or [["target", self.message.get("content", "")]]
+
     def _token_text(self) -> Text:
-        text = render_spans(self.message.get("spans") or [["target", self.message.get("content", "")]], self.show_rejected)
+        text = render_spans(self._spans()[self._frozen :], self.show_rejected)
         if self.generating:
             text.append("▍", style="dim")
         return text
 
     def update_tokens(self) -> None:
+        if self.generating:
+            self._freeze_finished_lines()
         self.tokens.update(self._token_text())
+
+    def _freeze_finished_lines(self) -> None:
+        tail = self._spans()[self._frozen :]
+        if len(tail) < 2 * self.FREEZE_SPANS or not self.is_mounted:
+            return
+        cut = max((i for i in range(len(tail) - self.FREEZE_SPANS) if tail[i][1].endswith("\n")), default=None)
+        if cut is None:
+            return
+        block = Static(render_spans(tail[: cut + 1], self.show_rejected), classes="tokens")
+        self.mount(block, before=self.tokens)
+        self._blocks.append(block)
+        self._frozen += cut + 1
+
+    def _unfreeze(self) -> None:
+        """Back to one text (a toggle, or the reply is done)."""
+        for block in self._blocks:
+            block.remove()
+        self._blocks.clear()
+        self._frozen = 0
 
     def set_show_rejected(self, on: bool) -> None:
         if on != self.show_rejected:
             self.show_rejected = on
+            self._unfreeze()
             self.update_tokens()
 
     def finish(self, stats: dict) -> None:
         self.generating = False
+        self._unfreeze()
         self.update_tokens()
         self.footer.update(frozen_line(stats))
 
     def set_markdown(self, on: bool) -> None:
         """Markdown (with highlighted code blocks) replaces the token colours of a finished reply."""
         if on and not self.generating:
+            self._unfreeze()
             if self._markdown is None:
                 self._markdown = Markdown(printable(self.message.get("content", "")), classes="markdown")
                 self.mount(self._markdown, before=self.footer)
