@@ -113,7 +113,8 @@ def stream_to_stdout(events, colored: bool) -> Summary:
         for event in events:
             if isinstance(event, Token):
                 if event.text:
-                    out.write(click.style(event.text, **TOKEN_STYLES[event.source]) if colored else event.text)
+                    style = TOKEN_STYLES[event.source] if colored else None
+                    out.write(click.style(event.text, **style) if style else event.text)
                     out.flush()
                     wrote = event.text
             elif isinstance(event, Summary):
