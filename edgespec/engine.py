@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 from edgespec.backends.base import Backend, BackendError
 from edgespec.config import ModelSpec, PairConfig, load_registry
 from edgespec.errors import UsageError
-from edgespec.spec.controller import CostModel, make_policy
+from edgespec.spec.controller import CostModel, Policy, make_policy
 from edgespec.spec.decoder import SpeculativeDecoder
 from edgespec.spec.drafters import ModelDrafter, NgramDrafter
 from edgespec.spec.events import Event
@@ -47,7 +47,7 @@ class Engine:
         self.n_ctx = target.n_ctx
         self._model_drafter = ModelDrafter(draft) if draft is not None else None
         self._ngram = NgramDrafter()
-        self._policies: dict[tuple[str, str], object] = {}
+        self._policies: dict[tuple[str, str], Policy] = {}
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
 
     def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -82,7 +82,7 @@ class Engine:
         )
         return decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
 
-    def _policy(self, settings: GenerateSettings):
+    def _policy(self, settings: GenerateSettings) -> Policy:
         """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
         key = (settings.draft, settings.k)
         if key not in self._policies:
@@ -104,9 +104,7 @@ class Engine:
     def _load_or_calibrate(self) -> None:
         """Cost measurements are kept between runs (they are refined online during every reply), so
         only the first run on a machine pays for calibration (about a second on a small CPU)."""
-        from edgespec.store import home
-
-        cache = home() / "calibration.json"
+        cache = _calibration_file()
         key = self._calibration_key()
         try:
             saved = json.loads(cache.read_text()).get(key)
@@ -119,9 +117,7 @@ class Engine:
         self._save_costs()
 
     def _save_costs(self) -> None:
-        from edgespec.store import home
-
-        cache = home() / "calibration.json"
+        cache = _calibration_file()
         try:
             data = json.loads(cache.read_text()) if cache.exists() else {}
             data[self._calibration_key()] = self.costs.to_dict()
@@ -138,6 +134,12 @@ class Engine:
         for backend in (self.target, self.draft):
             if backend is not None and hasattr(backend, "close"):
                 backend.close()
+
+
+def _calibration_file() -> Path:
+    from edgespec.store import home
+
+    return home() / "calibration.json"
 
 
 class EngineThread:

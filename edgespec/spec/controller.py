@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
+from edgespec.errors import UsageError
 from edgespec.spec.drafters import Draft
 from edgespec.spec.events import ControllerState, Step
 
@@ -478,8 +479,6 @@ class AutoK:
 
 def make_policy(k: str, drafter: str, costs: CostModel) -> Policy:
     """The policy for the --k flag: "auto", "heuristic" or a number."""
-    from edgespec.errors import UsageError
-
     if k == "auto":
         return AutoK(drafter, costs)
     if k == "heuristic":

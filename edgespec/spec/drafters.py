@@ -102,11 +102,15 @@ class NgramDrafter:
         self.min_n, self.max_n = min_n, max_n
         self._tokens: list[int] = []
         self._last_end: dict[tuple[int, ...], int] = {}
+        self._source: Sequence[int] | None = None  # the context list indexed last
 
     def _index(self, context: Sequence[int]) -> None:
         seen = len(self._tokens)
-        if seen > len(context) or list(context[:seen]) != self._tokens:
+        # Within one generation the decoder only appends to the same context list, so the prefix
+        # is compared (an O(n) copy) only when a different list arrives, i.e. a new generation.
+        if context is not self._source and (seen > len(context) or list(context[:seen]) != self._tokens):
             self._tokens, self._last_end, seen = [], {}, 0
+        self._source = context
         self._tokens.extend(context[seen:])
         toks = self._tokens
         # An n-gram is indexed once the token after it is known, so a lookup never finds the
