@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rich.text import Text
+from textual.app import App
 
 from edgespec.config import ModelSpec, PairConfig
 from edgespec.engine import GenerateSettings
@@ -27,6 +29,7 @@ from edgespec.spec.sampling import SamplingParams
 from edgespec.tui.app import ChatApp
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import ChatStore, Conversation
+from edgespec.tui.pacing import UpdatePacer
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyStats, sparkline
 from edgespec.tui.transcript import REJECTED, STYLES, Notice, ReplySpans, ReplyView, UserMessage, render_spans
@@ -265,15 +268,57 @@ async def test_a_long_streaming_reply_freezes_finished_lines_and_ends_as_one_tex
     app = make_app(tmp_path, engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "write many lines")
-        await wait_until(pilot, lambda: engine.paused.is_set() and app._gen.queue.empty())
-        await pilot.pause(0.3)  # a flush after the queue drained
         view = app.transcript.replies()[0]
-        shown = "".join(block.content.plain for block in view._blocks) + reply_text(view)
+
+        def shown() -> str:
+            return "".join(block.content.plain for block in view._blocks) + reply_text(view)
+
+        # nothing lost or doubled at the seams, once a flush after the queue drained has run
+        await wait_until(pilot, lambda: engine.paused.is_set() and app._gen.queue.empty()
+                         and shown().rstrip("▍") == view.message["content"])
         assert view._blocks, "finished lines should sit in frozen blocks while streaming"
-        assert shown.rstrip("▍") == view.message["content"]  # nothing lost or doubled at the seams
         engine.resume.set()
         await wait_until(pilot, lambda: not app.generating)
         assert not view._blocks and reply_text(view) == long_reply
+
+
+@pytest.mark.asyncio
+async def test_a_streaming_line_that_wraps_gets_its_height(tmp_path):
+    """Updates that keep the height repaint without a layout; one that wraps must still get a row."""
+
+    class One(App):
+        def compose(self):
+            yield ReplyView({"role": "assistant", "content": "", "spans": []}, generating=True)
+
+    app = One()
+    async with app.run_test(size=(40, 20)) as pilot:
+        view = app.query_one(ReplyView)
+        heights = []
+        for i in range(30):
+            view.message["spans"].append(["draft", f"w{i} "])
+            view.update_tokens()
+            await pilot.pause()
+            tokens = view.tokens
+            rows = len(Text(tokens.content.plain).wrap(app.console, tokens.content_size.width))
+            heights.append(tokens.content_size.height)
+            assert tokens.content_size.height == rows, f"after {i + 1} words"
+        assert heights[-1] > heights[0] >= 1  # the text did wrap onto new rows
+
+
+def test_update_pacer_keeps_the_ui_within_its_cpu_budget():
+    cpu = [0.0]
+    pacer = UpdatePacer(budget=0.03, min_hz=2, max_hz=30, cpu_clock=lambda: cpu[0], smoothing=1.0)
+    assert pacer.restart() == 0.25  # nothing measured yet
+    cpu[0] += 0.006  # 6 ms of UI work per update: 0.2 s apart keeps it at 3% of a core
+    assert pacer.next_interval() == pytest.approx(0.2)
+    cpu[0] += 0.0003  # cheap updates: capped at 30 a second
+    assert pacer.next_interval() == pytest.approx(1 / 30)
+    cpu[0] += 0.1  # expensive ones: never fewer than 2 a second
+    assert pacer.next_interval() == pytest.approx(0.5)
+    cpu[0] += 5.0  # idle time between replies is not a cost of the next one
+    pacer.restart()
+    cpu[0] += 0.006
+    assert pacer.next_interval() == pytest.approx(0.2)
 
 
 @pytest.mark.asyncio

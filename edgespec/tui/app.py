@@ -3,9 +3,9 @@
 Flow of one reply: `send` adds the user message, trims the oldest turns if the prompt would not fit
 the context window, and starts `_generate` in a thread worker. The worker only iterates
 `engine.chat(...)` and puts `(clock(), event, extra)` on a queue, so decoding never waits for the UI.
-A timer drains the queue at most `FLUSH_HZ` times a second: it folds the events into the reply's
-spans and stats, repaints the reply and the stats bar once, and saves the conversation (atomic write),
-so a crash loses at most the last flush's tokens. The worker ends by putting `_DONE`; that flush
+A timer drains the queue as often as `UpdatePacer` allows (see pacing.py): it folds the events into
+the reply's spans and stats, repaints the reply and the stats bar once, and saves the conversation
+(atomic write), so a crash loses at most the last flush's tokens. The worker ends by putting `_DONE`; that flush
 freezes the reply's stats.
 
 The app talks to the engine through `edgespec.engine.Engine` plus one optional method,
@@ -27,6 +27,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.reactive import var
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
 from edgespec.engine import Engine, EngineThread, GenerateSettings
@@ -36,6 +37,7 @@ from edgespec.tui.chat_list import ChatListScreen
 from edgespec.tui.details import DetailsScreen
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.prompt import PromptBox
+from edgespec.tui.pacing import UpdatePacer
 from edgespec.tui.stats import ReplyStats, StatsBar, context_gauge
 from edgespec.tui.transcript import (
     Notice,
@@ -100,11 +102,6 @@ SWITCH_INTERVAL_S = 0.0005
 class ChatApp(App):
     CSS_PATH = "chat.tcss"
     TITLE = "edgespec"
-    # At most this many UI updates (and saves) per second while generating. Each repaint of a
-    # growing reply costs the UI thread milliseconds, taken from a CPU that decodes with every
-    # core; a few updates a second read as live and keep decoding at full speed.
-    FLUSH_HZ = 4
-
     BINDINGS = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_chat", "New chat"),
@@ -147,6 +144,8 @@ class ChatApp(App):
         self._last_stats: dict | None = None
         self._context_used: int | None = None
         self._save_failed = False
+        self.pacer = UpdatePacer()  # how often the reply is updated while it streams
+        self._drain_timer: Timer | None = None
 
     # Layout
 
@@ -164,7 +163,6 @@ class ChatApp(App):
         # switch interval keeps the UI from slowing decoding.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.sub_title = describe_pair(self.engine)
-        self._flush_timer = self.set_interval(1 / self.FLUSH_HZ, self._drain_events, pause=True)
         await self._show_conversation()
         self.query_one(PromptBox).focus()
         if self._first_message:
@@ -219,7 +217,10 @@ class ChatApp(App):
         else:
             bar.show(self._last_stats, False)
             used = self._context_used
-        self.query_one(PromptBox).border_subtitle = context_gauge(used, self.engine.n_ctx)
+        gauge = context_gauge(used, self.engine.n_ctx)
+        box = self.query_one(PromptBox)
+        if box.border_subtitle != gauge:  # an unchanged gauge is not worth a repaint of the box
+            box.border_subtitle = gauge
 
     # Sending and generating
 
@@ -299,7 +300,7 @@ class ChatApp(App):
         self._gen = gen
         self._show_stats()
         self.query_one(PromptBox).cursor_blink = False  # a blinking cursor repaints the screen twice a second
-        self._flush_timer.resume()
+        self._drain_timer = self.set_timer(self.pacer.restart(), self._drain_events)
         self.run_worker(lambda: self.engine_thread.call(self._generate, gen, messages), thread=True, group="generate",
                         exit_on_error=False, description="engine.chat")
 
@@ -323,21 +324,21 @@ class ChatApp(App):
             put((clock(), _DONE, None))
 
     def _drain_events(self) -> None:
-        """Timer: fold everything queued since the last tick into the reply, repaint once, save."""
+        """Timer: fold everything queued since the last tick into the reply, repaint once, save,
+        and set the next tick."""
         gen = self._gen
-        if not self.is_running:
-            return  # shutting down: widgets are going away; on_unmount saves the reply
-        if gen is None:
-            self._flush_timer.pause()
-            return
+        if gen is None or not self.is_running:
+            return  # between replies, or shutting down (on_unmount saves the reply)
         changed, finished = self._fold_queued(gen)
         if finished:
             self._finish(gen)
-        elif changed:
+            return
+        if changed:
             if not gen.detached:
                 gen.view.update_tokens()
                 self._show_stats()
             self._save(gen.conversation)
+        self._drain_timer = self.set_timer(self.pacer.next_interval(), self._drain_events)
 
     def _fold_queued(self, gen: Generation) -> tuple[bool, bool]:
         """Move queued events into the reply's spans and stats. -> (anything new, worker done)."""
@@ -367,7 +368,6 @@ class ChatApp(App):
     def _finish(self, gen: Generation) -> None:
         gen.done = True
         self._gen = None
-        self._flush_timer.pause()
         for box in self.query(PromptBox):  # none while the app is shutting down
             box.cursor_blink = True
         gen.spans.finish()
@@ -483,7 +483,8 @@ class ChatApp(App):
             return
         gen.cancel.set()
         gen.detached = True
-        self._flush_timer.stop()
+        if self._drain_timer is not None:
+            self._drain_timer.stop()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 2.0
         finished = False

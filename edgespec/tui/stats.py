@@ -184,17 +184,19 @@ class StatsBar(Static):
     """One line above the prompt: live figures while generating, the last reply's otherwise.
 
     Takes the `ReplyStats.to_dict()` form for both, so live and frozen figures print the same way.
+    Always one line (cut with an ellipsis when the terminal is narrow), so an update repaints this
+    line alone instead of asking the whole screen for a new layout several times a second.
     """
 
     def show(self, d: dict | None, generating: bool) -> None:
-        t = Text()
+        t = Text(no_wrap=True, overflow="ellipsis")
         if generating:
             t.append("● ", style="bold #7bd88f")
         else:
             t.append("○ ", style="dim")
         if d is None or (generating and not d.get("tokens")):
             t.append("reading the prompt…" if generating else "ready", style="dim")
-            self.update(t)
+            self.update(t, layout=False)
             return
         t.append(f"{d.get('tokens_per_s') or 0:.1f} tok/s", style="bold")
         ttft = d.get("ttft_s")
@@ -217,7 +219,7 @@ class StatsBar(Static):
             t.append(sparkline(acc_series, 0.0, 1.0, SPARK_WIDTH), style=ACC_STYLE)
         if not generating and d.get("stop_reason") not in (None, "", "eos"):
             t.append(f" · {d['stop_reason']}", style="dim")
-        self.update(t)
+        self.update(t, layout=False)
 
 
 def context_gauge(used: int | None, n_ctx: int | None) -> Text:

@@ -171,7 +171,13 @@ class ReplyView(Vertical):
     def update_tokens(self) -> None:
         if self.generating:
             self._freeze_finished_lines()
-        self.tokens.update(self._token_text())
+        tokens = self.tokens
+        tokens.update(self._token_text(), layout=False)
+        # A layout re-arranges the whole screen; most updates add words to the last line, so ask
+        # for one only when the text now wraps to another height (measured, not guessed).
+        width, height = tokens.content_size
+        if not width or tokens.get_content_height(tokens.content_size, tokens.content_size, width) != height:
+            tokens.refresh(layout=True)
 
     def _freeze_finished_lines(self) -> None:
         tail = self._spans()[self._frozen :]
