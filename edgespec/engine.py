@@ -92,8 +92,9 @@ class Engine:
         return self._policies[key]
 
     def _calibration_key(self) -> str:
-        """What the cost curve depends on: the models, the runtime and how it is run."""
-        parts = [self.pair.backend, str(self.pair.n_gpu_layers), str(self.pair.threads), self.pair.device_map]
+        """What the cost curve depends on: the models, the runtime and how it is run (and how it
+        was calibrated: "v2" curves are min-of-rounds timings, see CostModel.calibrate)."""
+        parts = ["v2", self.pair.backend, str(self.pair.n_gpu_layers), str(self.pair.threads), self.pair.device_map]
         for backend in (self.target, self.draft):
             path = getattr(backend, "path", None)
             if path is not None:
@@ -102,8 +103,11 @@ class Engine:
         return "|".join(parts)
 
     def _load_or_calibrate(self) -> None:
-        """Cost measurements are kept between runs (they are refined online during every reply), so
-        only the first run on a machine pays for calibration (about a second on a small CPU)."""
+        """The calibrated curve is kept between runs, so only the first run on a machine pays for
+        calibration (a second or two on a small CPU). What a reply learns online stays in that
+        process: saving it would let one busy spell (another program running) set the costs of
+        every later run, and draft sizes that then look too dear are never tried again to correct
+        them. Delete EDGESPEC_HOME/calibration.json to measure again."""
         cache = _calibration_file()
         key = self._calibration_key()
         try:
@@ -119,8 +123,11 @@ class Engine:
     def _save_costs(self) -> None:
         cache = _calibration_file()
         try:
+            key = self._calibration_key()
             data = json.loads(cache.read_text()) if cache.exists() else {}
-            data[self._calibration_key()] = self.costs.to_dict()
+            version = key.split("|", 1)[0] + "|"
+            data = {k: v for k, v in data.items() if k.startswith(version)}  # older calibrations go
+            data[key] = self.costs.to_dict()
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1))
@@ -129,8 +136,6 @@ class Engine:
             pass  # a read-only or damaged cache only costs a calibration next time
 
     def close(self) -> None:
-        if self.costs.calibrated:
-            self._save_costs()
         for backend in (self.target, self.draft):
             if backend is not None and hasattr(backend, "close"):
                 backend.close()

@@ -7,7 +7,17 @@ from typing import Callable
 
 import pytest
 
+import edgespec.engine
 from tests.tiny_models import DRAFT, write_tiny_gguf
+
+
+@pytest.fixture(autouse=True)
+def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test reads and writes its own calibration file: never the user's, and no test's
+    costs (fake backends share one cache key) leak into another's."""
+    path = tmp_path / "calibration.json"
+    monkeypatch.setattr(edgespec.engine, "_calibration_file", lambda: path)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,57 @@
+"""The engine's calibration cache: measured once per machine and pair, reused, never overwritten
+by what one run saw online (a busy spell would otherwise set the costs of every later run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgespec.engine import GenerateSettings
+from edgespec.spec.controller import CostModel
+from tests.fakes import VirtualClock
+from tests.test_bench import fake_engine, simulated_time
+
+
+def cpu_like(n: int) -> float:
+    return 0.030 + 0.015 * (n - 1)
+
+
+def generate(engine, clock) -> None:
+    prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
+    with simulated_time(clock):
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=24)))
+
+
+def test_calibration_is_saved_once_reused_and_not_overwritten_by_online_updates(own_calibration_file, monkeypatch):
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    generate(engine, clock)
+    saved = json.loads(own_calibration_file.read_text())
+    ((key, curve),) = saved.items()
+    assert key.startswith("v2|")
+    assert curve["verify"]["2"] == pytest.approx(cpu_like(2))
+    assert curve["draft_step"] == pytest.approx(0.01)
+
+    engine.costs.observe_verify(2, 10.0)  # a busy spell seen online, in this process only
+    engine.close()
+    assert json.loads(own_calibration_file.read_text()) == saved
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("a saved curve for this pair should have been reused")
+
+    monkeypatch.setattr(CostModel, "calibrate", no_calibration)
+    again = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    generate(again, clock)
+    assert again.costs.verify(2) == pytest.approx(cpu_like(2))
+
+
+def test_a_curve_saved_by_an_older_calibration_is_measured_again(own_calibration_file):
+    """Entries without the "v2" mark were single timings refined online; they are not trusted."""
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like)
+    old_key = engine._calibration_key().removeprefix("v2|")
+    own_calibration_file.write_text(json.dumps({old_key: {"verify": {"1": 0.03, "2": 0.5}, "draft_step": None}}))
+    generate(engine, clock)
+    assert engine.costs.verify(2) == pytest.approx(cpu_like(2))
+    assert list(json.loads(own_calibration_file.read_text())) == [engine._calibration_key()]  # the old one went
