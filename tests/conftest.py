@@ -11,6 +11,16 @@ import edgespec.engine
 from tests.tiny_models import DRAFT, write_tiny_gguf
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_user_calibration_file(tmp_path_factory: pytest.TempPathFactory):
+    """Module fixtures that run engines (set up before any test's own fixtures) calibrate into a
+    session file, never into the user's EDGESPEC_HOME."""
+    path = tmp_path_factory.mktemp("calibration") / "calibration.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(edgespec.engine, "_calibration_file", lambda: path)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test reads and writes its own calibration file: never the user's, and no test's
