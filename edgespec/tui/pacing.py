@@ -3,7 +3,7 @@
 On a CPU that decodes with every core, each millisecond the UI thread runs is taken from llama.cpp's
 thread team, and since the team meets at a barrier after every operation, a preempted thread holds
 up the others: the loss in tokens/s is about the UI's CPU time, not half of it. Measured here on
-2 cores (default pair): a fixed 4 updates a second used 6.5% of a core and cost 6-9% of the decode
+2 cores (default pair): a fixed 4 updates a second used 6.5% of a core and cost 9-16% of the decode
 rate. So the app does not fix a rate: after each update it reads the CPU time its own thread used
 since the previous one (repaint included) and waits long enough for that to stay within `budget`
 of one core, between `min_hz` and `max_hz` updates a second. A fast machine, or a small terminal,
