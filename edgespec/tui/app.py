@@ -5,8 +5,8 @@ the context window, and starts `_generate` in a thread worker. The worker only i
 `engine.chat(...)` and puts `(clock(), event, extra)` on a queue, so decoding never waits for the UI.
 A timer drains the queue as often as `UpdatePacer` allows (see pacing.py): it folds the events into
 the reply's spans and stats, repaints the reply and the stats bar once, and saves the conversation
-(atomic write), so a crash loses at most the last flush's tokens. The worker ends by putting `_DONE`; that flush
-freezes the reply's stats.
+(atomic write), so a crash loses at most the last flush's tokens. The worker ends by putting
+`_DONE`; that flush freezes the reply's stats.
 
 The app talks to the engine through `edgespec.engine.Engine` plus one optional method,
 `token_text(id) -> str` (text of a single token, for showing rejected draft tokens); an engine
@@ -36,8 +36,8 @@ from edgespec.spec.events import Step, Summary, Token
 from edgespec.tui.chat_list import ChatListScreen
 from edgespec.tui.details import DetailsScreen
 from edgespec.tui.history import ChatStore, Conversation
-from edgespec.tui.prompt import PromptBox
 from edgespec.tui.pacing import UpdatePacer
+from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyStats, StatsBar, context_gauge
 from edgespec.tui.transcript import (
     Notice,
@@ -338,7 +338,9 @@ class ChatApp(App):
                 gen.view.update_tokens()
                 self._show_stats()
             self._save(gen.conversation)
-        self._drain_timer = self.set_timer(self.pacer.next_interval(), self._drain_events)
+        # an empty poll (the prompt is still being read) is not an update: it does not teach the pacer
+        wait = self.pacer.next_interval() if changed else self.pacer.interval
+        self._drain_timer = self.set_timer(wait, self._drain_events)
 
     def _fold_queued(self, gen: Generation) -> tuple[bool, bool]:
         """Move queued events into the reply's spans and stats. -> (anything new, worker done)."""
