@@ -137,12 +137,14 @@ def stream_to_stdout(events, colored: bool) -> Summary:
               help="Drafter of kN and heuristic modes (default: the pair's draft model, else ngram).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="First N prompts of each suite.")
 @click.option("--suites", default=None, help="Only these suites (comma-separated).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Interleaved rounds per prompt; a prompt's speed is the median of its rounds.")
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @error_boundary
-def bench(suite_path, pair, config, modes, drafter, limit, suites, temperature, seed, json_path, plot_path):
+def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path):
     """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K."""
     from importlib.resources import files
 
@@ -160,16 +162,16 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, temperature, 
     sampling = SamplingParams(temperature=temperature, seed=seed)
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
-        task = progress.add_task("bench", total=len(prompts) * len(mode_list))
+        task = progress.add_task("bench", total=len(prompts) * len(mode_list) * repeats)
 
         def on_row(row):
             progress.update(task, advance=1, description=f"{row.id} {row.mode} {row.decode_tokens_per_s:.1f} tok/s")
 
-        rows = b.run_bench(engine, prompts, mode_list, sampling, on_row)
+        rows = b.run_bench(engine, prompts, mode_list, sampling, on_row, repeats)
     summary = b.summarize(rows)
     Console().print(b.table(summary))
     meta = {"pair": engine.pair.name, "suite": str(path), "modes": [m.name for m in mode_list],
-            "temperature": temperature, "seed": seed}
+            "temperature": temperature, "seed": seed, "repeats": repeats}
     if json_path:
         json_path.write_text(json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n")
     if plot_path:

@@ -312,6 +312,30 @@ def test_summarize_computes_medians_of_per_prompt_ratios_and_totals():
     assert summary["b", "k2"]["acceptance"] == 0.0
 
 
+def test_run_bench_repeats_the_interleaved_round_of_each_prompt():
+    engine = fake_engine()
+    order = []
+    modes = parse_modes("ar,k2", "model")
+    rows = run_bench(engine, PROMPTS[:2], modes, GREEDY, on_row=lambda r: order.append((r.id, r.repeat, r.mode)),
+                     repeats=2)
+    assert order == [(p.id, rep, m.name) for p in PROMPTS[:2] for rep in (0, 1) for m in modes]
+    assert all(r.matches_ar is True for r in rows)  # each repeat is compared with its own ar run
+
+
+def test_summarize_takes_the_median_of_a_prompts_repeats_before_the_ratio():
+    def rep(id, mode, tps, repeat):
+        r = row(id, "a", mode, tps)
+        r.repeat = repeat
+        return r
+
+    rows = [rep("a/0", "ar", 10.0, 0), rep("a/0", "k2", 30.0, 0),  # one noisy round: 3x
+            rep("a/0", "ar", 10.0, 1), rep("a/0", "k2", 12.0, 1),
+            rep("a/0", "ar", 10.0, 2), rep("a/0", "k2", 11.0, 2)]
+    k2 = next(s for s in summarize(rows) if s["mode"] == "k2")
+    assert k2["speedup_vs_ar"] == pytest.approx(1.2)  # median speed 12 over median 10
+    assert k2["prompts"] == 1 and k2["decode_tokens_per_s"] == pytest.approx(12.0)
+
+
 def test_summarize_without_ar_has_no_speedup():
     s = summarize([row("a/0", "a", "k2", 15.0, drafted=4, accepted=2, passes=3, matches=None)])
     assert s[0]["speedup_vs_ar"] is None and s[0]["matches_ar"] is None
@@ -403,12 +427,14 @@ def test_bench_command_writes_json_and_plot(cli_env):
 
     cli = _bench_command()
     r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,k2,auto", "--json", "out.json",
-                                      "--plot", "out.png", "--limit", "2"])
+                                      "--plot", "out.png", "--limit", "2", "--repeats", "2"])
     assert r.exit_code == 0, (r.output, r.exception)
     doc = json.loads((cli_env / "out.json").read_text())
     rows = doc["rows"]
-    # --limit 2 takes two prompts of each suite; every prompt runs every mode, interleaved
-    assert [(x["id"], x["mode"]) for x in rows] == [(i, m) for i in ("c/0", "c/1", "t/0") for m in ("ar", "k2", "auto")]
+    assert doc["meta"]["repeats"] == 2
+    # --limit 2 takes two prompts of each suite; every prompt runs every mode, interleaved, twice
+    assert [(x["id"], x["repeat"], x["mode"]) for x in rows] == [
+        (i, rep, m) for i in ("c/0", "c/1", "t/0") for rep in (0, 1) for m in ("ar", "k2", "auto")]
     for x in rows:
         assert ROW_KEYS <= set(x)
         assert 0 < x["tokens"] <= 12 and x["target_passes"] > 0
