@@ -4,8 +4,9 @@ Modes run interleaved per prompt (ar, k2, ..., then the next prompt) so slow dri
 machine hits every mode alike; speedups are medians of per-prompt ratios against `ar` measured
 next to them. With `repeats` > 1 each prompt runs the whole interleaved round that many times and a
 prompt's speed in a mode is the median of its repeats: on a small shared CPU one run of a prompt
-varies by +-10% (measured here: prompts where `auto` never drafted, so both modes did the same
-work, spread 0.89-1.08x), more than the differences worth reporting. Every figure comes from the engine's own event stream, as in `edgespec run`, except
+varies by about 10%, more than the differences worth reporting (measured here: prompts where
+`auto` never drafted, so both modes did the same work, spread 0.86-1.06x even with 3 rounds).
+Every figure comes from the engine's own event stream, as in `edgespec run`, except
 those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
 prompts (hf backend only), the peer to beat, timed the same way (see `backends.hf.assisted_generate`).
 """

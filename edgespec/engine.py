@@ -93,8 +93,8 @@ class Engine:
 
     def _calibration_key(self) -> str:
         """What the cost curve depends on: the models, the runtime and how it is run (and how it
-        was calibrated: "v2" curves are min-of-rounds timings, see CostModel.calibrate)."""
-        parts = ["v2", self.pair.backend, str(self.pair.n_gpu_layers), str(self.pair.threads), self.pair.device_map]
+        was calibrated, `CALIBRATION_VERSION`)."""
+        parts = [CALIBRATION_VERSION, self.pair.backend, str(self.pair.n_gpu_layers), str(self.pair.threads), self.pair.device_map]
         for backend in (self.target, self.draft):
             path = getattr(backend, "path", None)
             if path is not None:
@@ -123,11 +123,9 @@ class Engine:
     def _save_costs(self) -> None:
         cache = _calibration_file()
         try:
-            key = self._calibration_key()
             data = json.loads(cache.read_text()) if cache.exists() else {}
-            version = key.split("|", 1)[0] + "|"
-            data = {k: v for k, v in data.items() if k.startswith(version)}  # older calibrations go
-            data[key] = self.costs.to_dict()
+            data = {k: v for k, v in data.items() if k.startswith(CALIBRATION_VERSION + "|")}  # older ones go
+            data[self._calibration_key()] = self.costs.to_dict()
             cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_suffix(".tmp")
             tmp.write_text(json.dumps(data, indent=1))
@@ -139,6 +137,11 @@ class Engine:
         for backend in (self.target, self.draft):
             if backend is not None and hasattr(backend, "close"):
                 backend.close()
+
+
+# Saved curves of another version are measured again: "v2" curves keep the fastest of several
+# timings (CostModel.calibrate); earlier ones were single timings refined online.
+CALIBRATION_VERSION = "v2"
 
 
 def _calibration_file() -> Path:

@@ -175,6 +175,12 @@ async def wait_until(pilot, predicate, timeout: float = 5.0) -> None:
         await pilot.pause(0.01)
 
 
+async def wait_for_reply(pilot) -> None:
+    """Until a reply is on screen and generation has ended."""
+    app = pilot.app
+    await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+
+
 async def send(pilot, text: str) -> None:
     pilot.app.query_one(PromptBox).text = text
     await pilot.press("enter")
@@ -196,7 +202,7 @@ async def test_reply_shows_every_source_in_its_style(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         view = app.transcript.replies()[0]
         assert view.message["content"] == REPLY
         kinds = {kind for kind, _ in view.message["spans"]}
@@ -350,7 +356,7 @@ async def test_prompt_enter_sends_and_ctrl_j_adds_a_line(tmp_path):
         await pilot.press("h", "i", "ctrl+j", "y", "o")
         assert app.query_one(PromptBox).text == "hi\nyo"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         assert app.conversation.messages[0] == {"role": "user", "content": "hi\nyo"}
         assert app.query_one(PromptBox).text == ""
 
@@ -360,7 +366,7 @@ async def test_ctrl_n_starts_an_empty_chat(tmp_path):
     app = make_app(tmp_path, system="be brief")
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         old_id = app.conversation.id
         await pilot.press("ctrl+n")
         await pilot.pause()
@@ -385,7 +391,7 @@ async def test_ctrl_n_mid_reply_stops_it_and_keeps_it_in_the_old_chat(tmp_path):
         assert old["stats"]["stop_reason"] == "cancelled" and REPLY.startswith(old["content"])
         engine.pause_after = None
         await send(pilot, "again")  # the engine is free again
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
 
 
 @pytest.mark.asyncio
@@ -394,7 +400,7 @@ async def test_ctrl_r_regenerates_the_last_reply(tmp_path):
     app = make_app(tmp_path, engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         await pilot.press("ctrl+r")
         await wait_until(pilot, lambda: len(engine.calls) == 2 and not app.generating)
         assert engine.calls[0] == engine.calls[1]  # the same prompt, without the old reply
@@ -407,7 +413,7 @@ async def test_markdown_toggle_renders_finished_replies(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         view = app.transcript.replies()[0]
         await pilot.press("f3")
         await pilot.pause()
@@ -421,7 +427,7 @@ async def test_details_panel_opens_and_closes(tmp_path):
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         await pilot.press("f2")
         assert isinstance(app.screen, DetailsScreen)
         assert app.screen.stats["summary"]["stop_reason"] == "eos"
@@ -535,7 +541,7 @@ async def test_engine_error_shows_a_notification_and_app_recovers(tmp_path):
         assert app.conversation.messages[-1]["role"] == "user"
         engine.fail_after = None
         await pilot.press("ctrl+r")  # ...so regenerate retries the same message
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         assert app.conversation.messages[-1]["content"] == REPLY
 
 
@@ -545,7 +551,7 @@ async def test_a_chat_that_cannot_be_saved_says_so_once_and_goes_on(tmp_path):
     app = ChatApp(FakeEngine(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock())
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         assert [n.title for n in app._notifications] == ["Not saved"]
         assert app.conversation.messages[-1]["content"] == REPLY
 
@@ -653,7 +659,7 @@ def test_snapshot_details_panel(tmp_path, snap_compare):
     async def run_before(pilot) -> None:
         app.query_one(PromptBox).cursor_blink = False
         await send(pilot, "Write a Python function that checks whether a string is a palindrome.")
-        await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
+        await wait_for_reply(pilot)
         await pilot.press("f2")
         await pilot.pause()
 

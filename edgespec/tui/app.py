@@ -217,10 +217,7 @@ class ChatApp(App):
         else:
             bar.show(self._last_stats, False)
             used = self._context_used
-        gauge = context_gauge(used, self.engine.n_ctx)
-        box = self.query_one(PromptBox)
-        if box.border_subtitle != gauge:  # an unchanged gauge is not worth a repaint of the box
-            box.border_subtitle = gauge
+        self.query_one(PromptBox).border_subtitle = context_gauge(used, self.engine.n_ctx)
 
     # Sending and generating
 

@@ -21,6 +21,8 @@ class UpdatePacer:
 
     `next_interval()` is called once per update, from the UI thread (its CPU clock is per thread)."""
 
+    FIRST_INTERVAL = 0.25  # seconds, until one update has been measured
+
     def __init__(self, budget: float = 0.03, min_hz: float = 2.0, max_hz: float = 30.0, *,
                  cpu_clock: Callable[[], float] = time.thread_time, smoothing: float = 0.5):
         self.budget = budget
@@ -48,5 +50,5 @@ class UpdatePacer:
     @property
     def interval(self) -> float:
         if self._cost is None:
-            return 0.25
+            return self.FIRST_INTERVAL
         return min(self.longest, max(self.shortest, self._cost / self.budget))
