@@ -13,7 +13,14 @@ from pathlib import Path
 import click
 
 from edgespec import __version__
-from edgespec.cli_common import decoding_options, error_boundary, pair_options, read_stdin, sampling_from_flags
+from edgespec.cli_common import (
+    OneLineErrorGroup,
+    decoding_options,
+    error_boundary,
+    pair_options,
+    read_stdin,
+    sampling_from_flags,
+)
 from edgespec.errors import UsageError
 from edgespec.spec.events import Source, Summary, Token
 
@@ -26,7 +33,7 @@ TOKEN_STYLES = {
 }
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="edgespec")
 def main() -> None:
     """Fast local chat and coding assistance with lossless speculative decoding."""

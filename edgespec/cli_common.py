@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -53,6 +54,10 @@ def decoding_options(f: Callable) -> Callable:
     return f
 
 
+def _report(message: str) -> None:
+    click.echo(f"edgespec: error: {message}", err=True)
+
+
 def error_boundary(f: Callable) -> Callable:
     """Turn EdgespecError into one line on stderr and its exit code; Ctrl-C into exit 130."""
 
@@ -61,13 +66,38 @@ def error_boundary(f: Callable) -> Callable:
         try:
             return f(*args, **kwargs)
         except EdgespecError as e:
-            click.echo(f"edgespec: error: {e}", err=True)
+            _report(str(e))
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("edgespec: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
 
     return wrapper
+
+
+@contextlib.contextmanager
+def _one_line_click_errors():
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise  # a bare `edgespec` shows the help, as click does
+    except click.ClickException as e:
+        _report(e.format_message())
+        raise click.exceptions.Exit(e.exit_code) from None
+
+
+class OneLineErrorGroup(click.Group):
+    """A command group whose click errors (a bad flag value, an unknown option or command) read as
+    one line, like edgespec's own, instead of click's usage block: click raises them while it
+    parses the group's arguments (make_context) or a subcommand's (invoke)."""
+
+    def make_context(self, *args, **kwargs):
+        with _one_line_click_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context):
+        with _one_line_click_errors():
+            return super().invoke(ctx)
 
 
 def sampling_from_flags(defaults, temperature, top_p, top_k, min_p, seed):

@@ -117,10 +117,21 @@ def test_prompt_longer_than_context_names_the_limit(env):
         (("run", "--k", "lots", "hi"), 2, "--k"),
         (("run", "--draft", "model", "-m", "short", "hi"), 2, "no draft model"),
         (("run", "--raw", "-s", "be terse", "hi"), 2, "--system"),
+        # click's own parse errors read the same way
+        (("run", "--max-tokens", "0", "hi"), 2, "--max-tokens"),
+        (("run", "--frobnicate", "hi"), 2, "--frobnicate"),
+        (("bench", "--repeats", "0"), 2, "--repeats"),
+        (("models", "check", "--bogus"), 2, "--bogus"),
+        (("nosuch",), 2, "nosuch"),
     ],
 )
 def test_bad_inputs_are_one_line_errors(env, args, code, needle):
     assert needle in one_line_error(invoke(*args), code)
+
+
+def test_no_command_shows_the_help():
+    result = invoke()
+    assert result.exit_code == 2 and "Commands:" in result.stderr and "error" not in result.stderr
 
 
 def test_bad_config_file_is_one_line(env, tmp_path):
