@@ -22,6 +22,8 @@ from typing import Callable, Iterable
 
 from edgespec.engine import Engine, GenerateSettings
 from edgespec.errors import UsageError
+from edgespec.output_files import check_writable
+from edgespec.spec.controller import KSetting
 from edgespec.spec.events import Step, Summary, Token
 from edgespec.spec.sampling import SamplingParams
 
@@ -39,14 +41,15 @@ class BenchPrompt:
 @dataclass(frozen=True)
 class Mode:
     """A named decoding setup: `ar` (plain), `kN`, `ngram-kN`, `model-kN`, `heuristic`, `auto`, or
-    `hf-assisted` (transformers' generate with the draft model as assistant; draft and k unused)."""
+    `hf-assisted` (transformers' generate with the draft model as assistant; k is None)."""
 
     name: str
     draft: str
-    k: str
+    k: KSetting | None
 
 
 HF_ASSISTED = "hf-assisted"
+AR = Mode("ar", "none", KSetting("fixed", 0))
 
 
 @dataclass
@@ -70,8 +73,15 @@ def load_suite(path: Path) -> list[BenchPrompt]:
     """Read a JSONL suite; a bad line is a one-line error naming the file and line."""
     if not path.is_file():
         raise UsageError(f"suite file {path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (invalid byte at offset {e.start})") from None
+    except OSError as e:
+        raise UsageError(f"suite file {path}: cannot read ({e.strerror or e})") from None
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -123,21 +133,22 @@ def parse_modes(spec: str, default_drafter: str) -> list[Mode]:
     modes = []
     for name in (m.strip() for m in spec.split(",") if m.strip()):
         if name == "ar":
-            modes.append(Mode(name, "none", "0"))
+            modes.append(AR)
         elif name == "auto":
-            modes.append(Mode(name, "auto", "auto"))
+            modes.append(Mode(name, "auto", KSetting("auto")))
         elif name == "heuristic":
-            modes.append(Mode(name, default_drafter, "heuristic"))
+            modes.append(Mode(name, default_drafter, KSetting("heuristic")))
         elif name == HF_ASSISTED:
-            modes.append(Mode(name, "model", "assistant"))
-        elif m := re.fullmatch(r"(?:(ngram|model)-)?k(\d+)", name):
-            modes.append(Mode(name, m.group(1) or default_drafter, m.group(2)))
+            modes.append(Mode(name, "model", None))
+        elif (m := re.fullmatch(r"(?:(ngram|model)-)?k(\d+)", name)) and int(m.group(2)) <= KSetting.MAX:
+            modes.append(Mode(name, m.group(1) or default_drafter, KSetting("fixed", int(m.group(2)))))
         else:
-            raise UsageError(f"unknown bench mode {name!r}: use ar, kN, ngram-kN, model-kN, heuristic, auto, hf-assisted")
+            raise UsageError(f"unknown bench mode {name!r}: use ar, kN (N <= {KSetting.MAX}), ngram-kN, model-kN, "
+                             "heuristic, auto, hf-assisted")
     if not modes:
         raise UsageError("no bench modes given")
     # every ratio and output check is against plain decoding, so it runs first for each prompt
-    return [Mode("ar", "none", "0")] + [m for m in modes if m.name != "ar"]
+    return [AR] + [m for m in modes if m.name != "ar"]
 
 
 def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
@@ -284,6 +295,17 @@ def table(summary: list[dict]):
             "-" if s["matches_ar"] is None else f"{s['matches_ar']:.0%}",
         )
     return t
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse, before the bench runs, a plot path that cannot be written or whose suffix names no
+    image format matplotlib writes."""
+    from matplotlib.figure import Figure
+
+    check_writable(path, "--plot")
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise UsageError(f"--plot {path}: the name must end in one of {', '.join('.' + f for f in sorted(formats))}")
 
 
 def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:

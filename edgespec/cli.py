@@ -20,8 +20,10 @@ from edgespec.cli_common import (
     pair_options,
     read_stdin,
     sampling_from_flags,
+    sampling_option,
 )
 from edgespec.errors import UsageError
+from edgespec.output_files import check_writable, write_or_rescue
 from edgespec.spec.events import Source, Summary, Token
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
@@ -41,7 +43,7 @@ def main() -> None:
 
 def compose_message(stdin_text: str | None, prompt: str | None) -> str:
     """stdin, a blank line, then the prompt: `cat app.py | edgespec run "add type hints"`."""
-    parts = [p for p in (stdin_text.rstrip("\n") if stdin_text else None, prompt) if p]
+    parts = [p for p in (stdin_text.rstrip("\n") if stdin_text else None, prompt) if p and p.strip()]
     if not parts:
         raise UsageError("nothing to do: give a PROMPT or pipe text on stdin (see `edgespec run --help`)")
     return "\n\n".join(parts)
@@ -72,12 +74,14 @@ def stats_line(s: Summary) -> str:
 def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p, seed, max_tokens, raw, color,
         stats, stats_json):
     """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout."""
-    from edgespec.engine import GenerateSettings, open_engine
+    from edgespec.engine import GenerateSettings, find_pair, open_engine
 
     text = compose_message(read_stdin(), prompt)
     if raw and system:
         raise UsageError("--system has no meaning with --raw (no chat template)")
-    engine = open_engine(pair, config, draft)
+    if stats_json:
+        check_writable(stats_json, "--stats-json")
+    engine = open_engine(find_pair(pair, config, draft), draft)
     try:
         settings = GenerateSettings(
             max_tokens=max_tokens,
@@ -105,10 +109,13 @@ def reply(engine, text: str, system: str | None, raw: bool, settings, color: str
         )
     colored = color == "always" or (color == "auto" and sys.stdout.isatty())
     summary = stream_to_stdout(engine.generate_tokens(prompt_tokens, settings), colored)
+    if summary.stop_reason == "context":
+        click.echo(f"edgespec: the reply was cut: the {engine.n_ctx}-token context is full", err=True)
     if stats:
         click.echo(stats_line(summary), err=True)
     if stats_json:
-        stats_json.write_text(json.dumps({"pair": engine.pair.name, **summary.to_dict()}, indent=2) + "\n")
+        data = json.dumps({"pair": engine.pair.name, **summary.to_dict()}, indent=2) + "\n"
+        write_or_rescue(stats_json, lambda tmp: tmp.write_text(data), "stats")
 
 
 def stream_to_stdout(events, colored: bool) -> Summary:
@@ -146,8 +153,8 @@ def stream_to_stdout(events, colored: bool) -> Summary:
 @click.option("--suites", default=None, help="Only these suites (comma-separated).")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Interleaved rounds per prompt; a prompt's speed is the median of its rounds.")
-@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@sampling_option("--temperature", float, default=0.0)
+@sampling_option("--seed", int, default=0)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @error_boundary
@@ -159,13 +166,18 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
     from rich.progress import Progress
 
     from edgespec import bench as b
-    from edgespec.engine import open_engine
+    from edgespec.engine import find_pair, open_engine
     from edgespec.spec.sampling import SamplingParams
 
     path = suite_path or Path(str(files("edgespec") / "data" / "dev.jsonl"))
     prompts = b.select(b.load_suite(path), limit, suites)
-    engine = open_engine(pair, config, "auto")
-    mode_list = b.parse_modes(modes, drafter or ("model" if engine.draft is not None else "ngram"))
+    pair_config = find_pair(pair, config)
+    mode_list = b.parse_modes(modes, drafter or ("model" if pair_config.draft is not None else "ngram"))
+    if json_path:
+        check_writable(json_path, "--json")
+    if plot_path:
+        b.check_plot_path(plot_path)
+    engine = open_engine(pair_config)
     sampling = SamplingParams(temperature=temperature, seed=seed)
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
@@ -180,9 +192,10 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
     meta = {"pair": engine.pair.name, "suite": str(path), "modes": [m.name for m in mode_list],
             "temperature": temperature, "seed": seed, "repeats": repeats}
     if json_path:
-        json_path.write_text(json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n")
+        data = json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n"
+        write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")
     if plot_path:
-        b.plot(plot_path, rows, summary)
+        write_or_rescue(plot_path, lambda tmp: b.plot(tmp, rows, summary), "plot")
 
 
 def _register_subcommands() -> None:

@@ -13,7 +13,9 @@ from typing import Callable
 
 import click
 
-from edgespec.errors import EdgespecError, UsageError
+from edgespec.errors import EdgespecError, SettingError, UsageError
+from edgespec.spec.controller import KSetting
+from edgespec.spec.sampling import sampling_problem
 
 EXIT_INTERRUPTED = 130
 
@@ -36,18 +38,47 @@ def pair_options(f: Callable) -> Callable:
     return config_option(f)
 
 
+def sampling_option(flag: str, kind: type, help: str | None = None, default=None) -> Callable:
+    """A sampling flag checked by the same rule as models.toml's sampling table (a bad value is a
+    usage error, found before anything loads)."""
+    name = flag.lstrip("-").replace("-", "_")
+
+    def check(ctx: click.Context, param: click.Parameter, value):
+        problem = None if value is None else sampling_problem(name, value)
+        if problem:
+            raise click.BadParameter(problem, ctx, param)
+        return value
+
+    return click.option(flag, name, type=kind, default=default, callback=check, help=help,
+                        show_default=default is not None)
+
+
+class KSettingParam(click.ParamType):
+    """--k as a typed KSetting, so a bad value is refused while the flags are parsed."""
+
+    name = "auto|heuristic|N"
+
+    def convert(self, value, param, ctx) -> KSetting:
+        if isinstance(value, KSetting):
+            return value
+        try:
+            return KSetting.parse(value)
+        except SettingError as e:
+            self.fail(str(e), param, ctx)
+
+
 def decoding_options(f: Callable) -> Callable:
     """--draft, --k and the sampling flags; unset sampling flags fall back to the pair's defaults."""
     opts = [
         click.option("--draft", type=click.Choice(["auto", "model", "ngram", "none"]), default="auto", show_default=True,
                      help="Drafter: the draft model, n-gram lookup in the context, none (plain decoding), or auto."),
-        click.option("--k", "k", default="auto", show_default=True,
+        click.option("--k", "k", type=KSettingParam(), default="auto", show_default=True,
                      help="Draft length: auto (cost-aware controller), heuristic (+2/-1), or a fixed number."),
-        click.option("--temperature", type=click.FloatRange(min=0.0), default=None, help="0 = greedy."),
-        click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=None),
-        click.option("--top-k", type=click.IntRange(min=0), default=None),
-        click.option("--min-p", type=click.FloatRange(0.0, 1.0), default=None),
-        click.option("--seed", type=int, default=None, help="Seed for sampling (reproducible output)."),
+        sampling_option("--temperature", float, "0 = greedy."),
+        sampling_option("--top-p", float),
+        sampling_option("--top-k", int),
+        sampling_option("--min-p", float),
+        sampling_option("--seed", int, "Seed for sampling (reproducible output)."),
     ]
     for opt in reversed(opts):
         f = opt(f)

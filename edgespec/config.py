@@ -24,7 +24,7 @@ from typing import Any, Callable, Literal
 import platformdirs
 
 from edgespec.errors import EdgespecError
-from edgespec.spec.sampling import SamplingParams
+from edgespec.spec.sampling import SamplingParams, sampling_problem
 
 
 class ConfigError(EdgespecError):
@@ -309,11 +309,15 @@ def _sampling(pair: _Table) -> SamplingParams:
         return SamplingParams()
     t = pair.sub("sampling", raw, _SAMPLING_KEYS)
     return SamplingParams(
-        temperature=t.get("temperature", float, 0.0, check=_at_least(0, "0 = greedy")),
-        top_k=t.get("top_k", int, 0, check=_at_least(0, "0 = off")),
-        top_p=t.get("top_p", float, 1.0, check=lambda v: None if 0 < v <= 1 else f"{v} is outside (0, 1]"),
-        min_p=t.get("min_p", float, 0.0, check=lambda v: None if 0 <= v <= 1 else f"{v} is outside [0, 1]"),
+        temperature=t.get("temperature", float, 0.0, check=_sampling_rule("temperature")),
+        top_k=t.get("top_k", int, 0, check=_sampling_rule("top_k")),
+        top_p=t.get("top_p", float, 1.0, check=_sampling_rule("top_p")),
+        min_p=t.get("min_p", float, 0.0, check=_sampling_rule("min_p")),
     )
+
+
+def _sampling_rule(name: str) -> Callable[[Any], str | None]:
+    return lambda value: sampling_problem(name, value)
 
 
 # -- table access with errors that say where -------------------------------------------------------

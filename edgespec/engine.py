@@ -1,6 +1,6 @@
 """A loaded pair, ready to generate: the one object the CLI, the TUI and the bench drive.
 
-    engine = open_engine("qwen2.5-coder-1.5b")
+    engine = open_engine(find_pair("qwen2.5-coder-1.5b"))
     for event in engine.chat(messages, GenerateSettings(max_tokens=256), cancel=threading.Event()):
         ...  # Token / Step / Summary from edgespec.spec.events
 
@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 from edgespec.backends.base import Backend, BackendError
 from edgespec.config import ModelSpec, PairConfig, load_registry
 from edgespec.errors import UsageError
-from edgespec.spec.controller import CostModel, Policy, make_policy
+from edgespec.spec.controller import CostModel, KSetting, Policy, make_policy
 from edgespec.spec.decoder import SpeculativeDecoder
 from edgespec.spec.drafters import ModelDrafter, NgramDrafter
 from edgespec.spec.events import Event
@@ -36,7 +36,7 @@ class GenerateSettings:
     max_tokens: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft: str = "auto"  # "auto" | "model" | "ngram" | "none"
-    k: str = "auto"  # "auto" | "heuristic" | a number as text ("4")
+    k: KSetting = KSetting("auto")
 
 
 class Engine:
@@ -86,7 +86,7 @@ class Engine:
         """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
         key = (settings.draft, settings.k)
         if key not in self._policies:
-            if settings.k == "auto" and not self.costs.calibrated:
+            if settings.k.policy == "auto" and not self.costs.calibrated:
                 self._load_or_calibrate()
             self._policies[key] = make_policy(settings.k, settings.draft, self.costs)
         return self._policies[key]
@@ -183,12 +183,20 @@ def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
 
 
-def open_engine(pair_name: str | None = None, config_path: Path | None = None, draft: str = "auto") -> Engine:
-    """Load a pair from the registry: check its files, load target (and draft model if it may be used)."""
+def find_pair(pair_name: str | None = None, config_path: Path | None = None, draft: str = "auto") -> PairConfig:
+    """The pair from the registry, refused at once if `draft` asks for a draft model it lacks (so
+    every setting is checked before anything loads)."""
+    pair = load_registry(config_path).pair(pair_name)
+    if draft == "model" and pair.draft is None:
+        raise UsageError(f"pair {pair.name!r} has no draft model; use --draft ngram or none")
+    return pair
+
+
+def open_engine(pair: PairConfig, draft: str = "auto") -> Engine:
+    """Load a pair: check its files, load the target (and the draft model if it may be used)."""
     from edgespec.store import Store
     from edgespec.vocab import check_loaded_pair
 
-    pair = load_registry(config_path).pair(pair_name)
     store = Store()
     target_path = store.ensure(pair.target, pair.name)
     use_draft = pair.draft is not None and draft in ("auto", "model")

@@ -13,3 +13,7 @@ class UsageError(EdgespecError):
     """Bad flags or missing input: exit code 2, like click's own usage errors."""
 
     exit_code = 2
+
+
+class SettingError(UsageError):
+    """A setting's value is invalid (the core says what is wrong; the CLI names the flag)."""

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from edgespec.engine import GenerateSettings, open_engine
-from edgespec.spec.controller import FixedK
+from edgespec.engine import GenerateSettings, find_pair, open_engine
+from edgespec.spec.controller import FixedK, KSetting
 from edgespec.spec.decoder import SpeculativeDecoder
 from edgespec.spec.drafters import NgramDrafter
 from edgespec.spec.events import Step, Summary
@@ -57,10 +57,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
 
-    engine = open_engine(None, None, "none")
+    engine = open_engine(find_pair(draft="none"), "none")
     threads = engine.pair.threads or __import__("edgespec.backends.llamacpp", fromlist=["x"]).default_threads()
     theirs, llm = llama_cpp_python_rate(engine.target.path, args.tokens, threads)
-    settings = GenerateSettings(max_tokens=args.tokens, draft="none", k="0")
+    settings = GenerateSettings(max_tokens=args.tokens, draft="none", k=KSetting("fixed", 0))
     messages = [{"role": "user", "content": PROMPT}]
 
     def ours() -> float:

@@ -92,12 +92,13 @@ async def tui_rate(engine: Engine, engine_thread, settings: GenerateSettings, pr
 @click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Measured rounds.")
 @error_boundary
 def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt, max_tokens, reps):
-    from edgespec.engine import EngineThread, open_engine
+    from edgespec.engine import EngineThread, find_pair, open_engine
 
     if "\n" in prompt:
         raise click.UsageError("--prompt must be one line (enter sends it)")
+    pair_config = find_pair(pair, config, draft)
     engine_thread = EngineThread()  # as in `edgespec chat`: one thread loads and generates
-    engine = engine_thread.call(open_engine, pair, config, draft)
+    engine = engine_thread.call(open_engine, pair_config, draft)
     sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
     settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
     timeout = max(120.0, 2.0 * max_tokens)

@@ -21,6 +21,7 @@ from edgespec.bench import BenchPrompt, Mode, Row, load_suite, parse_modes, run_
 from edgespec.config import ModelSpec, PairConfig
 from edgespec.engine import Engine
 from edgespec.errors import UsageError
+from edgespec.spec.controller import KSetting
 from edgespec.spec import controller, decoder, drafters
 from edgespec.spec.sampling import SamplingParams
 from tests.fakes import MarkovBackend, VirtualClock
@@ -138,14 +139,15 @@ def test_select_takes_the_first_n_of_each_suite_and_named_suites():
 def test_parse_modes_reads_every_kind():
     modes = parse_modes("ar,k2,ngram-k4,model-k8,heuristic,auto", "model")
     assert modes == [
-        Mode("ar", "none", "0"),
-        Mode("k2", "model", "2"),
-        Mode("ngram-k4", "ngram", "4"),
-        Mode("model-k8", "model", "8"),
-        Mode("heuristic", "model", "heuristic"),
-        Mode("auto", "auto", "auto"),
+        Mode("ar", "none", KSetting("fixed", 0)),
+        Mode("k2", "model", KSetting("fixed", 2)),
+        Mode("ngram-k4", "ngram", KSetting("fixed", 4)),
+        Mode("model-k8", "model", KSetting("fixed", 8)),
+        Mode("heuristic", "model", KSetting("heuristic")),
+        Mode("auto", "auto", KSetting("auto")),
     ]
-    assert parse_modes(" ar , k3 ", "ngram") == [Mode("ar", "none", "0"), Mode("k3", "ngram", "3")]
+    assert parse_modes(" ar , k3 ", "ngram") == [Mode("ar", "none", KSetting("fixed", 0)),
+                                                        Mode("k3", "ngram", KSetting("fixed", 3))]
 
 
 def test_parse_modes_puts_plain_decoding_first_when_missing():

@@ -17,6 +17,7 @@ from edgespec.bench import BenchPrompt, parse_modes, prompt_ids, run_bench, summ
 from edgespec.config import ModelSpec, PairConfig  # noqa: E402
 from edgespec.engine import Engine, GenerateSettings  # noqa: E402
 from edgespec.errors import UsageError  # noqa: E402
+from edgespec.spec.controller import KSetting  # noqa: E402
 from edgespec.spec.events import Token  # noqa: E402
 from edgespec.spec.sampling import SamplingParams  # noqa: E402
 from tests.fakes import MarkovBackend  # noqa: E402
@@ -104,7 +105,7 @@ def test_assisted_generate_stops_at_an_end_token_like_the_engine(hf_engine):
     target.eos_ids = frozenset({plain[stop_at]})
     try:
         run = assisted_generate(target, draft, prompt, 24)
-        engine_ids = [e.id for e in hf_engine.generate_tokens(prompt, GenerateSettings(24, GREEDY, "none", "0"))
+        engine_ids = [e.id for e in hf_engine.generate_tokens(prompt, GenerateSettings(24, GREEDY, "none", KSetting("fixed", 0)))
                       if isinstance(e, Token)]
     finally:
         target.eos_ids = saved

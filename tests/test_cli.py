@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from edgespec import bench as bench_module
 from edgespec import cli
 from edgespec.engine import Engine
 from edgespec.errors import UsageError
@@ -116,6 +117,27 @@ def test_prompt_longer_than_context_names_the_limit(env):
         (("run", "-m", "mismatch", "hi"), 1, "vocabular"),
         (("run", "--k", "lots", "hi"), 2, "--k"),
         (("run", "--draft", "model", "-m", "short", "hi"), 2, "no draft model"),
+        # every flag is checked before anything loads: pair "missing" would fail on its model file
+        (("run", "-m", "missing", "--k", "65", "hi"), 2, "--k"),
+        (("run", "-m", "missing", "--draft", "model", "hi"), 2, "no draft model"),
+        (("run", "-m", "missing", "--temperature", "nan", "hi"), 2, "--temperature"),
+        (("run", "-m", "missing", "--temperature", "inf", "hi"), 2, "--temperature"),
+        (("run", "-m", "missing", "--temperature", "-1", "hi"), 2, "--temperature"),
+        (("run", "-m", "missing", "--top-p", "0", "hi"), 2, "--top-p"),
+        (("run", "-m", "missing", "--top-p", "nan", "hi"), 2, "--top-p"),
+        (("run", "-m", "missing", "--min-p", "1.5", "hi"), 2, "--min-p"),
+        (("run", "-m", "missing", "--top-k", "-3", "hi"), 2, "--top-k"),
+        (("run", "-m", "missing", "--seed", "-1", "hi"), 2, "--seed"),
+        (("bench", "-m", "missing", "--temperature", "nan"), 2, "--temperature"),
+        (("run", "-m", "missing", "   "), 2, "nothing to do"),
+        (("run", "-m", "missing", "--stats-json", "nope/dir/s.json", "hi"), 2, "does not exist"),
+        (("run", "-m", "missing", "--stats-json", "/sys/s.json", "hi"), 2, "cannot write"),
+        (("run", "-m", "missing", "--stats-json", "/proc/version", "hi"), 2, "cannot write"),
+        (("run", "-m", "missing", "--stats-json", "/tmp", "hi"), 2, "directory"),
+        (("bench", "-m", "missing", "--json", "nodir/x.json"), 2, "--json"),
+        (("bench", "-m", "missing", "--plot", "nodir/x.png"), 2, "--plot"),
+        (("bench", "-m", "missing", "--plot", "bench.bogus"), 2, ".png"),
+        (("bench", "-m", "missing", "--modes", "ar,k65"), 2, "k65"),
         (("run", "--raw", "-s", "be terse", "hi"), 2, "--system"),
         # click's own parse errors read the same way
         (("run", "--max-tokens", "0", "hi"), 2, "--max-tokens"),
@@ -127,6 +149,47 @@ def test_prompt_longer_than_context_names_the_limit(env):
 )
 def test_bad_inputs_are_one_line_errors(env, args, code, needle):
     assert needle in one_line_error(invoke(*args), code)
+
+
+def test_whitespace_only_stdin_without_prompt_exits_2(env):
+    assert "nothing to do" in one_line_error(invoke("run", "-m", "missing", input=" \n\t\n"), 2)
+
+
+def test_a_suite_that_is_not_utf8_is_one_line(env):
+    suite = env / "suite.jsonl"
+    suite.write_bytes(b'{"id": "a"}\n\xff\xfe{}\n')
+    line = one_line_error(invoke("bench", "-m", "missing", "--suite", str(suite)), 2)
+    assert "suite.jsonl:2" in line and "UTF-8" in line
+
+
+def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
+    """The folder checked at the start is gone when the bench ends: the results go to the cache
+    dir, and the one-line error says where."""
+    out_dir = env / "out"
+    out_dir.mkdir()
+    real = bench_module.run_bench
+
+    def run_then_lose_the_folder(*args, **kwargs):
+        rows = real(*args, **kwargs)
+        out_dir.rmdir()
+        return rows
+
+    monkeypatch.setattr(bench_module, "run_bench", run_then_lose_the_folder)
+    suite = env / "suite.jsonl"
+    suite.write_text('{"id": "p1", "suite": "s", "mode": "completion", "prompt": "the weather", "max_tokens": 8}\n')
+    r = invoke("bench", "--modes", "ar", "--suite", str(suite), "--json", str(out_dir / "b.json"))
+    line = one_line_error(r, 1)
+    rescued = env / "home" / "rescued" / "b.json"
+    assert str(rescued) in line and str(out_dir / "b.json") in line
+    assert json.loads(rescued.read_text())["rows"]
+    assert "edgespec bench" in r.stdout  # the table was printed before the write
+
+
+def test_a_reply_cut_by_the_full_context_says_so(env):
+    r = invoke("run", "-m", "short", "--raw", "--draft", "none", "the weather is", "--max-tokens", "100")
+    assert r.exit_code == 0, r.stderr
+    assert [l for l in r.stderr.splitlines() if l.strip()] == [
+        "edgespec: the reply was cut: the 32-token context is full"]
 
 
 def test_no_command_shows_the_help():

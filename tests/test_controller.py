@@ -25,11 +25,22 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from edgespec.errors import UsageError
+from edgespec.errors import SettingError
 from edgespec.spec import controller
 from edgespec.spec import decoder as decoder_module
 from edgespec.spec import drafters as drafters_module
-from edgespec.spec.controller import AutoK, CostModel, FixedK, HeuristicK, Plan, Rate, RoundContext, best_k, make_policy
+from edgespec.spec.controller import (
+    AutoK,
+    CostModel,
+    FixedK,
+    HeuristicK,
+    KSetting,
+    Plan,
+    Rate,
+    RoundContext,
+    best_k,
+    make_policy,
+)
 from edgespec.spec.decoder import SpeculativeDecoder
 from edgespec.spec.drafters import Draft, ModelDrafter
 from edgespec.spec.events import ControllerState, Step, Summary, Token
@@ -356,21 +367,23 @@ def test_calibrate_skips_sizes_that_do_not_fit_the_context():
 # -- the --k flag and the simple policies -----------------------------------------------------
 
 
-def test_make_policy_parses_the_k_flag():
+def test_k_setting_parses_the_k_flag_and_names_its_policy():
     costs = CostModel()
-    assert isinstance(make_policy("auto", "auto", costs), AutoK)
-    assert make_policy("auto", "ngram", costs).costs is costs
-    assert isinstance(make_policy("heuristic", "model", costs), HeuristicK)
-    fixed = make_policy("4", "ngram", costs)
+    assert KSetting.parse("auto") == KSetting("auto") and str(KSetting.parse(" 4 ")) == "4"
+    assert isinstance(make_policy(KSetting.parse("auto"), "auto", costs), AutoK)
+    assert make_policy(KSetting.parse("auto"), "ngram", costs).costs is costs
+    assert isinstance(make_policy(KSetting.parse("heuristic"), "model", costs), HeuristicK)
+    fixed = make_policy(KSetting.parse("4"), "ngram", costs)
     assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.drafter == "ngram"
-    assert make_policy("0", "none", costs).k == 0
+    assert make_policy(KSetting.parse("0"), "none", costs).k == 0
+    assert KSetting.parse("64").k == KSetting.MAX
 
 
 @pytest.mark.parametrize("flag", ["x", "-1", "65", "", "2.5", "Auto"])
-def test_make_policy_rejects_bad_k_with_a_usage_error(flag):
-    with pytest.raises(UsageError, match="--k") as e:
-        make_policy(flag, "auto", CostModel())
-    assert "\n" not in str(e.value)
+def test_k_setting_refuses_bad_values_with_a_one_line_setting_error(flag):
+    with pytest.raises(SettingError) as e:
+        KSetting.parse(flag)
+    assert "\n" not in str(e.value) and "--k" not in str(e.value)  # the core does not know the flag
 
 
 def ngram_ctx(n: int, match_len: int = 3, has_model: bool = False, max_k: int = 100) -> RoundContext:

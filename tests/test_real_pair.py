@@ -14,7 +14,8 @@ from importlib.resources import files
 import pytest
 
 from edgespec.config import load_registry
-from edgespec.engine import Engine, GenerateSettings, open_engine
+from edgespec.engine import Engine, GenerateSettings, find_pair, open_engine
+from edgespec.spec.controller import KSetting
 from edgespec.spec.events import Summary, Token
 from edgespec.spec.sampling import SamplingParams
 from edgespec.store import Store
@@ -38,7 +39,7 @@ needs_pair = pytest.mark.skipif(not _pair_present(), reason="default pair not pu
 
 @pytest.fixture(scope="module")
 def engine():
-    e = open_engine(None, None, "auto")
+    e = open_engine(find_pair())
     yield e
     e.close()
 
@@ -68,7 +69,7 @@ def generate(engine: Engine, ids, settings) -> tuple[list[int], Summary]:
 @pytest.mark.parametrize("row", dev_prompts(), ids=lambda r: r["id"])
 def test_greedy_speculation_is_the_targets_argmax_and_matches_plain(engine, row):
     ids = prompt_ids(engine, row)
-    plain, _ = generate(engine, ids, GenerateSettings(max_tokens=48, draft="none", k="0"))
+    plain, _ = generate(engine, ids, GenerateSettings(max_tokens=48, draft="none", k=KSetting("fixed", 0)))
     real_target = engine.target
     recorder = ArgmaxRecorder(real_target)
     engine.target = recorder
@@ -95,7 +96,7 @@ def test_greedy_speculation_is_the_targets_argmax_and_matches_plain(engine, row)
 def test_sampled_output_is_reproducible_with_a_seed(engine):
     """Same seed, same cache state (as in two `edgespec run` calls) -> the same text. The caches are
     cleared because a reused prompt prefix changes batch shapes, hence the logits' last bits."""
-    settings = GenerateSettings(max_tokens=40, draft="model", k="3",
+    settings = GenerateSettings(max_tokens=40, draft="model", k=KSetting("fixed", 3),
                                 sampling=SamplingParams(temperature=0.7, top_k=20, top_p=0.8, seed=7))
     ids = engine.chat_tokens([{"role": "user", "content": "Name three sorting algorithms."}])
 

@@ -23,6 +23,7 @@ from textual.app import App
 
 from edgespec.config import ModelSpec, PairConfig
 from edgespec.engine import GenerateSettings
+from edgespec.spec.controller import KSetting
 from edgespec.errors import EdgespecError
 from edgespec.spec.events import ControllerState, Source, Step, Summary, Token
 from edgespec.spec.sampling import SamplingParams
@@ -31,7 +32,7 @@ from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer
 from edgespec.tui.prompt import PromptBox
-from edgespec.tui.stats import ReplyStats, sparkline
+from edgespec.tui.stats import ReplyStats, frozen_line, sparkline
 from edgespec.tui.transcript import REJECTED, STYLES, Notice, ReplySpans, ReplyView, UserMessage, render_spans
 
 REPLY = '''Here is a small function that ignores case, spaces and punctuation:
@@ -104,8 +105,10 @@ def summarize(events: list, stop_reason: str) -> Summary:
 class FakeEngine:
     """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, token_text)."""
 
-    def __init__(self, events=None, *, pause_after: int | None = None, fail_after: int | None = None, n_ctx: int = 4096):
+    def __init__(self, events=None, *, pause_after: int | None = None, fail_after: int | None = None, n_ctx: int = 4096,
+                 stop_reason: str = "eos"):
         self.events = script() if events is None else events
+        self.stop_reason = stop_reason
         self.pause_after = pause_after  # yield this many events, then wait for `resume` or cancel
         self.fail_after = fail_after
         self.n_ctx = n_ctx
@@ -135,7 +138,7 @@ class FakeEngine:
                 return
             done.append(event)
             yield event
-        yield summarize(done, "eos")
+        yield summarize(done, self.stop_reason)
 
     def count_tokens(self, messages) -> int:
         return sum(len(m["content"]) // 4 + 4 for m in messages)
@@ -546,6 +549,17 @@ async def test_engine_error_shows_a_notification_and_app_recovers(tmp_path):
 
 
 @pytest.mark.asyncio
+async def test_a_reply_cut_by_the_full_context_says_so(tmp_path):
+    app = make_app(tmp_path, FakeEngine(stop_reason="context"))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_for_reply(pilot)
+        await wait_until(pilot, lambda: app._notifications)
+        assert [n.title for n in app._notifications] == ["Context full"]
+        assert "stopped: context" in frozen_line(app.conversation.messages[-1]["stats"]).plain
+
+
+@pytest.mark.asyncio
 async def test_a_chat_that_cannot_be_saved_says_so_once_and_goes_on(tmp_path):
     (tmp_path / "not-a-folder").write_text("")
     app = ChatApp(FakeEngine(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock())
@@ -586,7 +600,7 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
     pair = PairConfig(name="tiny", backend="llamacpp", target=ModelSpec("tiny", "gguf", path=tiny_gguf),
                       draft=ModelSpec("tiny-draft", "gguf", path=tiny_draft_gguf), drafter="model", context=256)
     engine = Engine(pair, LlamaCppBackend(tiny_gguf, 256, threads=1), LlamaCppBackend(tiny_draft_gguf, 256, threads=1))
-    app = ChatApp(engine, GenerateSettings(max_tokens=32, k="3", draft="model"), store=ChatStore(tmp_path / "chats"))
+    app = ChatApp(engine, GenerateSettings(max_tokens=32, k=KSetting("fixed", 3), draft="model"), store=ChatStore(tmp_path / "chats"))
     try:
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, "the weather")
@@ -613,7 +627,7 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     engine = FakeEngine()
     seen: dict = {}
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, config, draft: seen.update(
+    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft: seen.update(
         pair=pair, draft=draft) or engine, raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: seen.update(reopened=True))
     monkeypatch.setattr(command, "_require_terminal", lambda: None)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Literal, Protocol, Sequence
 
-from edgespec.errors import UsageError
+from edgespec.errors import SettingError
 from edgespec.spec.drafters import Draft
 from edgespec.spec.events import ControllerState, Step
 
@@ -486,16 +486,39 @@ class AutoK:
             self._probe.reset()
 
 
-def make_policy(k: str, drafter: str, costs: CostModel) -> Policy:
-    """The policy for the --k flag: "auto", "heuristic" or a number."""
-    if k == "auto":
+@dataclass(frozen=True, slots=True)
+class KSetting:
+    """How the draft length is chosen: the cost-aware controller ("auto"), transformers' +2/-1
+    schedule ("heuristic"), or a fixed K ("fixed", K = 0 is plain decoding). Parsed once, where
+    the user's text comes in (`parse`)."""
+
+    policy: Literal["auto", "heuristic", "fixed"]
+    k: int = 0
+
+    MAX = 64  # a longer fixed draft only wastes verification
+
+    @classmethod
+    def parse(cls, text: str) -> KSetting:
+        """"auto", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
+        text = text.strip()
+        if text in ("auto", "heuristic"):
+            return cls(text)
+        try:
+            n = int(text)
+        except ValueError:
+            raise SettingError(f"{text!r} is not auto, heuristic or a whole number") from None
+        if not 0 <= n <= cls.MAX:
+            raise SettingError(f"{n} is outside 0..{cls.MAX}")
+        return cls("fixed", n)
+
+    def __str__(self) -> str:
+        return str(self.k) if self.policy == "fixed" else self.policy
+
+
+def make_policy(k: KSetting, drafter: str, costs: CostModel) -> Policy:
+    """The policy a K setting names."""
+    if k.policy == "auto":
         return AutoK(drafter, costs)
-    if k == "heuristic":
+    if k.policy == "heuristic":
         return HeuristicK(drafter)
-    try:
-        n = int(k)
-    except ValueError:
-        raise UsageError(f"--k {k!r} is not auto, heuristic or a whole number") from None
-    if not 0 <= n <= 64:
-        raise UsageError(f"--k {n} is outside 0..64")
-    return FixedK(n, drafter)
+    return FixedK(k.k, drafter)

@@ -14,8 +14,9 @@ host-side cost per verified row well under a millisecond.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -39,6 +40,33 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+
+def _finite_in(low: float, high: float, *, low_open: bool = False, meaning: str = "") -> Callable[[float], str | None]:
+    def check(value: float) -> str | None:
+        above = value > low if low_open else value >= low
+        if math.isfinite(value) and above and value <= high:
+            return None
+        span = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if math.isfinite(high) else f"a finite number >= {low:g}"
+        return f"{value} is not {span}" + (f" ({meaning})" if meaning else "")
+
+    return check
+
+
+# The one rule for every sampling value, used by models.toml and the command-line flags alike.
+# NaN fails every comparison and infinity is refused, so neither can reach the sampler.
+SAMPLING_RULES: dict[str, Callable[[float], str | None]] = {
+    "temperature": _finite_in(0.0, math.inf, meaning="0 = greedy"),
+    "top_k": _finite_in(0, math.inf, meaning="0 = off"),
+    "top_p": _finite_in(0.0, 1.0, low_open=True, meaning="1 = off"),
+    "min_p": _finite_in(0.0, 1.0, meaning="0 = off"),
+    "seed": _finite_in(0, 2**64 - 1),  # numpy's generators take a non-negative 64-bit seed
+}
+
+
+def sampling_problem(name: str, value: float) -> str | None:
+    """What is wrong with `value` for the sampling setting `name`, or None when it is valid."""
+    return SAMPLING_RULES[name](value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     Keys: enter send · shift+enter/ctrl+j newline · esc stop · ctrl+n new chat · ctrl+r regenerate ·
     F2 details · F3 markdown · F4 rejected drafts · ctrl+o saved chats · ctrl+p commands · ctrl+q quit.
     """
-    from edgespec.engine import EngineThread, GenerateSettings, open_engine
+    from edgespec.engine import EngineThread, GenerateSettings, find_pair, open_engine
     from edgespec.tui.history import ChatStore
 
     store = ChatStore()
@@ -57,6 +57,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
         conversation = store.load(resume) if resume else store.latest()
         pair = pair or conversation.pair or None  # keep talking to the model that wrote the chat
 
+    pair_config = find_pair(pair, config, draft)
     first_message = None
     piped = read_stdin()
     if piped is not None:
@@ -67,7 +68,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     click.echo("edgespec: loading the model pair…", err=True)
     engine_thread = EngineThread()  # loads the engine and runs every reply (see EngineThread)
     try:
-        engine = engine_thread.call(open_engine, pair, config, draft)
+        engine = engine_thread.call(open_engine, pair_config, draft)
         try:
             sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
             settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
