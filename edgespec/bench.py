@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.events import Step, Summary, Token
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine, GenerateSettings
 from edgespec.errors import UsageError
 from edgespec.output_files import check_writable
-from edgespec.spec.controller import KSetting
-from edgespec.spec.events import Step, Summary, Token
-from edgespec.spec.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,12 @@ class Mode:
     `hf-assisted` (transformers' generate with the draft model as assistant; k is None)."""
 
     name: str
-    draft: str
+    draft: DraftChoice
     k: KSetting | None
 
 
 HF_ASSISTED = "hf-assisted"
-AR = Mode("ar", "none", KSetting("fixed", 0))
+AR = Mode("ar", DraftChoice.NONE, KSetting("fixed", 0))
 
 
 @dataclass
@@ -128,20 +129,21 @@ def select(prompts: list[BenchPrompt], limit: int | None, suites: str | None) ->
     return out
 
 
-def parse_modes(spec: str, default_drafter: str) -> list[Mode]:
+def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
     """"ar,k4,ngram-k8,heuristic,auto,hf-assisted" -> modes; `kN` and `heuristic` use `default_drafter`."""
     modes = []
-    for name in (m.strip() for m in spec.split(",") if m.strip()):
+    for name in (m.strip() for m in text.split(",") if m.strip()):
         if name == "ar":
             modes.append(AR)
         elif name == "auto":
-            modes.append(Mode(name, "auto", KSetting("auto")))
+            modes.append(Mode(name, DraftChoice.AUTO, KSetting("auto")))
         elif name == "heuristic":
             modes.append(Mode(name, default_drafter, KSetting("heuristic")))
         elif name == HF_ASSISTED:
-            modes.append(Mode(name, "model", None))
+            modes.append(Mode(name, DraftChoice.MODEL, None))
         elif (m := re.fullmatch(r"(?:(ngram|model)-)?k(\d+)", name)) and int(m.group(2)) <= KSetting.MAX:
-            modes.append(Mode(name, m.group(1) or default_drafter, KSetting("fixed", int(m.group(2)))))
+            drafter = DraftChoice(m.group(1)) if m.group(1) else default_drafter
+            modes.append(Mode(name, drafter, KSetting("fixed", int(m.group(2)))))
         else:
             raise UsageError(f"unknown bench mode {name!r}: use ar, kN (N <= {KSetting.MAX}), ngram-kN, model-kN, "
                              "heuristic, auto, hf-assisted")

@@ -22,9 +22,10 @@ from edgespec.cli_common import (
     sampling_from_flags,
     sampling_option,
 )
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.events import Source, Summary, Token
 from edgespec.errors import UsageError
 from edgespec.output_files import check_writable, write_or_rescue
-from edgespec.spec.events import Source, Summary, Token
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
 TOKEN_STYLES = {
@@ -148,6 +149,7 @@ def stream_to_stdout(events, colored: bool) -> Summary:
               help="Comma-separated: ar, kN, ngram-kN, model-kN, heuristic, auto, and hf-assisted (transformers' "
                    "generate with the draft as assistant; hf pairs only).")
 @click.option("--drafter", type=click.Choice(["model", "ngram"]), default=None,
+              callback=lambda ctx, param, value: value and DraftChoice(value),
               help="Drafter of kN and heuristic modes (default: the pair's draft model, else ngram).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="First N prompts of each suite.")
 @click.option("--suites", default=None, help="Only these suites (comma-separated).")
@@ -166,13 +168,13 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
     from rich.progress import Progress
 
     from edgespec import bench as b
+    from edgespec.decoding.sampling import SamplingParams
     from edgespec.engine import find_pair, open_engine
-    from edgespec.spec.sampling import SamplingParams
 
     path = suite_path or Path(str(files("edgespec") / "data" / "dev.jsonl"))
     prompts = b.select(b.load_suite(path), limit, suites)
     pair_config = find_pair(pair, config)
-    mode_list = b.parse_modes(modes, drafter or ("model" if pair_config.draft is not None else "ngram"))
+    mode_list = b.parse_modes(modes, drafter or (DraftChoice.MODEL if pair_config.draft is not None else DraftChoice.NGRAM))
     if json_path:
         check_writable(json_path, "--json")
     if plot_path:

@@ -13,9 +13,10 @@ from typing import Callable
 
 import click
 
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import sampling_problem
 from edgespec.errors import EdgespecError, SettingError, UsageError
-from edgespec.spec.controller import KSetting
-from edgespec.spec.sampling import sampling_problem
 
 EXIT_INTERRUPTED = 130
 
@@ -70,7 +71,8 @@ class KSettingParam(click.ParamType):
 def decoding_options(f: Callable) -> Callable:
     """--draft, --k and the sampling flags; unset sampling flags fall back to the pair's defaults."""
     opts = [
-        click.option("--draft", type=click.Choice(["auto", "model", "ngram", "none"]), default="auto", show_default=True,
+        click.option("--draft", type=click.Choice([c.value for c in DraftChoice]), default="auto", show_default=True,
+                     callback=lambda ctx, param, value: DraftChoice(value),
                      help="Drafter: the draft model, n-gram lookup in the context, none (plain decoding), or auto."),
         click.option("--k", "k", type=KSettingParam(), default="auto", show_default=True,
                      help="Draft length: auto (cost-aware controller), heuristic (+2/-1), or a fixed number."),
@@ -97,7 +99,7 @@ def error_boundary(f: Callable) -> Callable:
         try:
             return f(*args, **kwargs)
         except EdgespecError as e:
-            _report(str(e))
+            _report(f"--{e.setting.replace('_', '-')}: {e}" if isinstance(e, SettingError) and e.setting else str(e))
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("edgespec: interrupted", err=True)

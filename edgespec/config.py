@@ -23,8 +23,8 @@ from typing import Any, Callable, Literal
 
 import platformdirs
 
+from edgespec.decoding.sampling import SamplingParams, sampling_problem
 from edgespec.errors import EdgespecError
-from edgespec.spec.sampling import SamplingParams, sampling_problem
 
 
 class ConfigError(EdgespecError):

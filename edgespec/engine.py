@@ -2,7 +2,7 @@
 
     engine = open_engine(find_pair("qwen2.5-coder-1.5b"))
     for event in engine.chat(messages, GenerateSettings(max_tokens=256), cancel=threading.Event()):
-        ...  # Token / Step / Summary from edgespec.spec.events
+        ...  # Token / Step / Summary from edgespec.decoding.events
 
 `chat` and `complete` are generators; they may run in a worker thread and be stopped with `cancel`
 (checked once per target pass; the generator then ends with a Summary whose stop_reason is
@@ -21,22 +21,35 @@ from typing import Iterator, Sequence
 
 from edgespec.backends.base import Backend, BackendError
 from edgespec.config import ModelSpec, PairConfig, load_registry
-from edgespec.errors import UsageError
-from edgespec.spec.controller import CostModel, KSetting, Policy, make_policy
-from edgespec.spec.decoder import SpeculativeDecoder
-from edgespec.spec.drafters import ModelDrafter, NgramDrafter
-from edgespec.spec.events import Event
-from edgespec.spec.sampling import SamplingParams
-
-DRAFT_MODES = ("auto", "model", "ngram", "none")
+from edgespec.decoding.controller import make_policy
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import (
+    DraftChoice,
+    Drafter,
+    DrafterKind,
+    ModelDrafter,
+    NgramDrafter,
+)
+from edgespec.decoding.events import Event
+from edgespec.decoding.plan import KSetting, Policy
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.errors import SettingError
 
 
 @dataclass(frozen=True)
 class GenerateSettings:
     max_tokens: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    draft: str = "auto"  # "auto" | "model" | "ngram" | "none"
+    draft: DraftChoice = DraftChoice.AUTO
     k: KSetting = KSetting("auto")
+
+
+class NoDraftModel(SettingError):
+    """--draft model on a pair without a draft model."""
+
+    def __init__(self, pair: str):
+        super().__init__(f"pair {pair!r} has no draft model; draft with ngram or none", setting="draft")
 
 
 class Engine:
@@ -45,9 +58,8 @@ class Engine:
     def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None):
         self.pair, self.target, self.draft = pair, target, draft
         self.n_ctx = target.n_ctx
-        self._model_drafter = ModelDrafter(draft) if draft is not None else None
-        self._ngram = NgramDrafter()
-        self._policies: dict[tuple[str, str], Policy] = {}
+        self._drafters: list[Drafter] = [NgramDrafter()] + ([ModelDrafter(draft)] if draft is not None else [])
+        self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
 
     def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -69,17 +81,11 @@ class Engine:
 
     def generate_tokens(self, prompt: list[int], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
         """Generate after already-tokenized input (what chat and complete end in)."""
-        if settings.draft not in DRAFT_MODES:
-            raise UsageError(f"--draft {settings.draft!r} is not one of {', '.join(DRAFT_MODES)}")
-        if settings.draft == "model" and self._model_drafter is None:
-            raise UsageError(f"pair {self.pair.name!r} has no draft model; use --draft ngram or none")
-        policy = self._policy(settings)
-        decoder = SpeculativeDecoder(
-            self.target,
-            policy,
-            model=self._model_drafter if settings.draft in ("auto", "model") else None,
-            ngram=self._ngram if settings.draft in ("auto", "ngram") else None,
-        )
+        draft = DraftChoice(settings.draft)
+        if draft is DraftChoice.MODEL and self.draft is None:
+            raise NoDraftModel(self.pair.name)
+        drafters = [d for d in self._drafters if d.kind in draft.kinds]
+        decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
         return decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
 
     def _policy(self, settings: GenerateSettings) -> Policy:
@@ -183,23 +189,24 @@ def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
 
 
-def find_pair(pair_name: str | None = None, config_path: Path | None = None, draft: str = "auto") -> PairConfig:
+def find_pair(pair_name: str | None = None, config_path: Path | None = None,
+              draft: DraftChoice = DraftChoice.AUTO) -> PairConfig:
     """The pair from the registry, refused at once if `draft` asks for a draft model it lacks (so
     every setting is checked before anything loads)."""
     pair = load_registry(config_path).pair(pair_name)
-    if draft == "model" and pair.draft is None:
-        raise UsageError(f"pair {pair.name!r} has no draft model; use --draft ngram or none")
+    if draft == DraftChoice.MODEL and pair.draft is None:
+        raise NoDraftModel(pair.name)
     return pair
 
 
-def open_engine(pair: PairConfig, draft: str = "auto") -> Engine:
+def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engine:
     """Load a pair: check its files, load the target (and the draft model if it may be used)."""
     from edgespec.store import Store
     from edgespec.vocab import check_loaded_pair
 
     store = Store()
     target_path = store.ensure(pair.target, pair.name)
-    use_draft = pair.draft is not None and draft in ("auto", "model")
+    use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
     draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
     target = load_backend(pair, pair.target, target_path)
     draft_backend = None

@@ -16,4 +16,9 @@ class UsageError(EdgespecError):
 
 
 class SettingError(UsageError):
-    """A setting's value is invalid (the core says what is wrong; the CLI names the flag)."""
+    """A setting's value is invalid. The core says what is wrong and which setting (`setting`, e.g.
+    "draft"); the command line names the flag, so the core never speaks of flags."""
+
+    def __init__(self, message: str, setting: str | None = None):
+        super().__init__(message)
+        self.setting = setting

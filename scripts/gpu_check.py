@@ -4,7 +4,7 @@
 For a CUDA machine that reaches no network and receives no weights: it builds random-weight models
 of real shapes on the GPU (Llama-3.1-8B as target, Llama-3.2-1B as draft; bf16, and bitsandbytes
 nf4 4-bit), runs them through `edgespec.backends.hf.HFBackend` and the real decode loop
-(`edgespec.spec.decoder`), and prints one table:
+(`edgespec.decoding.decoder`), and prints one table:
 
   verify   target pass cost against n tokens verified (the cost model's t_verify(n))
   draft    one draft-model step (t_draft)
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -243,7 +242,7 @@ def synthetic_drafter_class():
     """A ModelDrafter that pays for the real draft model but proposes the target's own next token
     with probability `a` (a wrong one otherwise): per-token acceptance a by construction."""
     from edgespec.backends.base import sync_cache
-    from edgespec.spec.drafters import Draft, ModelDrafter
+    from edgespec.decoding.drafters import Draft, ModelDrafter
 
     class SyntheticDrafter(ModelDrafter):
         def __init__(self, backend, oracle: Callable[[int], int], a: float, seed: int = 0):
@@ -305,10 +304,11 @@ class DecodeResult:
 
 def run_decode(target, draft, prompt, n_tokens, mode: str, a: float | None, oracle, costs) -> DecodeResult:
     """One generation through edgespec's decoder. mode: "ar", "k=<K>" or "auto"."""
-    from edgespec.spec.controller import AutoK, FixedK
-    from edgespec.spec.decoder import SpeculativeDecoder
-    from edgespec.spec.events import Step, Summary, Token
-    from edgespec.spec.sampling import SamplingParams
+    from edgespec.decoding.controller import AutoK
+    from edgespec.decoding.decoder import SpeculativeDecoder
+    from edgespec.decoding.events import Step, Summary, Token
+    from edgespec.decoding.sampling import SamplingParams
+    from edgespec.decoding.simple_policies import FixedK
 
     if mode == "ar":
         policy, model = FixedK(0, "model"), None
@@ -320,7 +320,7 @@ def run_decode(target, draft, prompt, n_tokens, mode: str, a: float | None, orac
     draft.truncate(0)
     t_eval, d_eval = TimedEval(target), TimedEval(draft)
     try:
-        decoder = SpeculativeDecoder(target, policy, model=model)
+        decoder = SpeculativeDecoder(target, policy, [model] if model is not None else [])
         events = decoder.generate(prompt, n_tokens, SamplingParams())
         ids, steps, summary = [], [], None
         t_eval.reset()
@@ -397,7 +397,7 @@ class Table:
 def gpu_check(plan: Plan, budget_s: float, decode_comparison: bool = True) -> tuple[str, dict]:
     import torch
 
-    from edgespec.spec.controller import CostModel
+    from edgespec.decoding.costs import CostModel
 
     t_start = time.perf_counter()
     deadline = t_start + budget_s

@@ -20,12 +20,13 @@ import time
 
 import numpy as np
 
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import NgramDrafter
+from edgespec.decoding.events import Step, Summary
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams, warp
+from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine import GenerateSettings, find_pair, open_engine
-from edgespec.spec.controller import FixedK, KSetting
-from edgespec.spec.decoder import SpeculativeDecoder
-from edgespec.spec.drafters import NgramDrafter
-from edgespec.spec.events import Step, Summary
-from edgespec.spec.sampling import SamplingParams, warp
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 
@@ -127,7 +128,7 @@ def host_ms_per_step(rows: np.ndarray, params: SamplingParams) -> float:
     """Mean wall time of a K=8 round (n-gram drafts of a repeating prompt) on a zero-cost target."""
     backend = ZeroCostBackend(rows)
     prompt = list(range(50)) * 20  # every suffix has an earlier match: full 8-token drafts
-    decoder = SpeculativeDecoder(backend, FixedK(8, "ngram"), ngram=NgramDrafter())
+    decoder = SpeculativeDecoder(backend, FixedK(8, "ngram"), [NgramDrafter()])
     steps = 0
     t0 = time.perf_counter()
     for e in decoder.generate(prompt, 2000, params):

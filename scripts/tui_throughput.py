@@ -27,9 +27,14 @@ from pathlib import Path
 
 import click
 
-from edgespec.cli_common import decoding_options, error_boundary, pair_options, sampling_from_flags
+from edgespec.cli_common import (
+    decoding_options,
+    error_boundary,
+    pair_options,
+    sampling_from_flags,
+)
+from edgespec.decoding.events import Summary
 from edgespec.engine import Engine, GenerateSettings
-from edgespec.spec.events import Summary
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 SIZE = (120, 40)

@@ -9,12 +9,16 @@ bench tests, slept for real or, with a `VirtualClock`, only added to simulated t
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Callable, Sequence
+from types import SimpleNamespace
+from typing import Callable, Iterator, Sequence
+from unittest import mock
 
 import numpy as np
 
 from edgespec.backends.base import ContextOverflow, Vocabulary
+from edgespec.decoding import costs, decoder, drafters
 
 
 class VirtualClock:
@@ -29,6 +33,15 @@ class VirtualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+@contextlib.contextmanager
+def simulated_time(clock: VirtualClock) -> Iterator[None]:
+    """Every module that reads the clock while generating or calibrating reads `clock` instead."""
+    with contextlib.ExitStack() as stack:
+        for module in (decoder, drafters, costs):
+            stack.enter_context(mock.patch.object(module, "time", SimpleNamespace(perf_counter=clock)))
+        yield
 
 
 class MarkovBackend:

@@ -12,19 +12,26 @@ import statistics
 from importlib.resources import files
 from pathlib import Path
 from types import SimpleNamespace
-from unittest import mock
 
 import pytest
 
 from edgespec import bench
-from edgespec.bench import BenchPrompt, Mode, Row, load_suite, parse_modes, run_bench, summarize, to_json
+from edgespec.bench import (
+    BenchPrompt,
+    Mode,
+    Row,
+    load_suite,
+    parse_modes,
+    run_bench,
+    summarize,
+    to_json,
+)
 from edgespec.config import ModelSpec, PairConfig
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine
 from edgespec.errors import UsageError
-from edgespec.spec.controller import KSetting
-from edgespec.spec import controller, decoder, drafters
-from edgespec.spec.sampling import SamplingParams
-from tests.fakes import MarkovBackend, VirtualClock
+from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 
 DEV_SET = Path("/work/shared/bench/dev.jsonl")
 SHIPPED = Path(str(files("edgespec") / "data" / "dev.jsonl"))
@@ -184,23 +191,6 @@ PROMPTS = [
     BenchPrompt("c/1", "code", "completion", 24, prompt="for i in range(10): print(i)\nfor i in range("),
     BenchPrompt("t/0", "talk", "chat", 20, messages=({"role": "user", "content": "tell me a story"},)),
 ]
-
-
-def simulated_time(clock: VirtualClock):
-    """Every module that reads the clock during generation reads `clock` instead."""
-    patches = [mock.patch.object(m, "time", SimpleNamespace(perf_counter=clock), create=True)
-               for m in (decoder, controller, drafters)]
-
-    class _All:
-        def __enter__(self):
-            for p in patches:
-                p.__enter__()
-
-        def __exit__(self, *exc):
-            for p in reversed(patches):
-                p.__exit__(*exc)
-
-    return _All()
 
 
 @pytest.fixture(scope="module")

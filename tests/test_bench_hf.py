@@ -13,13 +13,21 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from edgespec.backends.hf import assisted_generate, load_hf_backend  # noqa: E402
-from edgespec.bench import BenchPrompt, parse_modes, prompt_ids, run_bench, summarize, table, to_json  # noqa: E402
+from edgespec.bench import (  # noqa: E402
+    BenchPrompt,
+    parse_modes,
+    prompt_ids,
+    run_bench,
+    summarize,
+    table,
+    to_json,
+)
 from edgespec.config import ModelSpec, PairConfig  # noqa: E402
+from edgespec.decoding.events import Token  # noqa: E402
+from edgespec.decoding.plan import KSetting  # noqa: E402
+from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.engine import Engine, GenerateSettings  # noqa: E402
 from edgespec.errors import UsageError  # noqa: E402
-from edgespec.spec.controller import KSetting  # noqa: E402
-from edgespec.spec.events import Token  # noqa: E402
-from edgespec.spec.sampling import SamplingParams  # noqa: E402
 from tests.fakes import MarkovBackend  # noqa: E402
 from tests.tiny_hf import build_tiny_hf  # noqa: E402
 

@@ -18,34 +18,21 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Callable
-from unittest import mock
 
 import numpy as np
 import pytest
 
+from edgespec.decoding.controller import AutoK, Rate, make_policy
+from edgespec.decoding.costs import CostModel, best_k
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import Draft, DrafterKind, ModelDrafter
+from edgespec.decoding.events import ControllerState, Step, Summary, Token
+from edgespec.decoding.plan import KSetting, Plan, RoundContext
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.errors import SettingError
-from edgespec.spec import controller
-from edgespec.spec import decoder as decoder_module
-from edgespec.spec import drafters as drafters_module
-from edgespec.spec.controller import (
-    AutoK,
-    CostModel,
-    FixedK,
-    HeuristicK,
-    KSetting,
-    Plan,
-    Rate,
-    RoundContext,
-    best_k,
-    make_policy,
-)
-from edgespec.spec.decoder import SpeculativeDecoder
-from edgespec.spec.drafters import Draft, ModelDrafter
-from edgespec.spec.events import ControllerState, Step, Summary, Token
-from edgespec.spec.sampling import SamplingParams
-from tests.fakes import MarkovBackend, VirtualClock, plain_greedy
+from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
 # -- simulated hardware -----------------------------------------------------------------------
 
@@ -82,29 +69,13 @@ GPU = Hardware("gpu", curve({1: 0.010, 17: 0.010}), 0.002)
 BF16 = Hardware("bf16", curve({1: 0.124, 4: 0.128, 8: 0.153}), 0.045)
 
 
-def patched_clock(clock: VirtualClock, *modules):
-    """Make `modules` read `clock` as time.perf_counter."""
-    stack = [mock.patch.object(m, "time", SimpleNamespace(perf_counter=clock), create=True) for m in modules]
-
-    class _Both:
-        def __enter__(self):
-            for p in stack:
-                p.__enter__()
-
-        def __exit__(self, *exc):
-            for p in reversed(stack):
-                p.__exit__(*exc)
-
-    return _Both()
-
-
 def calibrated(hw: Hardware, with_draft: bool = True) -> CostModel:
     """A CostModel calibrated as the engine does (`CostModel.calibrate` on the loaded backends)."""
     clock = VirtualClock()
     target = MarkovBackend(n_vocab=8, cost=hw.verify, clock=clock)
     draft = MarkovBackend(n_vocab=8, cost=lambda n: n * hw.draft, clock=clock) if with_draft else None
     costs = CostModel()
-    with patched_clock(clock, controller):
+    with simulated_time(clock):
         costs.calibrate(target, draft)
     return costs
 
@@ -329,7 +300,7 @@ def test_calibrate_measures_the_verify_curve_and_the_draft_step_and_rolls_back(h
     target.eval([1, 2, 3], 1)
     draft.eval([1, 2], 1)
     costs = CostModel()
-    with patched_clock(clock, controller):
+    with simulated_time(clock):
         costs.calibrate(target, draft)
     for n in (1, 2, 4, 8, 16):
         assert costs.verify(n) == pytest.approx(hw.verify(n))
@@ -348,7 +319,7 @@ def test_calibrate_keeps_the_fastest_timing_so_a_busy_moment_does_not_skew_the_c
 
     target = MarkovBackend(cost=busy_at_first, clock=clock)
     costs = CostModel()
-    with patched_clock(clock, controller):
+    with simulated_time(clock):
         costs.calibrate(target)
     for n in (1, 2, 4, 8, 16):
         assert costs.verify(n) == pytest.approx(CPU.verify(n))
@@ -358,7 +329,7 @@ def test_calibrate_skips_sizes_that_do_not_fit_the_context():
     clock = VirtualClock()
     target = MarkovBackend(n_ctx=6, cost=CPU.verify, clock=clock)
     costs = CostModel()
-    with patched_clock(clock, controller):
+    with simulated_time(clock):
         costs.calibrate(target)
     assert sorted(costs._verify) == [1, 2, 4]
     assert costs.draft_step is None and target.cached == []
@@ -374,7 +345,7 @@ def test_k_setting_parses_the_k_flag_and_names_its_policy():
     assert make_policy(KSetting.parse("auto"), "ngram", costs).costs is costs
     assert isinstance(make_policy(KSetting.parse("heuristic"), "model", costs), HeuristicK)
     fixed = make_policy(KSetting.parse("4"), "ngram", costs)
-    assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.drafter == "ngram"
+    assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.allowed == {DrafterKind.NGRAM}
     assert make_policy(KSetting.parse("0"), "none", costs).k == 0
     assert KSetting.parse("64").k == KSetting.MAX
 
@@ -650,10 +621,10 @@ def _decode(hw: Hardware, policy, draft_noise: float | None, n: int = 300) -> Su
     if draft_noise is not None:
         draft = MarkovBackend(seed=11, noise=draft_noise, cost=lambda m: m * hw.draft, clock=clock)
     if isinstance(policy, AutoK):
-        with patched_clock(clock, controller):
+        with simulated_time(clock):
             policy.costs.calibrate(target, draft)
-    decoder = SpeculativeDecoder(target, policy, model=ModelDrafter(draft) if draft else None)
-    with patched_clock(clock, decoder_module, drafters_module, controller):
+    decoder = SpeculativeDecoder(target, policy, [ModelDrafter(draft)] if draft else [])
+    with simulated_time(clock):
         events = list(decoder.generate([1, 2, 3, 4], n, SamplingParams()))
     tokens = [e.id for e in events if isinstance(e, Token)]
     assert tokens == plain_greedy(target, [1, 2, 3, 4], n)

@@ -7,11 +7,13 @@ import threading
 import numpy as np
 import pytest
 
-from edgespec.spec.controller import AutoK, CostModel, FixedK, HeuristicK
-from edgespec.spec.decoder import SpeculativeDecoder
-from edgespec.spec.drafters import ModelDrafter, NgramDrafter
-from edgespec.spec.events import Source, Step, Summary, Token
-from edgespec.spec.sampling import SamplingParams
+from edgespec.decoding.controller import AutoK
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import ModelDrafter, NgramDrafter
+from edgespec.decoding.events import Source, Step, Summary, Token
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from tests.fakes import MarkovBackend, plain_greedy
 
 GREEDY = SamplingParams()
@@ -40,10 +42,10 @@ def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
     target = MarkovBackend(seed=1)
     reference = plain_greedy(target, PROMPT, 40)
     if drafter == "ngram":
-        decoder = SpeculativeDecoder(target, FixedK(k, "ngram"), ngram=NgramDrafter())
+        decoder = SpeculativeDecoder(target, FixedK(k, "ngram"), [NgramDrafter()])
     else:
         draft = MarkovBackend(seed=1, noise=2.0) if drafter == "good" else always_wrong(target)
-        decoder = SpeculativeDecoder(target, FixedK(k, "model"), model=ModelDrafter(draft))
+        decoder = SpeculativeDecoder(target, FixedK(k, "model"), [ModelDrafter(draft)])
     tokens, steps, summary = run(decoder)
     assert [t.id for t in tokens] == reference
     assert summary.tokens == 40 and summary.stop_reason == "length"
@@ -57,7 +59,7 @@ def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
 def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_caches():
     target = MarkovBackend(seed=2)
     draft = MarkovBackend(seed=2, noise=2.5)
-    decoder = SpeculativeDecoder(target, FixedK(6, "model"), model=ModelDrafter(draft))
+    decoder = SpeculativeDecoder(target, FixedK(6, "model"), [ModelDrafter(draft)])
     context = list(PROMPT)
     target.eval(context[:-1], 1)  # the invariant: everything but the pending token is cached
     seen_partial = False
@@ -80,7 +82,7 @@ def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_
 
 def test_sources_and_summary_counts():
     target = MarkovBackend(seed=3)
-    decoder = SpeculativeDecoder(target, FixedK(4, "model"), model=ModelDrafter(MarkovBackend(seed=3, noise=1.5)))
+    decoder = SpeculativeDecoder(target, FixedK(4, "model"), [ModelDrafter(MarkovBackend(seed=3, noise=1.5))])
     tokens, steps, summary = run(decoder, n=60)
     assert tokens[0].source is Source.TARGET  # the first token comes from the prompt's pass
     by_source = {s: sum(t.source is s for t in tokens) for s in Source}
@@ -101,7 +103,7 @@ def test_eos_stops_generation_and_is_not_emitted():
     reference = plain_greedy(target, PROMPT, 30)
     eos = reference[10]
     target.eos_ids = frozenset({eos})
-    decoder = SpeculativeDecoder(target, FixedK(3, "ngram"), ngram=NgramDrafter())
+    decoder = SpeculativeDecoder(target, FixedK(3, "ngram"), [NgramDrafter()])
     tokens, _, summary = run(decoder, n=30)
     assert [t.id for t in tokens] == reference[: reference.index(eos)]
     assert summary.stop_reason == "eos"
@@ -121,7 +123,7 @@ def test_cancel_stops_at_the_next_pass():
 
 def test_context_full_stops_with_reason():
     target = MarkovBackend(seed=6, n_ctx=20)
-    decoder = SpeculativeDecoder(target, FixedK(4, "ngram"), ngram=NgramDrafter())
+    decoder = SpeculativeDecoder(target, FixedK(4, "ngram"), [NgramDrafter()])
     tokens, _, summary = run(decoder, n=100)
     assert summary.stop_reason == "context"
     assert len(PROMPT) + len(tokens) <= 20
@@ -140,7 +142,7 @@ def test_adaptive_policies_stay_lossless(policy):
     target = MarkovBackend(seed=7)
     draft = MarkovBackend(seed=7, noise=1.0)
     pol = HeuristicK("auto") if policy == "heuristic" else AutoK("auto", _costs())
-    decoder = SpeculativeDecoder(target, pol, model=ModelDrafter(draft), ngram=NgramDrafter())
+    decoder = SpeculativeDecoder(target, pol, [ModelDrafter(draft), NgramDrafter()])
     tokens, _, _ = run(decoder, n=80)
     assert [t.id for t in tokens] == plain_greedy(target, PROMPT, 80)
 
@@ -159,7 +161,7 @@ def test_sampled_output_is_reproducible_with_a_seed():
 
     def once():
         d = SpeculativeDecoder(MarkovBackend(seed=8, sharp=1.0), FixedK(3, "model"),
-                               model=ModelDrafter(MarkovBackend(seed=8, sharp=1.0, noise=0.5)))
+                               [ModelDrafter(MarkovBackend(seed=8, sharp=1.0, noise=0.5))])
         return [t.id for t in run(d, n=50, params=params)[0]]
 
     assert once() == once()
@@ -170,13 +172,13 @@ def test_ngram_drafter_proposes_continuation_of_most_recent_match():
     ng = NgramDrafter(min_n=1, max_n=3)
     #            0  1  2  3  4  5  6  7  8  9
     context = [7, 8, 9, 1, 7, 8, 2, 3, 7, 8]
-    d = ng.draft(context, 3)
+    d = ng.propose(context, 3)
     # suffix [7, 8] last occurred at 4..5 (not 0..1): its continuation is 2, 3, 7
     assert d.ids == [2, 3, 7] and d.match_len == 2
     assert all(q is None for q in d.dists)
-    assert ng.draft([1, 2, 3, 4], 3).ids == []  # no earlier occurrence of any suffix
+    assert ng.propose([1, 2, 3, 4], 3).ids == []  # no earlier occurrence of any suffix
     # incremental: appending keeps the index, and a longer suffix match wins
     context += [2, 3]
-    assert ng.draft(context, 2).ids == [7, 8]
+    assert ng.propose(context, 2).ids == [7, 8]
     # a different conversation rebuilds the index
-    assert ng.draft([5, 6, 5], 2).ids == [6, 5]
+    assert ng.propose([5, 6, 5], 2).ids == [6, 5]

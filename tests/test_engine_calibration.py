@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from edgespec.decoding.costs import CostModel
 from edgespec.engine import GenerateSettings
-from edgespec.spec.controller import CostModel
-from tests.fakes import VirtualClock
-from tests.test_bench import fake_engine, simulated_time
+from tests.fakes import VirtualClock, simulated_time
+from tests.test_bench import fake_engine
 
 
 def cpu_like(n: int) -> float:

@@ -16,7 +16,12 @@ pytest.importorskip("transformers")
 
 from edgespec.backends import hf  # noqa: E402
 from edgespec.backends.base import BackendError, ContextOverflow, sync_cache  # noqa: E402
-from edgespec.backends.hf import HFBackend, load_hf_backend, read_hf_vocabulary, token_tables  # noqa: E402
+from edgespec.backends.hf import (  # noqa: E402
+    HFBackend,
+    load_hf_backend,
+    read_hf_vocabulary,
+    token_tables,
+)
 from edgespec.config import ModelSpec  # noqa: E402
 from tests.tiny_hf import (  # noqa: E402
     ARCHS,
@@ -456,11 +461,11 @@ def test_gguf_through_hf_agrees_with_llama_cpp(tiny_gguf, tmp_path):
 def test_greedy_speculative_equals_transformers_generate(tiny_dirs, tmp_path, arch):
     """End to end on the real runtime: greedy speculative output is exactly transformers' own greedy
     generate (fp32 tiny models have no near-ties), with a draft that is right only part of the time."""
-    decoder_mod = pytest.importorskip("edgespec.spec.decoder")
-    from edgespec.spec.controller import FixedK
-    from edgespec.spec.drafters import ModelDrafter
-    from edgespec.spec.events import Step, Token
-    from edgespec.spec.sampling import SamplingParams
+    decoder_mod = pytest.importorskip("edgespec.decoding.decoder")
+    from edgespec.decoding.drafters import ModelDrafter
+    from edgespec.decoding.events import Step, Token
+    from edgespec.decoding.sampling import SamplingParams
+    from edgespec.decoding.simple_policies import FixedK
 
     target = load(tiny_dirs[arch])
     draft = load(build_tiny_hf(tmp_path / "draft", arch, seed=7, like=0, similarity=0.9))
@@ -472,7 +477,7 @@ def test_greedy_speculative_equals_transformers_generate(tiny_dirs, tmp_path, ar
             ref.append(int(target.model(torch.tensor([ref])).logits[0, -1].argmax()))
     ref = ref[len(prompt):]
     target.eos_ids = frozenset()  # compare all 40 tokens
-    decoder = decoder_mod.SpeculativeDecoder(target, FixedK(4, "model"), model=ModelDrafter(draft))
+    decoder = decoder_mod.SpeculativeDecoder(target, FixedK(4, "model"), [ModelDrafter(draft)])
     events = list(decoder.generate(prompt, n, SamplingParams()))
     got = [e.id for e in events if isinstance(e, Token)]
     steps = [e for e in events if isinstance(e, Step)]
@@ -486,11 +491,11 @@ def test_same_event_stream_as_llama_cpp_for_the_same_gguf_pair(tiny_gguf_factory
     draft/accept pattern (f32 weights on both sides, so the models agree to rounding)."""
     pytest.importorskip("llama_cpp")
     from edgespec.backends.llamacpp import LlamaCppBackend
-    from edgespec.spec.controller import FixedK
-    from edgespec.spec.decoder import SpeculativeDecoder
-    from edgespec.spec.drafters import ModelDrafter
-    from edgespec.spec.events import Step, Token
-    from edgespec.spec.sampling import SamplingParams
+    from edgespec.decoding.decoder import SpeculativeDecoder
+    from edgespec.decoding.drafters import ModelDrafter
+    from edgespec.decoding.events import Step, Token
+    from edgespec.decoding.sampling import SamplingParams
+    from edgespec.decoding.simple_policies import FixedK
 
     target_file = tiny_gguf_factory(seed=0)
     draft_file = tiny_gguf_factory(seed=1, like=0, similarity=0.9)
@@ -499,7 +504,7 @@ def test_same_event_stream_as_llama_cpp_for_the_same_gguf_pair(tiny_gguf_factory
         target, draft = make(target_file), make(draft_file)
         try:
             prompt = target.tokenize(target.chat_prompt([{"role": "user", "content": "hello there"}]))
-            decoder = SpeculativeDecoder(target, FixedK(3, "model"), model=ModelDrafter(draft))
+            decoder = SpeculativeDecoder(target, FixedK(3, "model"), [ModelDrafter(draft)])
             events = list(decoder.generate(prompt, 40, SamplingParams()))
         finally:
             if hasattr(target, "close"):

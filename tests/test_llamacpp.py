@@ -8,11 +8,13 @@ from scipy import stats
 
 from edgespec.backends.base import ContextOverflow, sync_cache
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.spec.controller import AutoK, CostModel, FixedK
-from edgespec.spec.decoder import SpeculativeDecoder
-from edgespec.spec.drafters import ModelDrafter, NgramDrafter
-from edgespec.spec.events import Token
-from edgespec.spec.sampling import SamplingParams, warp
+from edgespec.decoding.controller import AutoK
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import ModelDrafter, NgramDrafter
+from edgespec.decoding.events import Token
+from edgespec.decoding.sampling import SamplingParams, warp
+from edgespec.decoding.simple_policies import FixedK
 from tests.fakes import ArgmaxRecorder
 
 
@@ -65,8 +67,7 @@ def test_greedy_speculative_emits_the_targets_argmax_and_matches_plain(target, d
     policy = AutoK("auto", CostModel()) if mode == "auto" else FixedK(4, mode)
     if mode == "auto":
         policy.costs.calibrate(target, draft)
-    decoder = SpeculativeDecoder(rec, policy, model=ModelDrafter(draft) if mode != "ngram" else None,
-                                 ngram=NgramDrafter() if mode != "model" else None)
+    decoder = SpeculativeDecoder(rec, policy, [d for d in (ModelDrafter(draft), NgramDrafter()) if mode in ("auto", d.kind)])
     events = list(decoder.generate(prompt, 48, SamplingParams()))
     emitted = [e.id for e in events if isinstance(e, Token)]
     rec.check_greedy(len(prompt), emitted)
@@ -86,7 +87,7 @@ def test_first_speculative_token_follows_the_target_distribution(target, draft):
     params = SamplingParams(temperature=1.0, top_k=12)
     prompt = target.tokenize(PROMPT_TEXT)
     p = warp(np.array(sync_cache(target, prompt, 1)[0]), params)
-    decoder = SpeculativeDecoder(target, FixedK(3, "model"), model=ModelDrafter(draft))
+    decoder = SpeculativeDecoder(target, FixedK(3, "model"), [ModelDrafter(draft)])
     rng = np.random.default_rng(0)
     counts: dict[int, int] = {}
     n = 1000

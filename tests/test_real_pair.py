@@ -14,10 +14,10 @@ from importlib.resources import files
 import pytest
 
 from edgespec.config import load_registry
+from edgespec.decoding.events import Summary, Token
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine, GenerateSettings, find_pair, open_engine
-from edgespec.spec.controller import KSetting
-from edgespec.spec.events import Summary, Token
-from edgespec.spec.sampling import SamplingParams
 from edgespec.store import Store
 from tests.fakes import ArgmaxRecorder
 

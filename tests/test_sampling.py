@@ -1,4 +1,4 @@
-"""Statistical and unit tests of edgespec.spec.sampling on toy distributions.
+"""Statistical and unit tests of edgespec.decoding.sampling on toy distributions.
 
 The claim under test is losslessness: whatever the drafter proposes, the token speculative sampling
 emits follows warp(target) exactly. We check it by total variation distance and a chi-square test
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from edgespec.spec.sampling import (
+from edgespec.decoding.sampling import (
     Dist,
     SamplingParams,
     choose,

@@ -22,18 +22,26 @@ from rich.text import Text
 from textual.app import App
 
 from edgespec.config import ModelSpec, PairConfig
+from edgespec.decoding.events import ControllerState, Source, Step, Summary, Token
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import GenerateSettings
-from edgespec.spec.controller import KSetting
 from edgespec.errors import EdgespecError
-from edgespec.spec.events import ControllerState, Source, Step, Summary, Token
-from edgespec.spec.sampling import SamplingParams
 from edgespec.tui.app import ChatApp
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyStats, frozen_line, sparkline
-from edgespec.tui.transcript import REJECTED, STYLES, Notice, ReplySpans, ReplyView, UserMessage, render_spans
+from edgespec.tui.transcript import (
+    REJECTED,
+    STYLES,
+    Notice,
+    ReplySpans,
+    ReplyView,
+    UserMessage,
+    render_spans,
+)
 
 REPLY = '''Here is a small function that ignores case, spaces and punctuation:
 

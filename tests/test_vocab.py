@@ -8,7 +8,13 @@ import gguf
 import pytest
 
 from edgespec.backends.base import BackendError, Vocabulary
-from edgespec.vocab import IncompatibleDraft, VocabularyError, check_loaded_pair, compare_vocabularies, read_gguf_vocabulary
+from edgespec.vocab import (
+    IncompatibleDraft,
+    VocabularyError,
+    check_loaded_pair,
+    compare_vocabularies,
+    read_gguf_vocabulary,
+)
 
 BYTES = [bytes([b]).decode("latin-1") for b in range(256)]  # stand-ins for the 256 byte symbols
 MERGED = ["he", "ll", "hello"]

@@ -73,7 +73,7 @@ def bytelevel_tokenizer(with_bos: bool = False):
 def sentencepiece_tokenizer():
     """A Llama-2-style tokenizer: Metaspace pieces (`▁`), byte fallback `<0xNN>` for anything outside
     its small alphabet, `<unk>`, `<s>`, `</s>`."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, models, normalizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]

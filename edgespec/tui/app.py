@@ -30,9 +30,9 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
+from edgespec.decoding.events import Step, Summary, Token
 from edgespec.engine import Engine, EngineThread, GenerateSettings
 from edgespec.errors import EdgespecError
-from edgespec.spec.events import Step, Summary, Token
 from edgespec.tui.chat_list import ChatListScreen
 from edgespec.tui.details import DetailsScreen
 from edgespec.tui.history import ChatStore, Conversation

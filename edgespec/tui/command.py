@@ -12,7 +12,13 @@ import sys
 
 import click
 
-from edgespec.cli_common import decoding_options, error_boundary, pair_options, read_stdin, sampling_from_flags
+from edgespec.cli_common import (
+    decoding_options,
+    error_boundary,
+    pair_options,
+    read_stdin,
+    sampling_from_flags,
+)
 from edgespec.errors import UsageError
 
 

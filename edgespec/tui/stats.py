@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from rich.text import Text
 from textual.widgets import Static
 
-from edgespec.spec.events import ControllerState, Step, Summary, Token
+from edgespec.decoding.events import ControllerState, Step, Summary, Token
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 12

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
-from edgespec.spec.events import Source
+from edgespec.decoding.events import Source
 from edgespec.tui.stats import frozen_line
 
 REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away

@@ -1,7 +1,8 @@
 """The speculative decode loop: draft -> verify in one target pass -> accept / roll back.
 
 One round, top to bottom (`_round`):
-  1. the policy picks a drafter and K (K = 0: a plain target step);
+  1. the policy picks a drafter and K (K = 0: a plain target step), having seen what the free
+     drafters (n-gram lookup) propose;
   2. the drafter proposes up to K tokens after the committed text;
   3. the target evaluates [pending, d1..dK] in one pass, with logits at all K+1 positions;
   4. verification keeps a prefix d1..dn and adds one target token (a correction, or a bonus when
@@ -24,10 +25,15 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from edgespec.backends.base import Backend, ContextOverflow, sync_cache
-from edgespec.spec.controller import Plan, Policy, RoundContext
-from edgespec.spec.drafters import Draft, ModelDrafter, NgramDrafter
-from edgespec.spec.events import Event, Source, Step, Summary, Token
-from edgespec.spec.sampling import SamplingParams, choose, verify_greedy, verify_sampled
+from edgespec.decoding.drafters import Draft, Drafter
+from edgespec.decoding.events import Event, Source, Step, Summary, Token
+from edgespec.decoding.plan import Plan, Policy, RoundContext
+from edgespec.decoding.sampling import (
+    SamplingParams,
+    choose,
+    verify_greedy,
+    verify_sampled,
+)
 
 
 class IncrementalText:
@@ -42,16 +48,12 @@ class IncrementalText:
 
 
 class SpeculativeDecoder:
-    """Generates from `target`, drafting with `model` and/or `ngram` as `policy` decides."""
+    """Generates from `target`, drafting with any of `drafters` (at most one of each kind) as
+    `policy` decides."""
 
-    def __init__(
-        self,
-        target: Backend,
-        policy: Policy,
-        model: ModelDrafter | None = None,
-        ngram: NgramDrafter | None = None,
-    ):
-        self.target, self.policy, self.model, self.ngram = target, policy, model, ngram
+    def __init__(self, target: Backend, policy: Policy, drafters: Sequence[Drafter] = ()):
+        self.target, self.policy = target, policy
+        self.drafters = {d.kind: d for d in drafters}
 
     def generate(
         self,
@@ -75,8 +77,9 @@ class SpeculativeDecoder:
         t_start = time.perf_counter()
 
         first = choose(sync_cache(self.target, prompt, 1)[0], params, rng)
-        if self.model is not None and self.policy.uses_model():
-            self.model.prefill(prompt)
+        for drafter in self.drafters.values():
+            if self.policy.may_use(drafter.kind):
+                drafter.begin(prompt)
         summary.prefill_s = time.perf_counter() - t_start
         context = list(prompt) + [first]
         summary.ttft_s = time.perf_counter() - t_start
@@ -128,19 +131,17 @@ class SpeculativeDecoder:
         """One draft/verify pass. Extends `context` with the accepted tokens and the target's
         token, and returns the Step with the new ids in order."""
         t0 = time.perf_counter()
-        ngram_draft = None
-        if self.ngram is not None and max_k > 0:
-            ngram_draft = self.ngram.draft(context, min(max_k, self.policy.max_k))
-        plan: Plan = self.policy.plan(RoundContext(ngram_draft, self.model is not None, max_k, context))
+        free = {kind: d.propose(context, min(max_k, self.policy.max_k), params, rng)
+                for kind, d in self.drafters.items() if d.free and max_k > 0}
+        plan: Plan = self.policy.plan(RoundContext.of(free, self.drafters.keys(), max_k, context))
         k = max(0, min(plan.k, max_k))
-        if k == 0 or plan.drafter is None:
+        drafter = self.drafters.get(plan.drafter) if k else None
+        if drafter is None:
             draft = Draft()
-        elif plan.drafter == "ngram":
-            assert ngram_draft is not None
-            draft = Draft(ngram_draft.ids[:k], ngram_draft.dists[:k], ngram_draft.confidence[:k], ngram_draft.match_len)
+        elif drafter.kind in free:
+            draft = free[drafter.kind].head(k)
         else:
-            assert self.model is not None
-            draft = self.model.draft(context, k, params, rng, plan.stop)
+            draft = drafter.propose(context, k, params, rng, plan.stop)
         t1 = time.perf_counter()
 
         n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
@@ -150,8 +151,8 @@ class SpeculativeDecoder:
         else:
             accepted, next_id = verify_sampled(logits, draft.ids, draft.dists, params, rng)
         self.target.truncate(n_committed + accepted)
-        if plan.drafter == "model" and draft.ids:
-            self.model.rollback(n_committed + accepted)
+        if drafter is not None:
+            drafter.accept(n_committed + accepted)
         t2 = time.perf_counter()
 
         new_ids = [*draft.ids[:accepted], next_id]
@@ -163,7 +164,7 @@ class SpeculativeDecoder:
             rejected_ids=tuple(draft.ids[accepted:]),
             draft_s=t1 - t0,
             verify_s=t2 - t1,
-            drafter=plan.drafter if draft.ids else None,
+            drafter=drafter.kind if draft.ids else None,
             controller=plan.state,
         )
         self.policy.observe(step, draft)

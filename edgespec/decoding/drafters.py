@@ -1,5 +1,14 @@
 """Drafters: cheap proposals of the next few tokens, for the target to verify in one pass.
 
+Every draft source sits behind the same few calls (`Drafter`, as llama.cpp's common speculative
+layer does it), so the decode loop never asks which one it has:
+- `begin(prompt)` when a generation starts (the draft model reads the prompt alongside the target);
+- `propose(context, k, params, rng, stop)` up to k tokens after the committed text;
+- `accept(n_committed)` once the target has verified them: forget everything past the committed
+  text (the draft model drops rejected tokens from its cache).
+A drafter that is `free` costs nothing to ask, so the decoder asks it before planning and the
+policy sees its proposal (its length, how far its match reaches) when choosing K.
+
 Two kinds, both with the same result type (`Draft`):
 - `ModelDrafter` runs a small model of the same vocabulary; its cache is kept in step with the
   committed text by `sync_cache`, so rolled-back tokens are dropped before the next round.
@@ -12,12 +21,37 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from enum import Enum
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
 from edgespec.backends.base import Backend, common_prefix, sync_cache
-from edgespec.spec.sampling import Dist, SamplingParams, softmax_max, warp
+from edgespec.decoding.sampling import Dist, SamplingParams, softmax_max, warp
+
+StopRule = Callable[[int, float], bool]  # (tokens drafted so far, confidence of the next) -> stop
+
+
+class DrafterKind(str, Enum):
+    """The kinds of draft source; a policy learns each one's acceptance apart."""
+
+    MODEL = "model"
+    NGRAM = "ngram"
+
+
+class DraftChoice(str, Enum):
+    """The user's choice of drafters (--draft): which kinds a generation may use."""
+
+    AUTO = "auto"  # either, chosen per round
+    MODEL = "model"
+    NGRAM = "ngram"
+    NONE = "none"  # plain decoding
+
+    @property
+    def kinds(self) -> frozenset[DrafterKind]:
+        if self is DraftChoice.AUTO:
+            return frozenset(DrafterKind)
+        return frozenset() if self is DraftChoice.NONE else frozenset({DrafterKind(self.value)})
 
 
 @dataclass(slots=True)
@@ -30,22 +64,45 @@ class Draft:
     match_len: int = 0  # n-gram drafter: length of the matched suffix
     catch_up_s: float = 0.0  # model drafter: seconds spent reading committed text it had not seen
 
+    def head(self, k: int) -> Draft:
+        """The first k proposed tokens."""
+        return Draft(self.ids[:k], self.dists[:k], self.confidence[:k], self.match_len, self.catch_up_s)
+
+
+class Drafter(Protocol):
+    kind: DrafterKind
+    free: bool  # proposing costs nothing: the decoder asks before planning, for the policy to see
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        """A generation starts after `prompt`."""
+        ...
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
+                stop: StopRule | None = None) -> Draft:
+        """Up to k tokens after `context`; `stop(j, confidence)` may end the draft before token j+1."""
+        ...
+
+    def accept(self, n_committed: int) -> None:
+        """The target verified the proposal: the committed text is now `n_committed` tokens long."""
+        ...
+
 
 class ModelDrafter:
     """A small draft model, run autoregressively for up to k tokens."""
 
-    name = "model"
+    kind = DrafterKind.MODEL
+    free = False
 
     def __init__(self, backend: Backend):
         self.backend = backend
 
-    def draft(
+    def propose(
         self,
         context: Sequence[int],
         k: int,
         params: SamplingParams,
         rng: np.random.Generator,
-        stop: Callable[[int, float], bool] | None = None,
+        stop: StopRule | None = None,
     ) -> Draft:
         """Draft up to k tokens after `context`. `stop(j, confidence)` may end the draft before
         token j+1 (j >= 1 drafted so far) when its drafter probability makes it unlikely to survive."""
@@ -77,13 +134,13 @@ class ModelDrafter:
             logits = self.backend.eval([token], 1)[0]
         return out
 
-    def prefill(self, prompt: Sequence[int]) -> None:
+    def begin(self, prompt: Sequence[int]) -> None:
         """Read the prompt alongside the target's prefill, so the first draft has no catch-up."""
         sync_cache(self.backend, prompt, 1)
 
-    def rollback(self, n_valid: int) -> None:
-        """Drop drafted tokens past the first `n_valid` committed ones (the rejected ones)."""
-        self.backend.truncate(min(n_valid, len(self.backend.cached)))
+    def accept(self, n_committed: int) -> None:
+        """Drop drafted tokens past the committed text (the rejected ones)."""
+        self.backend.truncate(min(n_committed, len(self.backend.cached)))
 
 
 class NgramDrafter:
@@ -94,7 +151,8 @@ class NgramDrafter:
     A context that is not an extension of the indexed one (a new conversation) rebuilds the index.
     """
 
-    name = "ngram"
+    kind = DrafterKind.NGRAM
+    free = True
     # how far back a match is measured; beyond this, longer matches do not predict acceptance better
     MAX_MATCH = 32
 
@@ -119,8 +177,16 @@ class NgramDrafter:
             for n in range(self.min_n, min(self.max_n, end + 1) + 1):
                 self._last_end[tuple(toks[end - n + 1 : end + 1])] = end
 
-    def draft(self, context: Sequence[int], k: int) -> Draft:
-        """Propose up to k tokens that followed the most recent match of the longest suffix."""
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass  # the index catches up with the committed text at each proposal
+
+    def accept(self, n_committed: int) -> None:
+        pass
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams | None = None,
+                rng: np.random.Generator | None = None, stop: StopRule | None = None) -> Draft:
+        """Up to k tokens that followed the most recent match of the longest suffix (a copy has no
+        confidence to stop on, so `stop` does not apply; nor do `params`: a copy is a point mass)."""
         self._index(context)
         toks = self._tokens
         for n in range(min(self.max_n, len(toks) - 1), self.min_n - 1, -1):

@@ -1,0 +1,123 @@
+"""What a round costs: seconds per target pass as a function of the tokens it verifies, and per
+draft-model step; and the K that maximises expected tokens per second under such costs."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+
+class CostModel:
+    """Seconds per target pass verifying n tokens, and per draft-model step.
+
+    Measured points are smoothed per n (exponential moving average); between them the cost is
+    interpolated linearly and beyond the largest extrapolated with the last slope. The curve is
+    flat on a GPU and near-linear on a small CPU: nothing here assumes either.
+    """
+
+    SMOOTH = 0.15
+
+    def __init__(self):
+        self._verify: dict[int, float] = {}
+        self._curve: dict[int, float] = {}  # verify(n) as interpolated, until the next observation
+        self.draft_step: float | None = None  # seconds per draft-model token
+        self.ngram_lookup = 0.0  # seconds per n-gram lookup
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.SMOOTH * (new - old)
+
+    def observe_verify(self, n: int, seconds: float) -> None:
+        self._verify[n] = self._ema(self._verify.get(n), seconds)
+        self._curve.clear()
+
+    def observe_draft(self, tokens: int, seconds: float) -> None:
+        if tokens:
+            self.draft_step = self._ema(self.draft_step, seconds / tokens)
+
+    def observe_lookup(self, seconds: float) -> None:
+        self.ngram_lookup = self._ema(self.ngram_lookup, seconds)
+
+    @property
+    def calibrated(self) -> bool:
+        return len(self._verify) >= 2
+
+    def to_dict(self) -> dict:
+        return {"verify": {str(n): s for n, s in sorted(self._verify.items())}, "draft_step": self.draft_step}
+
+    def restore(self, d: dict) -> None:
+        """Take measurements saved by `to_dict` (an earlier run on the same machine and models)."""
+        self._verify = {int(n): float(s) for n, s in d["verify"].items()}
+        self._curve.clear()
+        self.draft_step = None if d.get("draft_step") is None else float(d["draft_step"])
+
+    def verify(self, n: int) -> float:
+        """Seconds for a target pass over n tokens (the controller asks this dozens of times a round)."""
+        t = self._curve.get(n)
+        if t is None:
+            t = self._curve[n] = self._interpolate(n)
+        return t
+
+    def _interpolate(self, n: int) -> float:
+        pts = self._verify
+        if n in pts:
+            return pts[n]
+        ns = sorted(pts)
+        if not ns:
+            return 1.0
+        if len(ns) == 1:
+            return pts[ns[0]] * n / ns[0]
+        lo = max((m for m in ns if m < n), default=None)
+        hi = min((m for m in ns if m > n), default=None)
+        if lo is None:
+            lo, hi = ns[0], ns[1]
+        elif hi is None:
+            lo, hi = ns[-2], ns[-1]
+        slope = (pts[hi] - pts[lo]) / (hi - lo)
+        return max(pts[lo] + slope * (n - lo), 1e-6)
+
+    def calibrate(self, target, draft=None, sizes: Sequence[int] = (1, 2, 4, 8, 16), rounds: int = 3) -> None:
+        """Time a few verification sizes on the target (and one draft step) on dummy tokens, then
+        roll the caches back; about 30 target-token evaluations a round, a second or two in all.
+
+        Each size keeps the fastest of `rounds` interleaved timings: another process waking up only
+        ever adds time, and a curve skewed by one busy moment would be kept for every later run
+        (measured here: a saved curve had verify(2) at 116 ms against 66-75 ms when quiet, and so
+        ruled out short drafts for good)."""
+        for backend, ns in ((target, sizes), (draft, (1,))):
+            if backend is None:
+                continue
+            start = len(backend.cached)
+            room = backend.n_ctx - start
+            backend.eval([0], 1)  # warm-up: first calls pay for allocation
+            backend.truncate(start)
+            fastest: dict[int, float] = {}
+            for _ in range(rounds):
+                for n in ns:
+                    if n > room:
+                        break
+                    t0 = time.perf_counter()
+                    backend.eval([0] * n, n)
+                    elapsed = time.perf_counter() - t0
+                    backend.truncate(start)
+                    fastest[n] = min(elapsed, fastest.get(n, elapsed))
+            for n, elapsed in fastest.items():
+                if backend is target:
+                    self.observe_verify(n, elapsed)
+                else:
+                    self.observe_draft(n, elapsed)
+
+
+def best_k(acceptance: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
+    """The K in 0..len(acceptance) maximising E(K)/cost(K); returns (K, tokens per second)."""
+    best, rate = 0, 1.0 / cost(0)
+    expected, survive = 1.0, 1.0
+    for k, a in enumerate(acceptance, start=1):
+        survive *= a
+        expected += survive
+        r = expected / cost(k)
+        if r > rate:
+            best, rate = k, r
+    return best, rate
+
+
+# n-gram match lengths that predict acceptance differently (a longer copy survives longer)

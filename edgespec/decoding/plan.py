@@ -1,0 +1,87 @@
+"""What a K policy sees and decides each round, and the interface every policy has.
+
+The decoder builds a `RoundContext` before each target pass (what the free drafters propose, which
+drafters are loaded, how many tokens are left), asks the policy for a `Plan`, and reports the
+outcome back with `observe`. `KSetting` is the user's choice of policy, parsed once at the edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence
+
+from edgespec.decoding.drafters import Draft, DrafterKind, StopRule
+from edgespec.decoding.events import ControllerState, Step
+from edgespec.errors import SettingError
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One round: which drafter proposes, how many tokens at most, and when the draft model stops."""
+
+    drafter: DrafterKind | None  # None: plain decoding
+    k: int
+    stop: StopRule | None = None
+    state: ControllerState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RoundContext:
+    """What a policy may look at before the round: the free n-gram proposal, the budget, and the
+    committed text (prompt and output so far, read-only), against which earlier n-gram proposals
+    can be scored whether or not they were drafted."""
+
+    ngram: Draft | None  # None when the n-gram drafter is off
+    has_model: bool  # a draft model is loaded and allowed
+    max_k: int  # drafts beyond this would overrun max_tokens or the context
+    context: Sequence[int] = ()
+
+    @classmethod
+    def of(cls, free: Mapping[DrafterKind, Draft], loaded: Collection[DrafterKind], max_k: int,
+           context: Sequence[int]) -> RoundContext:
+        """From what the decoder has: the free drafters' proposals and the kinds loaded."""
+        ngram = free.get(DrafterKind.NGRAM, Draft()) if DrafterKind.NGRAM in loaded else None
+        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context)
+
+
+class Policy(Protocol):
+    max_k: int  # the longest draft this policy may ask for (bounds the n-gram lookup)
+
+    def plan(self, ctx: RoundContext) -> Plan: ...
+
+    def observe(self, step: Step, draft: Draft) -> None: ...
+
+    def may_use(self, kind: DrafterKind) -> bool:
+        """Whether this drafter may be asked to draft in this generation (a draft model then
+        reads the prompt alongside the target)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class KSetting:
+    """How the draft length is chosen: the cost-aware controller ("auto"), transformers' +2/-1
+    schedule ("heuristic"), or a fixed K ("fixed", K = 0 is plain decoding). Parsed once, where
+    the user's text comes in (`parse`)."""
+
+    policy: Literal["auto", "heuristic", "fixed"]
+    k: int = 0
+
+    MAX = 64  # a longer fixed draft only wastes verification
+
+    @classmethod
+    def parse(cls, text: str) -> KSetting:
+        """"auto", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
+        text = text.strip()
+        if text in ("auto", "heuristic"):
+            return cls(text)
+        try:
+            n = int(text)
+        except ValueError:
+            raise SettingError(f"{text!r} is not auto, heuristic or a whole number") from None
+        if not 0 <= n <= cls.MAX:
+            raise SettingError(f"{n} is outside 0..{cls.MAX}")
+        return cls("fixed", n)
+
+    def __str__(self) -> str:
+        return str(self.k) if self.policy == "fixed" else self.policy

@@ -1,0 +1,60 @@
+"""The two baseline K policies every tool offers: a fixed K, and transformers' +2/-1 schedule."""
+
+from __future__ import annotations
+
+from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
+from edgespec.decoding.events import ControllerState, Step
+from edgespec.decoding.plan import Plan, RoundContext
+
+
+def _preferred(allowed: frozenset[DrafterKind], ctx: RoundContext) -> DrafterKind | None:
+    """The drafter a simple policy uses this round: the model if allowed and loaded, else n-gram."""
+    if DrafterKind.MODEL in allowed and ctx.has_model:
+        return DrafterKind.MODEL
+    if DrafterKind.NGRAM in allowed and ctx.ngram is not None and ctx.ngram.ids:
+        return DrafterKind.NGRAM
+    return None
+
+
+def _capped(drafter: DrafterKind | None, k: int, ctx: RoundContext) -> int:
+    k = min(k, ctx.max_k)
+    return min(k, len(ctx.ngram.ids)) if drafter == DrafterKind.NGRAM and ctx.ngram is not None else k
+
+
+class FixedK:
+    """Always draft k tokens (the n-gram drafter drafts at most what it found)."""
+
+    def __init__(self, k: int, drafter: DraftChoice | str):
+        self.k = self.max_k = k
+        self.allowed = DraftChoice(drafter).kinds
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        which = _preferred(self.allowed, ctx) if self.k > 0 else None
+        k = _capped(which, self.k, ctx) if which else 0
+        return Plan(which, k, state=ControllerState("fixed", k, which, 0.0, 0.0, 0.0))
+
+    def observe(self, step: Step, draft: Draft) -> None:
+        pass
+
+    def may_use(self, kind: DrafterKind) -> bool:
+        return self.k > 0 and kind in self.allowed
+
+
+class HeuristicK:
+    """transformers' "heuristic" schedule: K += 2 after a round with every draft accepted, else
+    K -= 1 (at least 1). It starts at 5 and is capped at 16 here."""
+
+    def __init__(self, drafter: DraftChoice | str, start: int = 5, cap: int = 16):
+        self.k, self.max_k, self.allowed = start, cap, DraftChoice(drafter).kinds
+
+    def plan(self, ctx: RoundContext) -> Plan:
+        which = _preferred(self.allowed, ctx)
+        k = _capped(which, self.k, ctx) if which else 0
+        return Plan(which, k, state=ControllerState("heuristic", k, which, 0.0, 0.0, 0.0))
+
+    def observe(self, step: Step, draft: Draft) -> None:
+        if step.k:
+            self.k = min(self.max_k, self.k + 2) if step.accepted == step.k else max(1, self.k - 1)
+
+    def may_use(self, kind: DrafterKind) -> bool:
+        return kind in self.allowed
