@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.events import Step, Summary, Token
+from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine, GenerateSettings
@@ -160,18 +160,15 @@ def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
     return engine.target.tokenize(prompt.prompt, special=False)
 
 
-def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int], list[int]]:
-    """One generation; returns its summary, output ids and the K of each target pass."""
-    events = engine.generate_tokens(prompt_ids(engine, prompt), settings)
-    ids, ks, summary = [], [], Summary()
-    for e in events:
+def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int]]:
+    """One generation; returns its summary (K of each target pass included) and output ids."""
+    ids, summary = [], Summary()
+    for e in engine.generate_tokens(prompt_ids(engine, prompt), settings):
         if isinstance(e, Token):
             ids.append(e.id)
-        elif isinstance(e, Step):
-            ks.append(e.k)
-        else:
+        elif isinstance(e, Summary):
             summary = e
-    return summary, ids, ks
+    return summary, ids
 
 
 def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingParams) -> Row:
@@ -182,9 +179,9 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
         r = assisted_generate(engine.target, engine.draft, prompt_ids(engine, prompt), prompt.max_tokens)
         return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,
                    r.target_passes, None, None, r.k_trace, r.ids)
-    summary, ids, ks = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
+    summary, ids = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
     return Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s, summary.drafted,
-               summary.accepted, summary.target_passes, None, None, ks, ids)
+               summary.accepted, summary.target_passes, None, None, summary.k_series, ids)
 
 
 def check_modes(engine: Engine, modes: list[Mode], sampling: SamplingParams) -> None:

@@ -25,6 +25,7 @@ from edgespec.cli_common import (
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Source, Summary, Token
 from edgespec.errors import UsageError
+from edgespec.figures import stats_line
 from edgespec.output_files import check_writable, write_or_rescue
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
@@ -48,15 +49,6 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
     if not parts:
         raise UsageError("nothing to do: give a PROMPT or pipe text on stdin (see `edgespec run --help`)")
     return "\n\n".join(parts)
-
-
-def stats_line(s: Summary) -> str:
-    hist = " ".join(f"{k}:{v}" for k, v in sorted(s.k_histogram.items()))
-    return (
-        f"{s.decode_tokens_per_s:.1f} tok/s, {s.tokens} tokens, TTFT {s.ttft_s:.2f}s, "
-        f"acceptance {s.acceptance:.0%} ({s.accepted}/{s.drafted} drafted), "
-        f"{s.tokens_per_pass:.2f} tokens/pass, K histogram {hist or '-'}, stop: {s.stop_reason}"
-    )
 
 
 @main.command()
@@ -92,7 +84,7 @@ def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p
         )
         reply(engine, text, system, raw, settings, color, stats, stats_json)
     finally:
-        engine.close()  # also keeps the controller's refined cost measurements for the next run
+        engine.close()
 
 
 def reply(engine, text: str, system: str | None, raw: bool, settings, color: str, stats: bool,

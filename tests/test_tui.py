@@ -32,7 +32,7 @@ from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer
 from edgespec.tui.prompt import PromptBox
-from edgespec.tui.stats import ReplyStats, frozen_line, sparkline
+from edgespec.tui.stats import ReplyFigures, ReplyStats, frozen_line, sparkline
 from edgespec.tui.transcript import (
     REJECTED,
     STYLES,
@@ -98,16 +98,12 @@ def script(text: str = REPLY, rounds=ROUNDS) -> list:
 
 
 def summarize(events: list, stop_reason: str) -> Summary:
-    tokens = [e for e in events if isinstance(e, Token)]
-    steps = [e for e in events if isinstance(e, Step)]
-    hist: dict[int, int] = {}
-    for s in steps:
-        hist[s.k] = hist.get(s.k, 0) + 1
-    draft_s = sum(s.draft_s for s in steps)
-    verify_s = sum(s.verify_s for s in steps)
-    return Summary(tokens=len(tokens), drafted=sum(s.k for s in steps), accepted=sum(s.accepted for s in steps),
-                   target_passes=len(steps), prompt_tokens=42, prefill_s=0.12, decode_s=(draft_s + verify_s) * 1.08,
-                   ttft_s=0.15, draft_s=draft_s, verify_s=verify_s, stop_reason=stop_reason, k_histogram=hist)
+    """The Summary the decoder would end `events` with (its Tally of them, plus timings)."""
+    s = Summary(prompt_tokens=42, prefill_s=0.12, ttft_s=0.15, stop_reason=stop_reason)
+    for e in events:
+        s.add(e)
+    s.decode_s = (s.draft_s + s.verify_s) * 1.08
+    return s
 
 
 class FakeEngine:
@@ -258,20 +254,43 @@ def test_rejected_text_lands_before_its_correction_whatever_the_step_order():
     assert render_spans([["draft", "a\x1b[2Jb\n"]], False).plain == "a␛[2Jb\n"
 
 
-def test_stats_figures_and_sparkline():
+def test_live_figures_come_from_the_tally_and_the_stamps_until_the_summary():
     events = script()
     stats = ReplyStats(sent_at=0.0)
     for n, e in enumerate(events):
         stats.add(0.1 + n * 0.01, e)
-    tokens = sum(isinstance(e, Token) for e in events)
-    assert stats.tokens == tokens and stats.passes == sum(isinstance(e, Step) for e in events)
-    assert stats.ttft_s == pytest.approx(0.1)
-    assert 0 < stats.acceptance < 1 and stats.tokens_per_pass > 1
-    assert stats.current_k == events[-1].k
+    live = stats.figures().summary
+    tokens = [n for n, e in enumerate(events) if isinstance(e, Token)]
+    assert live.tokens == len(tokens) and live.target_passes == sum(isinstance(e, Step) for e in events)
+    assert live.ttft_s == pytest.approx(0.1) and live.decode_s == pytest.approx((tokens[-1] - tokens[0]) * 0.01)
+    assert 0 < live.acceptance < 1 and live.tokens_per_pass > 1
+    assert stats.figures().current_k == events[-1].controller.k
     stats.add(1.0, summarize(events, "eos"))
-    assert stats.ttft_s == 0.15 and stats.stop_reason == "eos"
+    assert stats.figures().summary.ttft_s == 0.15 and stats.figures().summary.stop_reason == "eos"
     assert sparkline([0, 1, 2, 3], 0, 3) == "▁▃▆█"
     assert len(sparkline(list(range(100)), 0, 99, width=16)) == 16
+
+
+def test_saved_figures_read_back_the_same_and_old_files_still_read():
+    events = script()
+    figures = ReplyFigures(summarize(events, "length"), None)
+    assert ReplyFigures.from_saved(json.loads(json.dumps(figures.to_saved()))) == figures
+    # the first version: figures at the top, the decoder's summary nested
+    v1 = {"tokens_per_s": 21.0, "ttft_s": 0.2, "acceptance": 0.5, "tokens_per_pass": 1.5, "tokens": 12,
+          "k_series": [4, 0], "acceptance_series": [0.5], "k_histogram": {"4": 1, "0": 1},
+          "sources": {"draft": 2, "target": 1}, "plain_passes": 1, "plain_s": 0.03, "controller": None,
+          "current_k": 0, "stop_reason": "eos", "error": None,
+          "summary": {"tokens": 12, "drafted": 4, "accepted": 2, "target_passes": 2, "prompt_tokens": 9,
+                      "prefill_s": 0.1, "decode_s": 0.5, "ttft_s": 0.2, "draft_s": 0.01, "verify_s": 0.05,
+                      "stop_reason": "eos", "k_histogram": {"0": 1, "4": 1}, "decode_tokens_per_s": 22.0,
+                      "acceptance": 0.5, "tokens_per_pass": 5.5}}
+    old = ReplyFigures.from_saved(v1).summary
+    assert (old.tokens, old.drafted, old.k_series, old.sources, old.k_histogram) == (
+        12, 4, [4, 0], {"draft": 2, "target": 1}, {0: 1, 4: 1})
+    assert "22.0 tok/s" in frozen_line(ReplyFigures.from_saved(v1)).plain
+    for bad in ({"tokens": "many"}, {"k_series": ["x"]}, {"controller": 3}, {"error": 5}, [1]):
+        with pytest.raises((TypeError, ValueError)):
+            ReplyFigures.from_saved(bad)
 
 
 # Keys
@@ -441,7 +460,7 @@ async def test_details_panel_opens_and_closes(tmp_path):
         await wait_for_reply(pilot)
         await pilot.press("f2")
         assert isinstance(app.screen, DetailsScreen)
-        assert app.screen.stats["summary"]["stop_reason"] == "eos"
+        assert app.screen.figures.summary.stop_reason == "eos"
         await pilot.press("escape")
         assert not isinstance(app.screen, DetailsScreen)
 
@@ -455,18 +474,13 @@ async def test_command_palette_lists_the_chat_actions(tmp_path):
 
 
 def test_details_speedup_prefers_controller_then_plain_passes():
-    stats = ReplyStats()
-    events = script()
-    for n, e in enumerate(events):
-        stats.add(n * 0.01, e)
-    stats.add(1.0, summarize(events, "eos"))
-    d = stats.to_dict()
-    assert speedup_line(d).plain.startswith("1.42× measured")
-    d["controller"] = None
-    assert "plain passes" in speedup_line(d).plain
-    d["plain_passes"] = 0
-    assert speedup_line(d).plain.startswith("≤ ")
-    details_renderable(d)  # renders with every figure present
+    summary = summarize(script(), "eos")
+    assert speedup_line(ReplyFigures(summary)).plain.startswith("1.42× measured")
+    summary.controller = None
+    assert "plain passes" in speedup_line(ReplyFigures(summary)).plain
+    summary.plain_passes = 0
+    assert speedup_line(ReplyFigures(summary)).plain.startswith("≤ ")
+    details_renderable(ReplyFigures(summary))  # renders with every figure present
     assert "No reply yet" in details_renderable(None).plain
 
 
@@ -564,7 +578,7 @@ async def test_a_reply_cut_by_the_full_context_says_so(tmp_path):
         await wait_for_reply(pilot)
         await wait_until(pilot, lambda: app._notifications)
         assert [n.title for n in app._notifications] == ["Context full"]
-        assert "stopped: context" in frozen_line(app.conversation.messages[-1]["stats"]).plain
+        assert "stopped: context" in frozen_line(ReplyFigures.from_saved(app.conversation.messages[-1]["stats"])).plain
 
 
 @pytest.mark.asyncio
@@ -616,7 +630,7 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
             message = app.conversation.messages[-1]
             stats = message["stats"]
             assert stats["error"] is None and stats["stop_reason"] in ("eos", "length")
-            assert stats["tokens"] > 0 and stats["summary"]["target_passes"] > 0
+            assert stats["tokens"] > 0 and stats["target_passes"] > 0
             assert "".join(t for kind, t in message["spans"] if kind != REJECTED) == message["content"]
             assert {kind for kind, _ in message["spans"]} & {"draft", "correction", "bonus"}
             await pilot.press("f4")  # rejected drafts come back as text through engine.token_text

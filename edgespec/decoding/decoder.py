@@ -86,8 +86,9 @@ class SpeculativeDecoder:
         t_decode = time.perf_counter()
 
         def emit(token_id: int, source: Source) -> Token:
-            summary.tokens += 1
-            return Token(token_id, text.feed(token_id), source)
+            token = Token(token_id, text.feed(token_id), source)
+            summary.add(token)
+            return token
 
         stop = ""
         if first in self.target.eos_ids:
@@ -103,12 +104,7 @@ class SpeculativeDecoder:
                 stop = "length" if summary.tokens >= max_tokens else "context"
                 break
             step, new_ids = self._round(context, room - 1, params, rng)
-            summary.target_passes += 1
-            summary.drafted += step.k
-            summary.accepted += step.accepted
-            summary.draft_s += step.draft_s
-            summary.verify_s += step.verify_s
-            summary.k_histogram[step.k] = summary.k_histogram.get(step.k, 0) + 1
+            summary.add(step)
             yield step
             sources = [Source.DRAFT] * step.accepted + [
                 Source.TARGET if step.k == 0 else Source.CORRECTION if step.accepted < step.k else Source.BONUS

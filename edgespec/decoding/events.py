@@ -7,7 +7,7 @@ the bench measures cannot drift apart.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
 
@@ -56,44 +56,117 @@ class Step:
 
 
 @dataclass(slots=True)
-class Summary:
-    """Totals for one generation. Prefill (both models reading the prompt) produces the first
-    token and counts in ttft_s; decode_s runs from the first token to the last."""
+class Tally:
+    """The event stream folded into the figures every front end shows: the one place where Token
+    and Step events are counted (the decoder's Summary, the chat app's live stats bar, `run`'s
+    stats line and the bench all read a Tally). Times are seconds."""
 
     tokens: int = 0
     drafted: int = 0
     accepted: int = 0
     target_passes: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    plain_passes: int = 0  # passes with K = 0: the reference cost of one plain token
+    plain_s: float = 0.0
+    k_histogram: dict[int, int] = field(default_factory=dict)  # target passes per draft length
+    sources: dict[str, int] = field(default_factory=dict)  # emitted tokens per Source value
+    k_series: list[int] = field(default_factory=list)  # K of each pass, in order
+    acceptance_series: list[float] = field(default_factory=list)  # accepted / K of each pass with K > 0
+    controller: ControllerState | None = None  # the controller's state at the latest pass
+
+    def add(self, event: Token | Step) -> None:
+        if isinstance(event, Token):
+            self.tokens += 1
+            self.sources[event.source.value] = self.sources.get(event.source.value, 0) + 1
+            return
+        self.target_passes += 1
+        self.drafted += event.k
+        self.accepted += event.accepted
+        self.draft_s += event.draft_s
+        self.verify_s += event.verify_s
+        self.k_histogram[event.k] = self.k_histogram.get(event.k, 0) + 1
+        self.k_series.append(event.k)
+        if event.k:
+            self.acceptance_series.append(event.accepted / event.k)
+        else:
+            self.plain_passes += 1
+            self.plain_s += event.draft_s + event.verify_s
+        if event.controller is not None:
+            self.controller = event.controller
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / drafted (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Tokens per decoding pass of the target (1.0 for plain decoding); the first token comes
+        from prefill, not from a decoding pass."""
+        return (self.tokens - 1) / self.target_passes if self.target_passes else 0.0
+
+
+@dataclass(slots=True)
+class Summary(Tally):
+    """Totals for one generation: its Tally plus the timings only the decoder knows. Prefill (both
+    models reading the prompt) produces the first token and counts in ttft_s; decode_s runs from
+    the first token to the last."""
+
     prompt_tokens: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
     ttft_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    stop_reason: str = ""  # "eos", "length", "context", "cancelled"
-    k_histogram: dict[int, int] = field(default_factory=dict)
+    stop_reason: str = ""  # "eos", "length", "context", "cancelled" ("error" for a failed reply)
 
     @property
     def decode_tokens_per_s(self) -> float:
         """Tokens after the first (which prefill produced) per second of decoding."""
         return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
 
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def tokens_per_pass(self) -> float:
-        """Tokens per decoding pass of the target (1.0 for plain decoding)."""
-        return (self.tokens - 1) / self.target_passes if self.target_passes else 0.0
-
     def to_dict(self) -> dict:
+        """JSON-ready: the fields, plus the derived rates for readers of the file."""
         d = asdict(self)
         d["k_histogram"] = {str(k): v for k, v in sorted(self.k_histogram.items())}
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
         d["acceptance"] = self.acceptance
         d["tokens_per_pass"] = self.tokens_per_pass
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Summary:
+        """The inverse of `to_dict` (derived rates are recomputed, unknown keys ignored). Raises
+        TypeError or ValueError on a field of the wrong type."""
+        kinds = {f.name: f.type for f in fields(cls)}
+        values = {}
+        for name, value in d.items():
+            if name not in kinds or name == "controller":
+                continue
+            values[name] = _checked(name, value, kinds[name])
+        values["k_histogram"] = {int(k): v for k, v in values.get("k_histogram", {}).items()}
+        if d.get("controller") is not None:
+            if not isinstance(d["controller"], dict):
+                raise TypeError("controller is not an object")
+            values["controller"] = ControllerState(**d["controller"])
+        return cls(**values)
+
+
+_SCALARS = {"int": int, "float": (int, float), "str": str}
+
+
+def _checked(name: str, value, kind: str):
+    """`value` if it fits the field's annotation (`kind`, a string under postponed annotations)."""
+    if kind in _SCALARS:
+        ok = isinstance(value, _SCALARS[kind]) and not isinstance(value, bool)
+    elif kind.startswith("dict"):
+        ok = isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+    elif kind.startswith("list"):
+        ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    else:
+        ok = True
+    if not ok:
+        raise TypeError(f"{name} is {type(value).__name__}, not {kind}")
+    return value
 
 
 Event = Token | Step | Summary

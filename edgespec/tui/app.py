@@ -38,7 +38,7 @@ from edgespec.tui.details import DetailsScreen
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer
 from edgespec.tui.prompt import PromptBox
-from edgespec.tui.stats import ReplyStats, StatsBar, context_gauge
+from edgespec.tui.stats import ReplyFigures, ReplyStats, StatsBar, context_gauge
 from edgespec.tui.transcript import (
     Notice,
     ReplySpans,
@@ -80,19 +80,16 @@ class Generation:
         self.stats = ReplyStats(sent_at=sent_at)
         self.prompt_tokens = prompt_tokens
         self.detached = False
-        self.done = False
 
 
 def describe_pair(engine: Engine) -> str:
     """'backend · device · target ← drafter' for the header (the long names last, where it truncates)."""
     pair = engine.pair
     drafter = pair.draft.name if pair.draft is not None else pair.drafter
-    device = getattr(engine, "device", None)
-    if not device:
-        if pair.backend == "llamacpp":
-            device = "gpu" if pair.n_gpu_layers else "cpu"
-        else:
-            device = pair.device_map
+    if pair.backend == "llamacpp":
+        device = "gpu" if pair.n_gpu_layers else "cpu"
+    else:
+        device = pair.device_map
     return f"{pair.backend} · {device} · {pair.target.name} ← {drafter}"
 
 
@@ -141,7 +138,7 @@ class ChatApp(App):
         self.conversation = conversation or Conversation(pair=engine.pair.name, system=system)
         self._first_message = first_message
         self._gen: Generation | None = None
-        self._last_stats: dict | None = None
+        self._last_figures: ReplyFigures | None = None
         self._context_used: int | None = None
         self._save_failed = False
         self.pacer = UpdatePacer()  # how often the reply is updated while it streams
@@ -183,13 +180,14 @@ class ChatApp(App):
         widgets: list = []
         if self.conversation.system:
             widgets.append(SystemMessage(self.conversation.system))
-        self._last_stats = None
+        self._last_figures = None
         for m in self.conversation.messages:
             if m["role"] == "user":
                 widgets.append(UserMessage(m["content"]))
             elif m["role"] == "assistant":
                 widgets.append(ReplyView(m, show_rejected=self.show_rejected))
-                self._last_stats = m.get("stats") or self._last_stats
+                if m.get("stats"):
+                    self._last_figures = ReplyFigures.from_saved(m["stats"])
         await transcript.mount_all(widgets)
         if self.markdown:
             for view in transcript.replies():
@@ -212,10 +210,10 @@ class ChatApp(App):
         gen = self._gen
         bar = self.query_one(StatsBar)
         if gen is not None and not gen.detached:
-            bar.show(gen.stats.to_dict(), True)
+            bar.show(gen.stats.figures(), True)
             used = gen.prompt_tokens + gen.stats.tokens
         else:
-            bar.show(self._last_stats, False)
+            bar.show(self._last_figures, False)
             used = self._context_used
         self.query_one(PromptBox).border_subtitle = context_gauge(used, self.engine.n_ctx)
 
@@ -365,7 +363,6 @@ class ChatApp(App):
                 return True, True
 
     def _finish(self, gen: Generation) -> None:
-        gen.done = True
         self._gen = None
         for box in self.query(PromptBox):  # none while the app is shutting down
             box.cursor_blink = True
@@ -378,17 +375,18 @@ class ChatApp(App):
             if not gen.detached:
                 gen.view.remove()
         else:
-            message["stats"] = stats.to_dict()
+            figures = stats.figures()
+            message["stats"] = figures.to_saved()
             message["complete"] = True
             if not gen.detached:
-                gen.view.finish(message["stats"])
+                gen.view.finish(figures)
                 if self.markdown:
                     gen.view.set_markdown(True)
-                self._last_stats = message["stats"]
+                self._last_figures = figures
         self._save(conversation)
         if not self.is_running:
             return
-        if not gen.detached and stats.stop_reason == "context":
+        if not gen.detached and stats.summary is not None and stats.summary.stop_reason == "context":
             self.notify("The context window is full: the reply was cut. ctrl+n starts a new chat; "
                         "otherwise the oldest turns are left out of the next prompt.",
                         title="Context full", severity="warning", timeout=10)
@@ -427,8 +425,8 @@ class ChatApp(App):
         self._start_reply()
 
     def action_details(self) -> None:
-        stats = self._gen.stats.to_dict() if self._gen is not None and not self._gen.detached else self._last_stats
-        self.push_screen(DetailsScreen(stats))
+        live = self._gen is not None and not self._gen.detached
+        self.push_screen(DetailsScreen(self._gen.stats.figures() if live else self._last_figures))
 
     def action_toggle_markdown(self) -> None:
         self.markdown = not self.markdown

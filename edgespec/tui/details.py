@@ -1,6 +1,6 @@
 """F2: details of the last reply: K histogram, where the time went, and how much drafting gained.
 
-Built from the saved stats dict (`ReplyStats.to_dict()`), so a resumed chat's last reply has the same
+Built from `ReplyFigures`, as saved with each reply, so a resumed chat's last reply has the same
 panel as a live one.
 
 Speedup estimate, best source first: the K controller's own live figure (tokens/s over the measured
@@ -20,6 +20,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from edgespec.tui.stats import ReplyFigures
 from edgespec.tui.transcript import STYLES
 
 BAR = 30
@@ -30,85 +31,74 @@ def _bar(fraction: float, width: int = BAR) -> str:
     return "█" * n
 
 
-def speedup_line(d: dict) -> Text:
-    c = d.get("controller")
-    if c and c.get("measured_speedup"):
+def speedup_line(f: ReplyFigures) -> Text:
+    s = f.summary
+    c = s.controller
+    if c is not None and c.measured_speedup:
         t = Text()
-        t.append(f"{c['measured_speedup']:.2f}×", style="bold")
+        t.append(f"{c.measured_speedup:.2f}×", style="bold")
         t.append(" measured by the K controller")
-        if c.get("predicted_speedup"):
-            t.append(f" · {c['predicted_speedup']:.2f}× predicted by its cost model", style="dim")
+        if c.predicted_speedup:
+            t.append(f" · {c.predicted_speedup:.2f}× predicted by its cost model", style="dim")
         return t
-    plain_passes, plain_s = d.get("plain_passes", 0), d.get("plain_s", 0.0)
-    s = d.get("summary") or {}
-    spent = (s.get("draft_s") or 0.0) + (s.get("verify_s") or 0.0)
-    tokens = s.get("tokens") or d.get("tokens") or 0
-    if plain_passes and spent > 0 and tokens:
-        est = tokens * (plain_s / plain_passes) / spent
+    spent = s.draft_s + s.verify_s
+    if s.plain_passes and spent > 0 and s.tokens:
+        per_token = s.plain_s / s.plain_passes
         t = Text()
-        t.append(f"{est:.2f}×", style="bold")
-        t.append(f" estimated against this reply's {plain_passes} plain passes ({plain_s / plain_passes * 1000:.0f} ms/token)")
+        t.append(f"{s.tokens * per_token / spent:.2f}×", style="bold")
+        t.append(f" estimated against this reply's {s.plain_passes} plain passes ({per_token * 1000:.0f} ms/token)")
         return t
-    tpp = d.get("tokens_per_pass") or 0.0
-    if tpp:
-        return Text(f"≤ {tpp:.2f}× (tokens per target pass; no plain-decoding reference in this reply)")
+    if s.tokens_per_pass:
+        return Text(f"≤ {s.tokens_per_pass:.2f}× (tokens per target pass; no plain-decoding reference in this reply)")
     return Text("n/a", style="dim")
 
 
-def details_renderable(d: dict | None) -> Group | Text:
-    if not d:
+def details_renderable(f: ReplyFigures | None) -> Group | Text:
+    if f is None:
         return Text("No reply yet: send a message first.", style="dim")
-    s = d.get("summary") or {}
-    tokens = s.get("tokens", d.get("tokens", 0))
-
+    s = f.summary
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    head = Text(f"{tokens} tokens")
-    reason = d.get("stop_reason")
-    if d.get("error"):
-        head.append(f" · failed: {d['error']}", style="bold")
-    elif reason:
-        head.append(f" · stopped: {reason}")
+    head = Text(f"{s.tokens} tokens")
+    if f.error:
+        head.append(f" · failed: {f.error}", style="bold")
+    elif s.stop_reason:
+        head.append(f" · stopped: {s.stop_reason}")
     grid.add_row("reply", head)
-    ttft = d.get("ttft_s")
     decode = Text()
-    decode.append(f"{d.get('tokens_per_s') or 0:.1f} tok/s", style="bold")
-    if ttft is not None:
-        decode.append(f" · TTFT {ttft:.2f} s")
-    if s.get("prompt_tokens"):
-        decode.append(f" · prefill {s['prompt_tokens']} tokens in {s.get('prefill_s', 0):.2f} s")
+    decode.append(f"{s.decode_tokens_per_s:.1f} tok/s", style="bold")
+    decode.append(f" · TTFT {s.ttft_s:.2f} s")
+    if s.prompt_tokens:
+        decode.append(f" · prefill {s.prompt_tokens} tokens in {s.prefill_s:.2f} s")
     grid.add_row("decode", decode)
-    drafted, accepted, passes = s.get("drafted"), s.get("accepted"), s.get("target_passes")
-    if drafted is not None:
-        acc = f" ({accepted / drafted:.0%})" if drafted else ""
-        grid.add_row("drafting", f"{drafted} drafted · {accepted} accepted{acc} · {passes} target passes · "
-                                 f"{d.get('tokens_per_pass') or 0:.2f} tokens/pass")
+    if s.target_passes:
+        acc = f" ({s.acceptance:.0%})" if s.drafted else ""
+        grid.add_row("drafting", f"{s.drafted} drafted · {s.accepted} accepted{acc} · {s.target_passes} target passes · "
+                                 f"{s.tokens_per_pass:.2f} tokens/pass")
 
-    draft_s, verify_s, decode_s = s.get("draft_s", 0.0), s.get("verify_s", 0.0), s.get("decode_s", 0.0)
-    total = max(decode_s, draft_s + verify_s)
+    total = max(s.decode_s, s.draft_s + s.verify_s)
     if total > 0:
-        other = max(0.0, total - draft_s - verify_s)
+        other = max(0.0, total - s.draft_s - s.verify_s)
         split = Text()
-        split.append(_bar(draft_s / total), style=STYLES["draft"])
-        split.append(_bar(verify_s / total), style="#5fd7ff")
+        split.append(_bar(s.draft_s / total), style=STYLES["draft"])
+        split.append(_bar(s.verify_s / total), style="#5fd7ff")
         split.append(_bar(other / total).replace("█", "░"), style="dim")
-        split.append(f"\ndraft {draft_s:.2f} s ({draft_s / total:.0%}) · verify {verify_s:.2f} s "
-                     f"({verify_s / total:.0%}) · other {other:.2f} s ({other / total:.0%})")
+        split.append(f"\ndraft {s.draft_s:.2f} s ({s.draft_s / total:.0%}) · verify {s.verify_s:.2f} s "
+                     f"({s.verify_s / total:.0%}) · other {other:.2f} s ({other / total:.0%})")
         grid.add_row("time", split)
-    grid.add_row("speedup", speedup_line(d))
-    sources = d.get("sources") or {}
-    if sources:
+    grid.add_row("speedup", speedup_line(f))
+    if s.sources:
         src = Text()
         for i, kind in enumerate(("draft", "correction", "bonus", "target")):
             if i:
                 src.append(" · ")
-            src.append(f"{kind} {sources.get(kind, 0)}", style=STYLES[kind] or "default")
+            src.append(f"{kind} {s.sources.get(kind, 0)}", style=STYLES[kind] or "default")
         grid.add_row("tokens", src)
 
-    hist = {int(k): v for k, v in (d.get("k_histogram") or {}).items()}
     parts: list = [grid]
-    if hist:
+    if s.k_histogram:
+        hist = s.k_histogram
         most = max(hist.values())
         table = Table.grid(padding=(0, 1))
         table.add_column(justify="right", style="bold")
@@ -125,13 +115,13 @@ class DetailsScreen(ModalScreen):
 
     BINDINGS = [Binding("escape", "dismiss", "Close"), Binding("f2", "dismiss", "Close")]
 
-    def __init__(self, stats: dict | None):
+    def __init__(self, figures: ReplyFigures | None):
         super().__init__()
-        self.stats = stats
+        self.figures = figures
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="details"):
-            yield Static(details_renderable(self.stats), id="details-body")
+            yield Static(details_renderable(self.figures), id="details-body")
 
     def on_mount(self) -> None:
         self.query_one("#details").border_title = "last reply · details"

@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
 from edgespec.decoding.events import Source
-from edgespec.tui.stats import frozen_line
+from edgespec.tui.stats import ReplyFigures, frozen_line
 
 REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away
 
@@ -151,7 +151,7 @@ class ReplyView(Vertical):
         self.footer = Static(classes="reply-stats")
         self._markdown: Markdown | None = None
         if message.get("stats") is not None:
-            self.footer.update(frozen_line(message["stats"]))
+            self.footer.update(frozen_line(ReplyFigures.from_saved(message["stats"])))
         elif not generating and not message.get("complete", True):
             self.footer.update(Text("interrupted: the app stopped before this reply finished", style="dim italic"))
 
@@ -204,11 +204,11 @@ class ReplyView(Vertical):
             self._unfreeze()
             self.update_tokens()
 
-    def finish(self, stats: dict) -> None:
+    def finish(self, figures: ReplyFigures) -> None:
         self.generating = False
         self._unfreeze()
         self.update_tokens()
-        self.footer.update(frozen_line(stats))
+        self.footer.update(frozen_line(figures))
 
     def set_markdown(self, on: bool) -> None:
         """Markdown (with highlighted code blocks) replaces the token colours of a finished reply."""
