@@ -79,7 +79,7 @@ def details_renderable(d: dict | None) -> Group | Text:
     if s.get("prompt_tokens"):
         decode.append(f" · prefill {s['prompt_tokens']} tokens in {s.get('prefill_s', 0):.2f} s")
     grid.add_row("decode", decode)
-    drafted, accepted, passes = s.get("drafted"), s.get("accepted"), s.get("target_passes")
+    drafted, accepted, passes = s.get("drafted"), s.get("accepted", 0), s.get("target_passes", 0)
     if drafted is not None:
         acc = f" ({accepted / drafted:.0%})" if drafted else ""
         grid.add_row("drafting", f"{drafted} drafted · {accepted} accepted{acc} · {passes} target passes · "
