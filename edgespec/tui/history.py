@@ -17,6 +17,12 @@ File format (version 1):
 `spans` are runs of consecutive tokens with one source (draft / correction / bonus / target, and
 "rejected" for thrown-away draft text, which is not part of `content`); they let a resumed chat show
 its colours again. `stats` is the frozen per-reply figures (see `stats.ReplyStats.to_dict`).
+
+A file is checked whole when it is read (`Conversation.from_dict`): every field the app reads must
+have the type the app needs, so a hand-edited or damaged file is refused in one line naming the file
+and the field, before `edgespec chat --resume` loads a model, rather than crashing the app later.
+Keys the app does without may be missing (`version`, `title`, `system`, `created`, `updated`;
+a reply's `spans`, `stats`, `complete`, and any figure inside `stats`); unknown keys are ignored.
 """
 
 from __future__ import annotations
@@ -28,12 +34,18 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import platformdirs
 
+from edgespec.decoding.events import Source
 from edgespec.errors import EdgespecError
+from edgespec.tui.stats import ReplyFigures
 
 FORMAT_VERSION = 1
+REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away
+SPAN_KINDS = (*(s.value for s in Source), REJECTED)
+ROLES = ("user", "assistant")
 
 
 class HistoryError(EdgespecError):
@@ -93,7 +105,9 @@ class Conversation:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> Conversation:
+    def from_dict(cls, d: object) -> Conversation:
+        """The conversation in a saved file's JSON; ValueError naming the first field the app could not use."""
+        _check_chat(d, "")
         return cls(
             id=d["id"],
             pair=d.get("pair", ""),
@@ -103,6 +117,102 @@ class Conversation:
             created=float(d.get("created", 0.0)),
             updated=float(d.get("updated", 0.0)),
         )
+
+
+# -- what a saved chat must look like ----------------------------------------------------------------
+# A rule checks one value and raises ValueError("<where> is not <what>"). The types are those the
+# app's readers need: transcript.py (content, spans, complete), stats.py and details.py (stats),
+# chat_list.py (title, pair, updated) and the engine (role, content, system).
+
+Rule = Callable[[object, str], None]
+
+
+def _is_number(v: object) -> bool:
+    # Not a bool (a hand-edit), and finite and sane: the renderers format it and do sums with it,
+    # and NaN or 1e999 (which json reads as inf) would raise there. abs(NaN) < x is False.
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 1e15
+
+
+def _is_count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10**15
+
+
+def _is(test: Callable[[object], bool], what: str) -> Rule:
+    def check(value: object, where: str) -> None:
+        if not test(value):
+            raise ValueError(f"{where} is not {what}")
+    return check
+
+
+def _or_null(rule: Rule) -> Rule:
+    def check(value: object, where: str) -> None:
+        if value is not None:
+            rule(value, where)
+    return check
+
+
+def _object(fields: dict[str, Rule], required: tuple[str, ...] = ()) -> Rule:
+    def check(value: object, where: str) -> None:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where or 'the file'} is not a JSON object")
+        for key in required:
+            if key not in value:
+                raise ValueError(f'{where or "the file"} has no "{key}"')
+        for key, rule in fields.items():
+            if key in value:
+                rule(value[key], f"{where}.{key}" if where else key)
+    return check
+
+
+def _list_of(rule: Rule) -> Rule:
+    def check(value: object, where: str) -> None:
+        if not isinstance(value, list):
+            raise ValueError(f"{where} is not a list")
+        for i, item in enumerate(value):
+            rule(item, f"{where}[{i}]")
+    return check
+
+
+def _span(value: object, where: str) -> None:
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
+        raise ValueError(f"{where} is not a [source, text] pair")
+    if value[0] not in SPAN_KINDS:  # a tuple: an unhashable value is compared, not hashed
+        raise ValueError(f"{where} has the source {json.dumps(value[0])}, not one of {', '.join(SPAN_KINDS)}")
+
+
+_TEXT = _is(lambda v: isinstance(v, str), "a string")
+_NUMBER = _is(_is_number, "a number")
+_COUNTS = _is(lambda v: isinstance(v, dict) and all(_is_count(n) for n in v.values()), "an object of counts")
+# details.py turns the keys into ints and divides by the largest count
+_K_HISTOGRAM = _is(lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and _is_count(n) and n > 0
+                                                        for k, n in v.items()), 'an object of "K": passes (> 0)')
+
+def _reply_figures(value: object, where: str) -> None:
+    try:
+        ReplyFigures.from_saved(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+_MESSAGE = _object({
+    "role": _is(lambda v: v in ROLES, " or ".join(f'"{r}"' for r in ROLES)),
+    "content": _TEXT,
+    "spans": _list_of(_span),
+    "stats": _or_null(_reply_figures),
+    "complete": _is(lambda v: isinstance(v, bool), "true or false"),
+}, required=("role", "content"))
+
+_check_chat = _object({
+    "version": _is(lambda v: v == FORMAT_VERSION,
+                   f"{FORMAT_VERSION} (the only format this edgespec reads; a newer edgespec wrote it?)"),
+    "id": _TEXT,
+    "title": _TEXT,
+    "pair": _TEXT,
+    "system": _or_null(_TEXT),
+    "created": _NUMBER,
+    "updated": _NUMBER,
+    "messages": _list_of(_MESSAGE),
+}, required=("id",))
 
 
 def _title_from(text: str, width: int = 60) -> str:
@@ -140,28 +250,63 @@ class ChatStore:
 
     def load(self, chat_id: str) -> Conversation:
         path = self.path(chat_id)
-        try:
-            return Conversation.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise HistoryError(f"no saved chat {chat_id!r} in {self.root}") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise HistoryError(f"saved chat {path} is unreadable: {e}") from None
+        if not path.exists():
+            raise HistoryError(f"no saved chat {chat_id!r} in {self.root}")
+        return _read(path)
 
     def latest(self) -> Conversation:
-        chats = self.list()
-        if not chats:
-            raise HistoryError(f"no saved chats in {self.root}")
-        return self.load(chats[0].id)
+        """The chat whose file was written last; HistoryError naming that file if it cannot be read.
 
-    def list(self) -> list[Conversation]:
-        """All readable chats, most recently updated first (unreadable files are skipped)."""
-        out = []
+        An unreadable newest file is reported rather than skipped: opening an older chat instead
+        would look like the last one was lost.
+        """
+        paths = self._paths()
+        if not paths:
+            raise HistoryError(f"no saved chats in {self.root}")
+        return _read(paths[0])
+
+    def list(self) -> tuple[list[Conversation], list[HistoryError]]:
+        """All chats, the file written last first, as (readable chats, one error per unreadable file)."""
+        chats, unreadable = [], []
+        for path in self._paths():
+            try:
+                chats.append(_read(path))
+            except HistoryError as e:
+                unreadable.append(e)
+        return chats, unreadable
+
+    def _paths(self) -> list[Path]:
+        """Chat files, newest first by modification time: each save rewrites the file, so that is the last save."""
         if not self.root.is_dir():
-            return out
+            return []
+        stamped = []
         for path in self.root.glob("*.json"):
             try:
-                out.append(Conversation.from_dict(json.loads(path.read_text(encoding="utf-8"))))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        out.sort(key=lambda c: c.updated, reverse=True)
-        return out
+                stamped.append((path.stat().st_mtime_ns, path.name, path))
+            except OSError:
+                continue  # deleted since the folder was listed
+        return [path for *_, path in sorted(stamped, reverse=True)]
+
+
+def _read(path: Path) -> Conversation:
+    """The checked conversation in `path`, or one HistoryError line naming the file and what is wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise HistoryError(f"cannot read saved chat {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise HistoryError(f"saved chat {path} is not UTF-8 text (at byte {e.start})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise HistoryError(f"saved chat {path} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise HistoryError(f"saved chat {path} is nested too deeply to be a chat") from None
+    try:
+        conversation = Conversation.from_dict(data)
+    except ValueError as e:
+        raise HistoryError(f"saved chat {path} is unreadable: {e}") from None
+    if conversation.id != path.stem:
+        # saves go to <id>.json: another id would write elsewhere (or, with "../", outside this folder)
+        raise HistoryError(f'saved chat {path} is unreadable: its id "{conversation.id}" is not its file name')
+    return conversation

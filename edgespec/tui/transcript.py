@@ -13,9 +13,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
 from edgespec.decoding.events import Source
+from edgespec.tui.history import REJECTED
 from edgespec.tui.stats import ReplyFigures, frozen_line
-
-REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away
 
 STYLES: dict[str, str] = {
     Source.DRAFT.value: "#7bd88f",
