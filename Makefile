@@ -6,11 +6,20 @@ EDGESPEC := $(BIN)/edgespec
 
 .PHONY: demo chat test pull bench clean
 
-# The runtime install; llama-cpp-python builds llama.cpp from source the first time (minutes on
-# 2 cores; pip caches the wheel afterwards).
+# llama-cpp-python builds llama.cpp from source for this machine's CPU (about 5 minutes on 2
+# cores). On x86 the build leaves AMX out: a CPU can report AMX where the system does not let it run
+# (seen on these machines: SIGILL in ggml_backend_amx_mul_mat with the default Q4_K_M target). pip's
+# wheel cache does not know build flags, so this build never reads it. Another build, e.g. CUDA:
+#   make demo LLAMA_CMAKE_ARGS="-DGGML_CUDA=on"
+LLAMA_CPP := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMA_CMAKE_ARGS ?= $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)')
+
+# The runtime install.
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q --no-cache-dir "$(LLAMA_CPP)"
 	$(BIN)/pip install -q -e .
 	touch $@
 

@@ -17,8 +17,11 @@ import json
 import re
 import statistics
 from dataclasses import asdict, dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Callable, Iterable
+
+from rich.table import Table
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
@@ -27,6 +30,8 @@ from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine, GenerateSettings
 from edgespec.errors import UsageError
 from edgespec.output_files import check_writable
+
+DEV_SET = Path(str(files("edgespec") / "data" / "dev.jsonl"))  # the development set shipped with edgespec
 
 
 @dataclass(frozen=True)
@@ -278,8 +283,6 @@ def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
 
 
 def table(summary: list[dict]):
-    from rich.table import Table
-
     t = Table(title="edgespec bench")
     for col in ("suite", "mode", "tok/s", "speedup vs ar", "acceptance", "tokens/pass", "K histogram", "= ar"):
         # suite and mode names are kept whole on a narrow terminal; the figures' headers wrap instead

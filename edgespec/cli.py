@@ -154,8 +154,6 @@ def stream_to_stdout(events, colored: bool) -> Summary:
 @error_boundary
 def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path):
     """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K."""
-    from importlib.resources import files
-
     from rich.console import Console
     from rich.progress import Progress
 
@@ -163,7 +161,7 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
     from edgespec.decoding.sampling import SamplingParams
     from edgespec.engine import find_pair, open_engine
 
-    path = suite_path or Path(str(files("edgespec") / "data" / "dev.jsonl"))
+    path = suite_path or b.DEV_SET
     prompts = b.select(b.load_suite(path), limit, suites)
     pair_config = find_pair(pair, config)
     mode_list = b.parse_modes(modes, drafter or (DraftChoice.MODEL if pair_config.draft is not None else DraftChoice.NGRAM))

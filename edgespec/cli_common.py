@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -135,8 +136,6 @@ class OneLineErrorGroup(click.Group):
 
 def sampling_from_flags(defaults, temperature, top_p, top_k, min_p, seed):
     """The pair's default sampling with the flags the user gave laid over it."""
-    from dataclasses import replace
-
     given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed)
     return replace(defaults, **{k: v for k, v in given.items() if v is not None})
 

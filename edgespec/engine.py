@@ -4,7 +4,7 @@
     for event in engine.chat(messages, GenerateSettings(max_tokens=256), cancel=threading.Event()):
         ...  # Token / Step / Summary from edgespec.decoding.events
 
-`chat` and `complete` are generators; they may run in a worker thread and be stopped with `cancel`
+`chat` and `generate_tokens` are generators; they may run in a worker thread and be stopped with `cancel`
 (checked once per target pass; the generator then ends with a Summary whose stop_reason is
 "cancelled"). The engine keeps its caches between calls, so a chat's earlier turns are not
 re-evaluated, and its cost measurements, so the controller starts warm on the next reply.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -35,6 +36,8 @@ from edgespec.decoding.events import Event
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import SettingError
+from edgespec.store import Store, home
+from edgespec.vocab import check_loaded_pair
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,6 @@ class Engine:
     def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
         return self.generate_tokens(self.chat_tokens(messages), settings, cancel)
 
-    def complete(self, prompt: str, settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
-        return self.generate_tokens(self.target.tokenize(prompt, special=False), settings, cancel)
-
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
         return self.target.tokenize(self.target.chat_prompt(messages), special=True)
 
@@ -80,7 +80,7 @@ class Engine:
         return self.target.token_bytes(token_id).decode("utf-8", "replace")
 
     def generate_tokens(self, prompt: list[int], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Generate after already-tokenized input (what chat and complete end in)."""
+        """Generate after already-tokenized input (what `chat` ends in)."""
         draft = DraftChoice(settings.draft)
         if draft is DraftChoice.MODEL and self.draft is None:
             raise NoDraftModel(self.pair.name)
@@ -151,8 +151,6 @@ CALIBRATION_VERSION = "v2"
 
 
 def _calibration_file() -> Path:
-    from edgespec.store import home
-
     return home() / "calibration.json"
 
 
@@ -166,8 +164,6 @@ class EngineThread:
     """
 
     def __init__(self):
-        from concurrent.futures import ThreadPoolExecutor
-
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-engine")
 
     def call(self, fn, *args, **kwargs):
@@ -179,12 +175,13 @@ class EngineThread:
 
 
 def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
+    # Each runtime is imported only when a pair uses it: llama_cpp loads its shared libraries, and
+    # the hf backend needs the optional torch and transformers (seconds to import).
     if pair.backend == "llamacpp":
         from edgespec.backends.llamacpp import LlamaCppBackend
 
         return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads)
     from edgespec.backends.hf import load_hf_backend
-    from edgespec.store import home
 
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
 
@@ -201,9 +198,6 @@ def find_pair(pair_name: str | None = None, config_path: Path | None = None,
 
 def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engine:
     """Load a pair: check its files, load the target (and the draft model if it may be used)."""
-    from edgespec.store import Store
-    from edgespec.vocab import check_loaded_pair
-
     store = Store()
     target_path = store.ensure(pair.target, pair.name)
     use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds

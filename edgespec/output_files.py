@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgespec.errors import EdgespecError, UsageError
+from edgespec.store import home
 
 
 class OutputLost(EdgespecError):
@@ -50,8 +51,6 @@ def write_or_rescue(path: Path, write: Callable[[Path], None], what: str) -> Non
         return
     except OSError as e:
         why = e.strerror or str(e)
-    from edgespec.store import home
-
     rescue = home() / "rescued" / path.name
     try:
         rescue.parent.mkdir(parents=True, exist_ok=True)

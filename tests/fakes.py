@@ -18,7 +18,9 @@ from unittest import mock
 import numpy as np
 
 from edgespec.backends.base import ContextOverflow, Vocabulary
+from edgespec.config import ModelSpec, PairConfig
 from edgespec.decoding import costs, decoder, drafters
+from edgespec.engine import Engine
 
 
 class VirtualClock:
@@ -45,8 +47,6 @@ def simulated_time(clock: VirtualClock) -> Iterator[None]:
 
 
 class MarkovBackend:
-    name = "fake"
-
     def __init__(self, n_vocab: int = 48, seed: int = 0, noise: float = 0.0, n_ctx: int = 512,
                  eos: int | None = None, base_s: float = 0.0, per_token_s: float = 0.0, sharp: float = 3.0,
                  cost: Callable[[int], float] | None = None, clock: VirtualClock | None = None):
@@ -135,3 +135,13 @@ class ArgmaxRecorder:
         for i, tok in enumerate(emitted):
             pos = prompt_len + i - 1
             assert self.argmax_after[pos] == tok, f"token {i} ({tok}) is not the target's argmax ({self.argmax_after[pos]})"
+
+
+def fake_engine(clock: VirtualClock | None = None, verify=None, draft_step: float = 0.0, noise: float = 1.0) -> Engine:
+    """An Engine around a deterministic fake pair (greedy output is exactly reproducible)."""
+    spec = ModelSpec("fake-target", "gguf")
+    pair = PairConfig("fake", "llamacpp", spec, ModelSpec("fake-draft", "gguf"), "model", 512)
+    target = MarkovBackend(seed=21, n_ctx=512, cost=verify, clock=clock)
+    draft = MarkovBackend(seed=21, noise=noise, n_ctx=512, cost=(lambda n: n * draft_step) if draft_step else None,
+                          clock=clock)
+    return Engine(pair, target, draft)

@@ -26,12 +26,10 @@ from edgespec.bench import (
     summarize,
     to_json,
 )
-from edgespec.config import ModelSpec, PairConfig
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine import Engine
 from edgespec.errors import UsageError
-from tests.fakes import MarkovBackend, VirtualClock, simulated_time
+from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 DEV_SET = Path("/work/shared/bench/dev.jsonl")
 SHIPPED = Path(str(files("edgespec") / "data" / "dev.jsonl"))
@@ -174,16 +172,6 @@ def test_parse_modes_rejects_an_empty_list(spec):
 
 
 # -- running: interleaving and agreement with plain decoding -----------------------------------
-
-
-def fake_engine(clock: VirtualClock | None = None, verify=None, draft_step: float = 0.0, noise: float = 1.0) -> Engine:
-    """An Engine around a deterministic fake pair (greedy output is exactly reproducible)."""
-    spec = ModelSpec("fake-target", "gguf")
-    pair = PairConfig("fake", "llamacpp", spec, ModelSpec("fake-draft", "gguf"), "model", 512)
-    target = MarkovBackend(seed=21, n_ctx=512, cost=verify, clock=clock)
-    draft = MarkovBackend(seed=21, noise=noise, n_ctx=512, cost=(lambda n: n * draft_step) if draft_step else None,
-                          clock=clock)
-    return Engine(pair, target, draft)
 
 
 PROMPTS = [

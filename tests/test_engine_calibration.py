@@ -9,8 +9,7 @@ import pytest
 
 from edgespec.decoding.costs import CostModel
 from edgespec.engine import GenerateSettings
-from tests.fakes import VirtualClock, simulated_time
-from tests.test_bench import fake_engine
+from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 
 def cpu_like(n: int) -> float:

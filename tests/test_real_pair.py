@@ -8,11 +8,9 @@ not give bit-identical logits to n single steps.
 
 from __future__ import annotations
 
-import json
-from importlib.resources import files
-
 import pytest
 
+from edgespec import bench
 from edgespec.config import load_registry
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
@@ -44,37 +42,21 @@ def engine():
     e.close()
 
 
-def dev_prompts(n_per_suite: int = 1):
-    rows = [json.loads(l) for l in (files("edgespec") / "data" / "dev.jsonl").read_text().splitlines() if l.strip()]
-    taken, out = {}, []
-    for r in rows:
-        if taken.get(r["suite"], 0) < n_per_suite:
-            taken[r["suite"]] = taken.get(r["suite"], 0) + 1
-            out.append(r)
-    return out
-
-
-def prompt_ids(engine: Engine, row) -> list[int]:
-    if row["mode"] == "chat":
-        return engine.chat_tokens(row["messages"])
-    return engine.target.tokenize(row["prompt"], special=False)
-
-
 def generate(engine: Engine, ids, settings) -> tuple[list[int], Summary]:
     events = list(engine.generate_tokens(ids, settings))
     return [e.id for e in events if isinstance(e, Token)], events[-1]
 
 
 @needs_pair
-@pytest.mark.parametrize("row", dev_prompts(), ids=lambda r: r["id"])
-def test_greedy_speculation_is_the_targets_argmax_and_matches_plain(engine, row):
-    ids = prompt_ids(engine, row)
+@pytest.mark.parametrize("prompt", bench.select(bench.load_suite(bench.DEV_SET), 1, None), ids=lambda p: p.id)
+def test_greedy_speculation_is_the_targets_argmax_and_matches_plain(engine, prompt):
+    ids = bench.prompt_ids(engine, prompt)
     plain, _ = generate(engine, ids, GenerateSettings(max_tokens=48, draft="none", k=KSetting("fixed", 0)))
     real_target = engine.target
     recorder = ArgmaxRecorder(real_target)
     engine.target = recorder
     try:
-        for draft, k in (("model", "3"), ("ngram", "6"), ("auto", "auto")):
+        for draft, k in (("model", KSetting("fixed", 3)), ("ngram", KSetting("fixed", 6)), ("auto", KSetting("auto"))):
             recorder.argmax_after.clear()
             recorder.rows.clear()
             real_target.truncate(0)  # every position is evaluated (and recorded) afresh

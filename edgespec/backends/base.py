@@ -41,7 +41,6 @@ class Backend(Protocol):
     distribution of the token that follows the i-th of the last n tokens passed to `eval`.
     """
 
-    name: str  # "llamacpp" or "hf"
     n_ctx: int
     n_vocab: int
     eos_ids: frozenset[int]

@@ -55,8 +55,6 @@ def default_threads() -> int:
 class LlamaCppBackend:
     """One GGUF model with its own context and KV cache (sequence 0)."""
 
-    name = "llamacpp"
-
     def __init__(self, path: Path, n_ctx: int, *, n_gpu_layers: int = 0, threads: int | None = None):
         import llama_cpp as lc
 

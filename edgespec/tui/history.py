@@ -3,8 +3,8 @@
 Where: `EDGESPEC_HOME/chats/` when EDGESPEC_HOME is set, else `platformdirs.user_data_dir("edgespec")
 /chats/`. Each save writes a temporary file in the same folder and `os.replace`s it over the old one,
 so a reader (or a resumed app after a crash or a kill) sees either the previous or the new version,
-never half a file. The app saves on every batched UI flush, so a kill loses at most the tokens of
-the last ~1/30 s. No fsync: a process kill is covered, a power cut may lose the last writes.
+never half a file. The app saves on every batched UI flush, so a kill loses at most the tokens since
+the last one (the flushes come 2 to 30 times a second, see pacing.py). No fsync: a process kill is covered, a power cut may lose the last writes.
 
 File format (version 1):
 
@@ -16,7 +16,8 @@ File format (version 1):
 
 `spans` are runs of consecutive tokens with one source (draft / correction / bonus / target, and
 "rejected" for thrown-away draft text, which is not part of `content`); they let a resumed chat show
-its colours again. `stats` is the frozen per-reply figures (see `stats.ReplyStats.to_dict`).
+its colours again. `stats` is the frozen per-reply figures (`stats.ReplyFigures.to_saved`: the
+decoder's Summary and the error, if any; files of the first layout are still read).
 
 A file is checked whole when it is read (`Conversation.from_dict`): every field the app reads must
 have the type the app needs, so a hand-edited or damaged file is refused in one line naming the file
