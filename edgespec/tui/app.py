@@ -1,12 +1,12 @@
 """The chat app: one conversation on screen, the engine in a thread worker, events batched into the UI.
 
 Flow of one reply: `send` adds the user message, trims the oldest turns if the prompt would not fit
-the context window, and starts `_generate` in a thread worker. The worker only iterates
-`engine.chat(...)` and puts `(clock(), event, extra)` on a queue, so decoding never waits for the UI.
+the context window (`generation.fit_context`), and starts `Generation.run` in a thread worker,
+which only iterates `engine.chat(...)` and queues the events, so decoding never waits for the UI.
 A timer drains the queue as often as `UpdatePacer` allows (see pacing.py): it folds the events into
 the reply's spans and stats, repaints the reply and the stats bar once, and saves the conversation
-(atomic write), so a crash loses at most the last flush's tokens. The worker ends by putting
-`_DONE`; that flush freezes the reply's stats.
+(atomic write), so a crash loses at most the last flush's tokens. The worker's last item ends the
+reply; that flush freezes the reply's stats.
 
 The app talks to the engine through `edgespec.engine.Engine` plus one optional method,
 `token_text(id) -> str` (text of a single token, for showing rejected draft tokens); an engine
@@ -16,11 +16,8 @@ without it shows rejected tokens as their ids.
 from __future__ import annotations
 
 import asyncio
-import queue
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from textual.app import App, ComposeResult, SystemCommand
@@ -30,56 +27,23 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
-from edgespec.decoding.events import Step, Summary, Token
 from edgespec.engine import Engine, EngineThread, GenerateSettings
 from edgespec.errors import EdgespecError
 from edgespec.tui.chat_list import ChatListScreen
 from edgespec.tui.details import DetailsScreen
+from edgespec.tui.generation import Generation, fit_context
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer
 from edgespec.tui.prompt import PromptBox
-from edgespec.tui.stats import ReplyFigures, ReplyStats, StatsBar, context_gauge
+from edgespec.tui.stats import ReplyFigures, StatsBar, context_gauge
 from edgespec.tui.transcript import (
     Notice,
-    ReplySpans,
     ReplyView,
     SystemMessage,
     Transcript,
     UserMessage,
     legend,
 )
-
-
-class ContextFullError(EdgespecError):
-    """The newest message alone does not fit the context window."""
-
-
-@dataclass(frozen=True)
-class _Failed:
-    message: str
-
-
-_DONE = object()  # the worker's last item: the generator has returned (or raised)
-
-
-class Generation:
-    """One reply in flight: the worker's queue and cancel flag, and where its output goes.
-
-    `detached` is set when the user leaves the chat mid-reply (ctrl+n, or opening another chat): the
-    worker is cancelled, and until it returns its remaining events still go into its own
-    conversation (saved), but no longer onto the screen.
-    """
-
-    def __init__(self, conversation: Conversation, message: dict, view: ReplyView, sent_at: float, prompt_tokens: int):
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.cancel = threading.Event()
-        self.conversation = conversation
-        self.message = message
-        self.view = view
-        self.spans = ReplySpans(message)
-        self.stats = ReplyStats(sent_at=sent_at)
-        self.prompt_tokens = prompt_tokens
-        self.detached = False
 
 
 def describe_pair(engine: Engine) -> str:
@@ -255,30 +219,10 @@ class ChatApp(App):
             self.notify("A reply is being generated: esc stops it.", severity="warning")
         return True
 
-    def _fit_context(self, messages: list[dict]) -> tuple[list[dict], int, int]:
-        """Drop the oldest turns until the prompt leaves room for a reply. -> (messages, turns dropped, tokens)."""
-        n_ctx = self.engine.n_ctx
-        budget = n_ctx - min(self.settings.max_tokens, n_ctx // 2)
-        head = messages[:1] if messages and messages[0]["role"] == "system" else []
-        turns = messages[len(head):]
-        used = self.engine.count_tokens(head + turns)
-        dropped = 0
-        while used > budget and len(turns) > 1:
-            cut = 1  # a turn: one user message and whatever follows it up to the next one
-            while cut < len(turns) - 1 and turns[cut]["role"] != "user":
-                cut += 1
-            turns = turns[cut:]
-            dropped += 1
-            used = self.engine.count_tokens(head + turns)
-        if used > budget:
-            raise ContextFullError(
-                f"the message takes {used} tokens; the context window ({n_ctx}) leaves {budget} for the prompt"
-            )
-        return head + turns, dropped, used
-
     def _start_reply(self) -> None:
         try:
-            messages, dropped, used = self._fit_context(self.conversation.chat_messages())
+            messages, dropped, used = fit_context(self.engine, self.conversation.chat_messages(),
+                                                  self.settings.max_tokens)
         except EdgespecError as e:
             self.notify(str(e), title="Context full", severity="error", timeout=8)
             return
@@ -296,27 +240,8 @@ class ChatApp(App):
         self._show_stats()
         self.query_one(PromptBox).cursor_blink = False  # a blinking cursor repaints the screen twice a second
         self._drain_timer = self.set_timer(self.pacer.restart(), self._drain_events)
-        self.run_worker(lambda: self.engine_thread.call(self._generate, gen, messages), thread=True, group="generate",
-                        exit_on_error=False, description="engine.chat")
-
-    def _generate(self, gen: Generation, messages: list[dict]) -> None:
-        """Worker thread: iterate the engine and queue events; never touches widgets."""
-        put, clock = gen.queue.put, self.clock
-        token_text = getattr(self.engine, "token_text", None)
-        try:
-            for event in self.engine.chat(messages, self.settings, gen.cancel):
-                extra = None
-                if type(event) is Step and event.rejected_ids:
-                    # Resolved here, not in the UI thread: the engine is only used from this thread.
-                    extra = "".join(token_text(i) for i in event.rejected_ids) if token_text else \
-                        "".join(f"⟨{i}⟩" for i in event.rejected_ids)
-                put((clock(), event, extra))
-        except EdgespecError as e:
-            put((clock(), _Failed(str(e)), None))
-        except Exception as e:  # a backend failure must leave the app usable
-            put((clock(), _Failed(f"{type(e).__name__}: {e}"), None))
-        finally:
-            put((clock(), _DONE, None))
+        self.run_worker(lambda: self.engine_thread.call(gen.run, self.engine, messages, self.settings, self.clock),
+                        thread=True, group="generate", exit_on_error=False, description="engine.chat")
 
     def _drain_events(self) -> None:
         """Timer: fold everything queued since the last tick into the reply, repaint once, save,
@@ -338,29 +263,12 @@ class ChatApp(App):
         self._drain_timer = self.set_timer(wait, self._drain_events)
 
     def _fold_queued(self, gen: Generation) -> tuple[bool, bool]:
-        """Move queued events into the reply's spans and stats. -> (anything new, worker done)."""
-        changed = False
-        while True:
-            try:
-                at, event, extra = gen.queue.get_nowait()
-            except queue.Empty:
-                return changed, False
-            changed = True
-            if type(event) is Token:
-                gen.spans.token(event.source, event.text)
-                gen.stats.add(at, event)
-            elif type(event) is Step:
-                gen.stats.add(at, event)
-                if extra:
-                    gen.spans.rejected(extra)
-            elif type(event) is Summary:
-                gen.stats.add(at, event)
-            elif type(event) is _Failed:
-                gen.stats.error = event.message
-                if not gen.detached:
-                    self.notify(event.message, title="Engine error", severity="error", timeout=10)
-            elif event is _DONE:
-                return True, True
+        """Move queued events into the reply; an engine failure is shown once. -> (anything new, worker done)."""
+        def failed(message: str) -> None:
+            if not gen.detached:
+                self.notify(message, title="Engine error", severity="error", timeout=10)
+
+        return gen.fold(failed)
 
     def _finish(self, gen: Generation) -> None:
         self._gen = None
