@@ -8,7 +8,7 @@ varies by about 10%, more than the differences worth reporting (measured here: p
 `auto` never drafted, so both modes did the same work, spread 0.86-1.06x even with 3 rounds).
 Every figure comes from the engine's own event stream, as in `edgespec run`, except
 those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
-prompts (hf backend only), the peer to beat, timed the same way (see `backends.hf.assisted_generate`).
+prompts (hf backend only), the peer to beat, timed the same way (see `bench_hf_assisted.assisted_generate`).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) ->
 def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingParams) -> Row:
     """One generation of `prompt` in `mode`, as a row not yet compared with ar."""
     if mode.name == HF_ASSISTED:
-        from edgespec.backends.hf import assisted_generate
+        from edgespec.bench_hf_assisted import assisted_generate
 
         r = assisted_generate(engine.target, engine.draft, prompt_ids(engine, prompt), prompt.max_tokens)
         return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,

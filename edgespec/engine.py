@@ -181,7 +181,7 @@ def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
         from edgespec.backends.llamacpp import LlamaCppBackend
 
         return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads)
-    from edgespec.backends.hf import load_hf_backend
+    from edgespec.backends.hf_loading import load_hf_backend
 
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
 

@@ -117,7 +117,7 @@ def _vocabulary(model: ModelSpec, path: Path) -> Vocabulary:
     if model.format == "gguf":
         return read_gguf_vocabulary(path)
     try:
-        from edgespec.backends.hf import read_hf_vocabulary
+        from edgespec.backends.hf_loading import read_hf_vocabulary
     except ImportError as e:
         raise EdgespecError(f"cannot check transformers model {model.name}: the hf backend is unavailable ({e})") from None
     return read_hf_vocabulary(path)

@@ -43,6 +43,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from edgespec.backends.base import sync_cache  # noqa: E402
+from edgespec.backends.hf import HFBackend  # noqa: E402
+from edgespec.backends.hf_loading import cpu_has_bf16  # noqa: E402
+from edgespec.decoding.controller import AutoK  # noqa: E402
+from edgespec.decoding.costs import CostModel, best_k  # noqa: E402
+from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402
+from edgespec.decoding.drafters import Draft, ModelDrafter  # noqa: E402
+from edgespec.decoding.events import Step, Summary, Token  # noqa: E402
+from edgespec.decoding.sampling import SamplingParams  # noqa: E402
+from edgespec.decoding.simple_policies import FixedK  # noqa: E402
+from edgespec.testing.tiny_hf import bytelevel_tokenizer  # noqa: E402
 
 # -- shapes -------------------------------------------------------------------------------------------
 
@@ -69,7 +83,9 @@ SHAPES = {
 
 
 @dataclass
-class Plan:
+class CheckPlan:
+    """What this run measures: which shapes, where, how many tokens and repetitions."""
+
     target: str
     draft: str
     device: str
@@ -84,29 +100,21 @@ class Plan:
     n_ctx: int = 2048
 
 
-def make_plan(args) -> Plan:
-    import torch
-
+def make_plan(args) -> CheckPlan:
     accept = tuple(float(a) for a in args.accept.split(","))
     fixed = tuple(int(k) for k in args.k.split(","))
     if args.tiny:
         # One thread: on a small shared CPU, OpenMP workers that spin while another process holds
         # the other core turn a 10 ms pass into 250 ms at random; one thread keeps timings stable.
         torch.set_num_threads(1)
-        dtype = "bf16" if _cpu_bf16() else "fp32"
-        return Plan("tiny-target", "tiny-draft", "cpu", dtype, prompt=64, tokens=args.tokens or 48,
-                    verify_ns=(1, 2, 4, 8, 16), reps=3, accept=accept, fixed_k=fixed, quants=("none", "4bit"))
+        dtype = "bf16" if cpu_has_bf16() else "fp32"
+        return CheckPlan("tiny-target", "tiny-draft", "cpu", dtype, prompt=64, tokens=args.tokens or 48,
+                         verify_ns=(1, 2, 4, 8, 16), reps=3, accept=accept, fixed_k=fixed, quants=("none", "4bit"))
     if not torch.cuda.is_available():
         sys.exit("gpu_check: real shapes need a CUDA GPU (torch sees none); use --tiny for the CPU smoke test")
-    return Plan("llama-3.1-8b", "llama-3.2-1b", "cuda", "bf16", prompt=256, tokens=args.tokens or 128,
-                verify_ns=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16), reps=7, accept=accept, fixed_k=fixed,
-                quants=("none", "4bit"))
-
-
-def _cpu_bf16() -> bool:
-    from edgespec.backends.hf import cpu_has_bf16
-
-    return cpu_has_bf16()
+    return CheckPlan("llama-3.1-8b", "llama-3.2-1b", "cuda", "bf16", prompt=256, tokens=args.tokens or 128,
+                     verify_ns=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16), reps=7, accept=accept, fixed_k=fixed,
+                     quants=("none", "4bit"))
 
 
 # -- random models with a known greedy rule -------------------------------------------------------------
@@ -121,9 +129,6 @@ def build_model(shape: str, device: str, dtype: str, seed: int, permutation=None
     the embedding of permutation^-1(y), scaled so the right logit is about 30 and the others about
     +-2. The compute is the real model's: only the weights' values are chosen.
     """
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     config = LlamaConfig(**SHAPES[shape], rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None,
                          attention_bias=False, mlp_bias=False)
@@ -150,8 +155,7 @@ def quantize_4bit(model, compute_dtype) -> None:
     """Replace every linear layer but the output head by a bitsandbytes nf4 Linear4bit, in place
     (what `from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...))` builds,
     without writing 16 GB of random weights to disk first)."""
-    import bitsandbytes as bnb
-    import torch
+    import bitsandbytes as bnb  # only the 4-bit rows need it
 
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -170,10 +174,7 @@ def quantize_4bit(model, compute_dtype) -> None:
         torch.cuda.empty_cache()
 
 
-def make_backend(model, n_ctx: int, label: str):
-    from edgespec.backends.hf import HFBackend
-    from tests.tiny_hf import bytelevel_tokenizer
-
+def make_backend(model, n_ctx: int, label: str) -> HFBackend:
     backend = HFBackend(model, bytelevel_tokenizer(), n_ctx=n_ctx, label=label)
     backend.eos_ids = frozenset()  # synthetic text: never stop early
     return backend
@@ -238,42 +239,37 @@ class TimedEval:
         del self.backend.eval
 
 
-def synthetic_drafter_class():
+class SyntheticDrafter(ModelDrafter):
     """A ModelDrafter that pays for the real draft model but proposes the target's own next token
     with probability `a` (a wrong one otherwise): per-token acceptance a by construction."""
-    from edgespec.backends.base import sync_cache
-    from edgespec.decoding.drafters import Draft, ModelDrafter
 
-    class SyntheticDrafter(ModelDrafter):
-        def __init__(self, backend, oracle: Callable[[int], int], a: float, seed: int = 0):
-            super().__init__(backend)
-            self.oracle, self.a = oracle, a
-            self.coin = np.random.default_rng(seed)
+    def __init__(self, backend, oracle: Callable[[int], int], a: float, seed: int = 0):
+        super().__init__(backend)
+        self.oracle, self.a = oracle, a
+        self.coin = np.random.default_rng(seed)
 
-        def draft(self, context, k, params, rng, stop=None):
-            out = Draft()
-            if k <= 0:
-                return out
-            sync_cache(self.backend, context, 1)  # the draft model's real cost
-            prev = context[-1]
-            while True:
-                right = self.oracle(prev)
-                if self.coin.random() < self.a:
-                    token = right
-                else:
-                    token = (right + 1 + int(self.coin.integers(self.backend.n_vocab - 1))) % self.backend.n_vocab
-                if out.ids and stop is not None and stop(len(out.ids), self.a):
-                    break
-                out.ids.append(token)
-                out.dists.append(None)
-                out.confidence.append(self.a)
-                if len(out.ids) == k:
-                    break
-                self.backend.eval([token], 1)
-                prev = token
+    def propose(self, context, k, params, rng, stop=None) -> Draft:
+        out = Draft()
+        if k <= 0:
             return out
-
-    return SyntheticDrafter
+        sync_cache(self.backend, context, 1)  # the draft model's real cost
+        prev = context[-1]
+        while True:
+            right = self.oracle(prev)
+            if self.coin.random() < self.a:
+                token = right
+            else:
+                token = (right + 1 + int(self.coin.integers(self.backend.n_vocab - 1))) % self.backend.n_vocab
+            if out.ids and stop is not None and stop(len(out.ids), self.a):
+                break
+            out.ids.append(token)
+            out.dists.append(None)
+            out.confidence.append(self.a)
+            if len(out.ids) == k:
+                break
+            self.backend.eval([token], 1)
+            prev = token
+        return out
 
 
 @dataclass
@@ -304,18 +300,12 @@ class DecodeResult:
 
 def run_decode(target, draft, prompt, n_tokens, mode: str, a: float | None, oracle, costs) -> DecodeResult:
     """One generation through edgespec's decoder. mode: "ar", "k=<K>" or "auto"."""
-    from edgespec.decoding.controller import AutoK
-    from edgespec.decoding.decoder import SpeculativeDecoder
-    from edgespec.decoding.events import Step, Summary, Token
-    from edgespec.decoding.sampling import SamplingParams
-    from edgespec.decoding.simple_policies import FixedK
-
     if mode == "ar":
         policy, model = FixedK(0, "model"), None
     elif mode == "auto":
-        policy, model = AutoK("model", costs), synthetic_drafter_class()(draft, oracle, a, seed=1)
+        policy, model = AutoK("model", costs), SyntheticDrafter(draft, oracle, a, seed=1)
     else:
-        policy, model = FixedK(int(mode.split("=")[1]), "model"), synthetic_drafter_class()(draft, oracle, a, seed=1)
+        policy, model = FixedK(int(mode.split("=")[1]), "model"), SyntheticDrafter(draft, oracle, a, seed=1)
     target.truncate(0)
     draft.truncate(0)
     t_eval, d_eval = TimedEval(target), TimedEval(draft)
@@ -351,29 +341,25 @@ def run_decode(target, draft, prompt, n_tokens, mode: str, a: float | None, orac
     )
 
 
-def expected_tokens(a: float, k: int) -> float:
-    return float(k + 1) if a >= 1.0 else (1 - a ** (k + 1)) / (1 - a)
+def measured_costs(verify_ms: dict[int, float], draft_ms: float) -> CostModel:
+    """The controller's cost model holding this check's medians, so that a prediction interpolates
+    t_verify(n) the way the controller does when it plans."""
+    costs = CostModel()
+    for n, ms in verify_ms.items():
+        costs.observe_verify(n, ms / 1000)
+    costs.observe_draft(1, draft_ms / 1000)
+    return costs
 
 
-def predict(verify_ms: dict[int, float], draft_ms: float, host_ms: float, a: float, k: int) -> float:
-    """Cost-model tokens/s for K drafted tokens per pass at acceptance a."""
-    t = k * draft_ms + _interp(verify_ms, k + 1) + host_ms
-    return 1000 * expected_tokens(a, k) / t
+def round_seconds(costs: CostModel, host_ms: float) -> Callable[[int], float]:
+    """Seconds for a round drafting k tokens: k t_draft + t_verify(k+1) + host."""
+    return lambda k: k * costs.draft_step + costs.verify(k + 1) + host_ms / 1000
 
 
-def best_k(verify_ms, draft_ms, host_ms, a, k_max=8) -> tuple[int, float]:
-    return max(((k, predict(verify_ms, draft_ms, host_ms, a, k)) for k in range(k_max + 1)), key=lambda x: x[1])
-
-
-def _interp(points: dict[int, float], n: int) -> float:
-    ns = sorted(points)
-    if n in points:
-        return points[n]
-    lo = max((m for m in ns if m < n), default=ns[0])
-    hi = min((m for m in ns if m > n), default=ns[-1])
-    if lo == hi:
-        return points[lo] * n / lo
-    return points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo)
+def predict(costs: CostModel, host_ms: float, a: float, k: int) -> float:
+    """Cost-model tokens/s drafting exactly k tokens per pass at per-token acceptance a."""
+    expected = sum(a**i for i in range(k + 1))  # E(K) = 1 + a + ... + a^K
+    return expected / round_seconds(costs, host_ms)(k)
 
 
 # -- the check ----------------------------------------------------------------------------------------
@@ -394,11 +380,7 @@ class Table:
         return "\n".join([line(header), line(tuple("-" * w for w in widths))] + [line(r) for r in self.rows])
 
 
-def gpu_check(plan: Plan, budget_s: float, decode_comparison: bool = True) -> tuple[str, dict]:
-    import torch
-
-    from edgespec.decoding.costs import CostModel
-
+def gpu_check(plan: CheckPlan, budget_s: float, decode_comparison: bool = True) -> tuple[str, dict]:
     t_start = time.perf_counter()
     deadline = t_start + budget_s
     table = Table()
@@ -443,8 +425,9 @@ def gpu_check(plan: Plan, budget_s: float, decode_comparison: bool = True) -> tu
 
         if not decode_comparison:
             continue
-        costs = CostModel()
+        costs = CostModel()  # what the auto policy plans with, calibrated as the engine does
         costs.calibrate(target, draft)
+        measured = measured_costs(verify, draft_ms["none"])
         results = []
         modes = [("ar", None)] + [(f"k={k}", a) for a in plan.accept for k in plan.fixed_k] + \
                 [("auto", a) for a in plan.accept]
@@ -456,17 +439,17 @@ def gpu_check(plan: Plan, budget_s: float, decode_comparison: bool = True) -> tu
             results.append(r)
             host = r.host_ms
             if mode == "ar":
-                pred = 1000.0 / (verify[1] + host)
+                pred = predict(measured, host, 0.0, 0)
                 note = f"host {host:.2f} ms/pass; follows rule {r.follows_rule:.3f}"
                 row("decode", plan.target, f"{label} ar", f"{r.tok_s:.1f} tok/s", f"{pred:.1f}", note)
                 ar_rate = r.tok_s
                 continue
             if mode == "auto":
-                k_star, pred = best_k(verify, draft_ms["none"], host, a)
+                k_star, pred = best_k([a] * AutoK.max_k_model, round_seconds(measured, host))
                 note = f"best K*={k_star}; K used {_hist(r.k_hist)}"
             else:
                 k = int(mode.split("=")[1])
-                pred = predict(verify, draft_ms["none"], host, a, k)
+                pred = predict(measured, host, a, k)
                 note = ""
             note = (f"a={a} measured a={r.acceptance:.2f}; host {host:.2f} ms/pass; "
                     f"{r.tok_s / ar_rate:.2f}x ar; " + note).rstrip("; ")

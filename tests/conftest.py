@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny GGUF models written once per test session (see tests/tiny_models.py)."""
+"""Shared fixtures: tiny GGUF models written once per test session (see edgespec/testing/tiny_gguf.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 
 import edgespec.engine
-from tests.tiny_models import DRAFT, write_tiny_gguf
+from edgespec.testing.tiny_gguf import DRAFT, write_tiny_gguf
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -73,5 +73,5 @@ def tiny_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_draft_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
-    """A draft for `tiny_gguf`: same vocabulary, ~72% greedy agreement (tests/tiny_models.DRAFT)."""
+    """A draft for `tiny_gguf`: same vocabulary, ~72% greedy agreement (edgespec.testing.tiny_gguf.DRAFT)."""
     return tiny_gguf_factory(**DRAFT)

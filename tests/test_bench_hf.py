@@ -1,6 +1,6 @@
 """`edgespec bench --modes ...,hf-assisted`: transformers' own assisted generation as the peer, on tiny
-random transformers models (tests/tiny_hf.py) through a real Engine on the hf backend; and the
-one-line refusals where the mode cannot run."""
+random transformers models (edgespec/testing/tiny_hf.py) through a real Engine on the hf backend; and
+the one-line refusals where the mode cannot run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from edgespec.backends.hf import assisted_generate, load_hf_backend  # noqa: E402
+from edgespec.backends.hf_loading import load_hf_backend  # noqa: E402
 from edgespec.bench import (  # noqa: E402
     BenchPrompt,
     parse_modes,
@@ -22,14 +22,15 @@ from edgespec.bench import (  # noqa: E402
     table,
     to_json,
 )
+from edgespec.bench_hf_assisted import assisted_generate  # noqa: E402
 from edgespec.config import ModelSpec, PairConfig  # noqa: E402
 from edgespec.decoding.events import Token  # noqa: E402
 from edgespec.decoding.plan import KSetting  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.engine import Engine, GenerateSettings  # noqa: E402
 from edgespec.errors import UsageError  # noqa: E402
+from edgespec.testing.tiny_hf import build_tiny_hf  # noqa: E402
 from tests.fakes import MarkovBackend  # noqa: E402
-from tests.tiny_hf import build_tiny_hf  # noqa: E402
 
 GREEDY = SamplingParams()
 PROMPTS = [

@@ -1,6 +1,6 @@
-"""The transformers backend on tiny models built here from configs (tests/tiny_hf.py): cache
-bookkeeping and rollback, logits, token bytes, chat template, safety refusals, bitsandbytes on the
-CPU, the GGUF conversion cache, and the vocabulary reader."""
+"""The transformers backend on tiny models built here from configs (edgespec/testing/tiny_hf.py):
+cache bookkeeping and rollback, logits, token bytes, chat template, safety refusals, bitsandbytes on
+the CPU, the GGUF conversion cache, and the vocabulary reader."""
 
 from __future__ import annotations
 
@@ -14,16 +14,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from edgespec.backends import hf  # noqa: E402
+from edgespec.backends import hf, hf_loading  # noqa: E402
 from edgespec.backends.base import BackendError, ContextOverflow, sync_cache  # noqa: E402
-from edgespec.backends.hf import (  # noqa: E402
-    HFBackend,
-    load_hf_backend,
-    read_hf_vocabulary,
-    token_tables,
-)
+from edgespec.backends.hf import HFBackend  # noqa: E402
+from edgespec.backends.hf_loading import load_hf_backend, read_hf_vocabulary  # noqa: E402
+from edgespec.backends.hf_tokens import token_tables  # noqa: E402
 from edgespec.config import ModelSpec  # noqa: E402
-from tests.tiny_hf import (  # noqa: E402
+from edgespec.testing.tiny_hf import (  # noqa: E402
     ARCHS,
     REMOTE_CODE_SENTINEL,
     build_tiny_hf,
@@ -324,13 +321,13 @@ def test_a_missing_path_and_a_stray_file_are_clear_errors(tmp_path):
 
 
 def test_dtype_auto_follows_the_cpu(monkeypatch):
-    monkeypatch.setattr(hf, "cpu_has_bf16", lambda: True)
-    assert hf.resolve_dtype("auto", on_cuda=False) == torch.bfloat16
-    monkeypatch.setattr(hf, "cpu_has_bf16", lambda: False)
-    assert hf.resolve_dtype("auto", on_cuda=False) == torch.float32
-    assert hf.resolve_dtype("fp16", on_cuda=False) == torch.float16
+    monkeypatch.setattr(hf_loading, "cpu_has_bf16", lambda: True)
+    assert hf_loading.resolve_dtype("auto", on_cuda=False) == torch.bfloat16
+    monkeypatch.setattr(hf_loading, "cpu_has_bf16", lambda: False)
+    assert hf_loading.resolve_dtype("auto", on_cuda=False) == torch.float32
+    assert hf_loading.resolve_dtype("fp16", on_cuda=False) == torch.float16
     with pytest.raises(BackendError):
-        hf.resolve_dtype("int3", on_cuda=False)
+        hf_loading.resolve_dtype("int3", on_cuda=False)
 
 
 def test_bf16_model_runs_and_rolls_back(tiny_dirs):
@@ -534,14 +531,19 @@ def test_gpu_check_script_runs_on_tiny_shapes(monkeypatch):
     gpu_check = importlib.util.module_from_spec(module_spec)
     monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)  # dataclasses look their module up there
     module_spec.loader.exec_module(gpu_check)
-    plan = gpu_check.Plan("tiny-target", "tiny-draft", "cpu", "fp32", prompt=16, tokens=12, verify_ns=(1, 4),
-                          reps=1, accept=(0.9,), fixed_k=(3,), quants=("none", "4bit") if not _SKIP_BNB else ("none",))
+    plan = gpu_check.CheckPlan("tiny-target", "tiny-draft", "cpu", "fp32", prompt=16, tokens=12, verify_ns=(1, 4),
+                               reps=1, accept=(0.9,), fixed_k=(3,),
+                               quants=("none", "4bit") if not _SKIP_BNB else ("none",))
     text, report = gpu_check.gpu_check(plan, budget_s=120)
     rows = report["rows"]
     decode = [r for r in rows if r["section"] == "decode"]
     assert len(decode) == 3 * len(plan.quants)  # ar, k=3, auto
     assert all(r["measured"].endswith("tok/s") and r["predicted"] for r in decode)
     assert all("follows rule 1.000" in r["note"] for r in decode if r["setting"].endswith(" ar"))
+    # the synthetic drafter really drafts: acceptance near the nominal 0.9, not 0 (a drafter that
+    # overrides the wrong method falls back to the random draft model, which the target never accepts)
+    fixed = [r for r in decode if " k=3 " in r["setting"]]
+    assert fixed and all(float(r["note"].split("measured a=")[1].split(";")[0]) > 0.5 for r in fixed)
     assert [r["setting"] for r in rows if r["section"] == "verify"][:2] == ["fp32 n=1", "fp32 n=4"]
     assert "verify" in text and "tok/s" in text
 

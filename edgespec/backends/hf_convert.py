@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from edgespec.backends.base import BackendError
+from edgespec.backends.hf_quiet import first_line, quiet_transformers
 
 DONE = "edgespec-conversion.json"  # written last: its presence marks a complete conversion
 
@@ -58,17 +59,14 @@ def converted_dir(gguf: Path, cache_dir: Path, *, dtype, sha256: str | None = No
 
 def convert_gguf(gguf: Path, out: Path, *, dtype) -> None:
     """Dequantize `gguf` through transformers' GGUF loader and save model and tokenizer to `out`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from edgespec.backends.hf import quiet_transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional dependency (the hf extra)
 
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype, device_map="cpu")
     except Exception as e:  # unsupported architecture or quantization type, truncated file ...
-        lines = str(e).strip().splitlines()
-        raise BackendError(f"transformers cannot convert {gguf.name}: {lines[0] if lines else type(e).__name__}") from None
+        raise BackendError(f"transformers cannot convert {gguf.name}: {first_line(e)}") from None
     # The weights are already plain tensors (dequantized on load); transformers still marks the model
     # as "quantized with gguf" and refuses to save it, so the marks go before saving.
     model.hf_quantizer = None

@@ -42,13 +42,14 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import gguf
 import numpy as np
 
 ARCH = "llama"
 
 # Merges in rank order. Each "a b" adds the token "ab"; "Ġ" is the byte-level symbol for a space.
 MERGES = ("h e", "Ġ t", "Ġt he", "i n", "e r", "o n", "Ġ a", "r e", "l l", "Ġ w")
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # the ChatML specials, shared with tiny_hf
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -164,8 +165,6 @@ def write_tiny_gguf(
     name: str | None = None,
 ) -> Path:
     """Write a tiny model to `path` and return it. See the module docstring for the parameters."""
-    import gguf  # imported here so that importing this module never needs the package
-
     path = Path(path)
     if eos_token not in SPECIALS:
         raise ValueError(f"eos_token must be one of {SPECIALS}, not {eos_token!r}")

@@ -15,6 +15,9 @@ the target on part of its greedy choices.
 
 `sentencepiece_tokenizer()` builds a Llama-2-style tokenizer (`▁` for spaces, `<0xNN>` byte
 fallback) to test raw token bytes for that spelling too.
+
+torch, transformers and tokenizers (the hf extra) are imported where used, so the module imports
+without them.
 """
 
 from __future__ import annotations
@@ -23,9 +26,8 @@ import json
 import math
 from pathlib import Path
 
-from tests.tiny_models import CHATML_TEMPLATE
+from edgespec.testing.tiny_gguf import CHATML_TEMPLATE, SPECIALS
 
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 BOS = "<|begin_of_text|>"
 ARCHS = ("llama", "qwen2")
 
