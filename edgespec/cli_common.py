@@ -13,9 +13,8 @@ from typing import Callable
 
 import click
 
+from edgespec import interrupts
 from edgespec.errors import EdgespecError, UsageError
-
-EXIT_INTERRUPTED = 130
 
 
 def config_option(f: Callable) -> Callable:
@@ -64,13 +63,14 @@ def error_boundary(f: Callable) -> Callable:
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
-            return f(*args, **kwargs)
+            result = f(*args, **kwargs)
+            interrupts.raise_pending()  # a Ctrl-C that landed in a C callback after the last check
+            return result
         except EdgespecError as e:
             _report(str(e))
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            click.echo("edgespec: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            interrupts.exit_interrupted()
 
     return wrapper
 
@@ -84,12 +84,15 @@ def _one_line_click_errors():
     except click.ClickException as e:
         _report(e.format_message())
         raise click.exceptions.Exit(e.exit_code) from None
+    except KeyboardInterrupt:  # click's own answer is "Aborted!" and exit 1
+        interrupts.exit_interrupted()
 
 
 class OneLineErrorGroup(click.Group):
     """A command group whose click errors (a bad flag value, an unknown option or command) read as
     one line, like edgespec's own, instead of click's usage block: click raises them while it
-    parses the group's arguments (make_context) or a subcommand's (invoke)."""
+    parses the group's arguments (make_context) or a subcommand's (invoke). A Ctrl-C there, before
+    a command's error boundary, is exit 130 as it is in the command."""
 
     def make_context(self, *args, **kwargs):
         with _one_line_click_errors():

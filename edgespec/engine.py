@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 
 from edgespec.backends.base import Backend, BackendError
 from edgespec.config import ModelSpec, PairConfig, load_registry
-from edgespec.errors import UsageError
+from edgespec.errors import EdgespecError, UsageError
 from edgespec.spec.controller import CostModel, Policy, make_policy
 from edgespec.spec.decoder import SpeculativeDecoder
 from edgespec.spec.drafters import ModelDrafter, NgramDrafter
@@ -186,7 +186,6 @@ def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
 def open_engine(pair_name: str | None = None, config_path: Path | None = None, draft: str = "auto") -> Engine:
     """Load a pair from the registry: check its files, load target (and draft model if it may be used)."""
     from edgespec.store import Store
-    from edgespec.vocab import check_loaded_pair
 
     pair = load_registry(config_path).pair(pair_name)
     store = Store()
@@ -194,13 +193,42 @@ def open_engine(pair_name: str | None = None, config_path: Path | None = None, d
     use_draft = pair.draft is not None and draft in ("auto", "model")
     draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
     target = load_backend(pair, pair.target, target_path)
-    draft_backend = None
-    if draft_path is not None:
-        draft_backend = load_backend(pair, pair.draft, draft_path)
-        try:
-            check_loaded_pair(target, draft_backend, pair.name)
-        except BackendError:
-            target.close()
-            draft_backend.close()
-            raise
+    try:
+        draft_backend = _load_draft(pair, target, target_path, draft_path) if draft_path is not None else None
+    except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
+        target.close()
+        raise
     return Engine(pair, target, draft_backend)
+
+
+def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:
+    """The draft model's backend, refused (IncompatibleDraft) when its vocabulary is not the target's.
+
+    A draft the runtime cannot load at all may still have a readable vocabulary: when that differs
+    from the target's, the error says how (as `edgespec models check` does), not what the runtime
+    logged on the way down."""
+    from edgespec.vocab import check_loaded_pair
+
+    try:
+        draft = load_backend(pair, pair.draft, path)
+    except BackendError:
+        _refuse_unlike_vocabularies(pair, target_path, path)
+        raise
+    try:
+        check_loaded_pair(target, draft, pair.name)
+    except BaseException:
+        draft.close()
+        raise
+    return draft
+
+
+def _refuse_unlike_vocabularies(pair: PairConfig, target_path: Path, draft_path: Path) -> None:
+    """IncompatibleDraft when the two files' vocabularies differ; nothing when they agree or a file
+    has no readable vocabulary (then the runtime's own error says more)."""
+    from edgespec.vocab import check_pair, read_vocabulary
+
+    try:
+        target, draft = read_vocabulary(pair.target, target_path), read_vocabulary(pair.draft, draft_path)
+    except EdgespecError:
+        return
+    check_pair(target, draft, pair.name)
