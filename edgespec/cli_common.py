@@ -14,12 +14,11 @@ from typing import Callable
 
 import click
 
+from edgespec import interrupts
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import sampling_problem
 from edgespec.errors import EdgespecError, SettingError, UsageError
-
-EXIT_INTERRUPTED = 130
 
 
 def config_option(f: Callable) -> Callable:
@@ -98,13 +97,14 @@ def error_boundary(f: Callable) -> Callable:
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
-            return f(*args, **kwargs)
+            result = f(*args, **kwargs)
+            interrupts.raise_pending()  # a Ctrl-C that landed in a C callback after the last check
+            return result
         except EdgespecError as e:
             _report(f"--{e.setting.replace('_', '-')}: {e}" if isinstance(e, SettingError) and e.setting else str(e))
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
-            click.echo("edgespec: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            interrupts.exit_interrupted()
 
     return wrapper
 
@@ -118,12 +118,15 @@ def _one_line_click_errors():
     except click.ClickException as e:
         _report(e.format_message())
         raise click.exceptions.Exit(e.exit_code) from None
+    except KeyboardInterrupt:  # click's own answer is "Aborted!" and exit 1
+        interrupts.exit_interrupted()
 
 
 class OneLineErrorGroup(click.Group):
     """A command group whose click errors (a bad flag value, an unknown option or command) read as
     one line, like edgespec's own, instead of click's usage block: click raises them while it
-    parses the group's arguments (make_context) or a subcommand's (invoke)."""
+    parses the group's arguments (make_context) or a subcommand's (invoke). A Ctrl-C there, before
+    a command's error boundary, is exit 130 as it is in the command."""
 
     def make_context(self, *args, **kwargs):
         with _one_line_click_errors():

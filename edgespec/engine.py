@@ -25,19 +25,13 @@ from edgespec.config import ModelSpec, PairConfig, load_registry
 from edgespec.decoding.controller import make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import (
-    DraftChoice,
-    Drafter,
-    DrafterKind,
-    ModelDrafter,
-    NgramDrafter,
-)
+from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter, NgramDrafter
 from edgespec.decoding.events import Event
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.errors import SettingError
+from edgespec.errors import EdgespecError, SettingError
 from edgespec.store import Store, home
-from edgespec.vocab import check_loaded_pair
+from edgespec.vocab import check_loaded_pair, check_pair, read_vocabulary
 
 
 @dataclass(frozen=True)
@@ -203,13 +197,38 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engi
     use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
     draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
     target = load_backend(pair, pair.target, target_path)
-    draft_backend = None
-    if draft_path is not None:
-        draft_backend = load_backend(pair, pair.draft, draft_path)
-        try:
-            check_loaded_pair(target, draft_backend, pair.name)
-        except BackendError:
-            target.close()
-            draft_backend.close()
-            raise
+    try:
+        draft_backend = _load_draft(pair, target, target_path, draft_path) if draft_path is not None else None
+    except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
+        target.close()
+        raise
     return Engine(pair, target, draft_backend)
+
+
+def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:
+    """The draft model's backend, refused (IncompatibleDraft) when its vocabulary is not the target's.
+
+    A draft the runtime cannot load at all may still have a readable vocabulary: when that differs
+    from the target's, the error says how (as `edgespec models check` does), not what the runtime
+    logged on the way down."""
+    try:
+        draft = load_backend(pair, pair.draft, path)
+    except BackendError:
+        _refuse_unlike_vocabularies(pair, target_path, path)
+        raise
+    try:
+        check_loaded_pair(target, draft, pair.name)
+    except BaseException:
+        draft.close()
+        raise
+    return draft
+
+
+def _refuse_unlike_vocabularies(pair: PairConfig, target_path: Path, draft_path: Path) -> None:
+    """IncompatibleDraft when the two files' vocabularies differ; nothing when they agree or a file
+    has no readable vocabulary (then the runtime's own error says more)."""
+    try:
+        target, draft = read_vocabulary(pair.target, target_path), read_vocabulary(pair.draft, draft_path)
+    except EdgespecError:
+        return
+    check_pair(target, draft, pair.name)

@@ -15,12 +15,10 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
-from edgespec.backends.base import Vocabulary
 from edgespec.cli_common import config_option, error_boundary
 from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
-from edgespec.errors import EdgespecError
 from edgespec.store import Store
-from edgespec.vocab import compare_vocabularies, read_gguf_vocabulary
+from edgespec.vocab import compare_vocabularies, read_vocabulary
 
 PIPE_WIDTH = 200  # a pipe has no width; wide enough that model names are never folded
 
@@ -91,8 +89,8 @@ def check(ctx: click.Context, pair: str, config: Path | None) -> None:
         click.echo(f"pair {chosen.name} has no draft model (drafter: {chosen.drafter}); nothing to compare")
         return
     store = Store()
-    target = _vocabulary(chosen.target, store.ensure(chosen.target, chosen.name))
-    draft = _vocabulary(chosen.draft, store.ensure(chosen.draft, chosen.name))
+    target = read_vocabulary(chosen.target, store.ensure(chosen.target, chosen.name))
+    draft = read_vocabulary(chosen.draft, store.ensure(chosen.draft, chosen.name))
     result = compare_vocabularies(target, draft)
     for note in result.notes:
         click.echo(f"note: {note}")
@@ -110,17 +108,6 @@ def _registry(ctx: click.Context, config: Path | None) -> Registry:
 
 def _models_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:
     return [("target", pair.target)] + ([("draft", pair.draft)] if pair.draft is not None else [])
-
-
-def _vocabulary(model: ModelSpec, path: Path) -> Vocabulary:
-    """A model's vocabulary: GGUF metadata for GGUF files (whatever the backend), the HF backend's reader otherwise."""
-    if model.format == "gguf":
-        return read_gguf_vocabulary(path)
-    try:
-        from edgespec.backends.hf_loading import read_hf_vocabulary
-    except ImportError as e:
-        raise EdgespecError(f"cannot check transformers model {model.name}: the hf backend is unavailable ({e})") from None
-    return read_hf_vocabulary(path)
 
 
 def _print_table(registry: Registry, store: Store) -> None:

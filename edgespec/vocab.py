@@ -14,10 +14,13 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgespec.backends.base import Backend, BackendError, Vocabulary
 from edgespec.errors import EdgespecError
+
+if TYPE_CHECKING:
+    from edgespec.config import ModelSpec
 
 MAX_PADDING_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 SHOWN_MISMATCHES = 3
@@ -48,6 +51,19 @@ class Compatibility:
     @property
     def compatible(self) -> bool:
         return not self.errors
+
+
+def read_vocabulary(model: ModelSpec, path: Path) -> Vocabulary:
+    """A model file's vocabulary without loading the model: GGUF metadata for GGUF files (whatever
+    the backend), the HF backend's reader otherwise."""
+    if model.format == "gguf":
+        return read_gguf_vocabulary(path)
+    try:
+        from edgespec.backends.hf_loading import read_hf_vocabulary
+    except ImportError as e:
+        raise EdgespecError(f"cannot read the vocabulary of transformers model {model.name}: "
+                            f"the hf backend is unavailable ({e})") from None
+    return read_hf_vocabulary(path)
 
 
 def read_gguf_vocabulary(path: Path) -> Vocabulary:
@@ -148,7 +164,13 @@ def compare_vocabularies(target: Vocabulary, draft: Vocabulary) -> Compatibility
 
 def check_loaded_pair(target: Backend, draft: Backend, pair: str) -> Compatibility:
     """Refuse a loaded draft whose vocabulary is not the target's (IncompatibleDraft); notes pass."""
-    result = compare_vocabularies(target.vocabulary(), draft.vocabulary())
+    return check_pair(target.vocabulary(), draft.vocabulary(), pair)
+
+
+def check_pair(target: Vocabulary, draft: Vocabulary, pair: str) -> Compatibility:
+    """Refuse a draft vocabulary that is not the target's (IncompatibleDraft, naming each
+    difference as `edgespec models check` does); notes pass."""
+    result = compare_vocabularies(target, draft)
     if not result.compatible:
         raise IncompatibleDraft(
             f'pair "{pair}": the draft model does not share the target\'s vocabulary: {"; ".join(result.errors)} '

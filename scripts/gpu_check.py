@@ -53,7 +53,7 @@ from edgespec.decoding.controller import AutoK  # noqa: E402
 from edgespec.decoding.costs import CostModel, best_k  # noqa: E402
 from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402
 from edgespec.decoding.drafters import Draft, ModelDrafter  # noqa: E402
-from edgespec.decoding.events import Step, Summary, Token  # noqa: E402
+from edgespec.decoding.events import Summary, Token  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.decoding.simple_policies import FixedK  # noqa: E402
 from edgespec.testing.tiny_hf import bytelevel_tokenizer  # noqa: E402
@@ -312,14 +312,12 @@ def run_decode(target, draft, prompt, n_tokens, mode: str, a: float | None, orac
     try:
         decoder = SpeculativeDecoder(target, policy, [model] if model is not None else [])
         events = decoder.generate(prompt, n_tokens, SamplingParams())
-        ids, steps, summary = [], [], None
+        ids, summary = [], None
         t_eval.reset()
         d_eval.reset()
         for event in events:
             if isinstance(event, Token):
                 ids.append(event.id)
-            elif isinstance(event, Step):
-                steps.append(event)
             elif isinstance(event, Summary):
                 summary = event
         model_s = t_eval.seconds + d_eval.seconds
@@ -337,7 +335,7 @@ def run_decode(target, draft, prompt, n_tokens, mode: str, a: float | None, orac
         mode=mode, a=a, tokens=summary.tokens, seconds=summary.decode_s, passes=summary.target_passes,
         drafted=summary.drafted, accepted=summary.accepted,
         host_ms=1000 * host_s / max(summary.target_passes, 1), k_hist=dict(summary.k_histogram),
-        follows_rule=follows, passes_with_drafts_rejected=sum(1 for s in steps if s.k and s.accepted < s.k),
+        follows_rule=follows, passes_with_drafts_rejected=sum(1 for a in summary.acceptance_series if a < 1),
     )
 
 

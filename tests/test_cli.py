@@ -13,6 +13,7 @@ from edgespec import bench as bench_module
 from edgespec import cli
 from edgespec.engine import Engine
 from edgespec.errors import UsageError
+from edgespec.testing.tiny_gguf import FOREIGN_TOKENS, write_tiny_gguf
 
 
 @pytest.fixture
@@ -190,6 +191,23 @@ def test_a_reply_cut_by_the_full_context_says_so(env):
     assert r.exit_code == 0, r.stderr
     assert [l for l in r.stderr.splitlines() if l.strip()] == [
         "edgespec: the reply was cut: the 32-token context is full"]
+
+
+def test_a_draft_llama_cpp_refuses_is_explained_by_its_vocabulary(env):
+    """A draft with another family's tokenizer, which llama.cpp refuses to load after warning
+    about its tokens: the error says how the vocabularies differ, as `models check` does, and
+    quotes nothing from llama.cpp's log."""
+    foreign = write_tiny_gguf(env / "foreign.gguf", tokens=FOREIGN_TOKENS)
+    config = env / "models.toml"
+    config.write_text(config.read_text() + f'[models.foreign]\nformat = "gguf"\npath = "{foreign}"\n'
+                      '[pairs.foreign]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "foreign"\ncontext = 256\n')
+    line = one_line_error(invoke("run", "-m", "foreign", "hi"), 1)
+    assert "does not share the target's vocabulary" in line and 'id 256: target "he", draft "Ġfoo"' in line
+    assert "models check foreign" in line
+    for log_text in ("control-looking", "special_eos_id", "wrong shape", "load:"):
+        assert log_text not in line
+    check = invoke("models", "check", "foreign")
+    assert check.exit_code == 1 and 'id 256: target "he", draft "Ġfoo"' in check.stdout
 
 
 def test_no_command_shows_the_help():

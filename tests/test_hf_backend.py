@@ -268,6 +268,13 @@ def test_end_of_generation_ids(backend):
     assert backend.eos_ids == {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
 
 
+def test_close_twice_is_safe_and_drops_the_model_and_cache(backend):
+    backend.eval(prompt_ids(backend), 1)
+    backend.close()
+    backend.close()
+    assert backend.model is None and backend.cached == [] and cache_len(backend) == 0
+
+
 # -- vocabulary ---------------------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from edgespec.backends.base import ContextOverflow, sync_cache
+from edgespec.backends.base import BackendError, ContextOverflow, sync_cache
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.costs import CostModel
@@ -15,6 +15,7 @@ from edgespec.decoding.drafters import ModelDrafter, NgramDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK
+from edgespec.testing.tiny_gguf import FOREIGN_TOKENS, write_tiny_gguf
 from tests.fakes import ArgmaxRecorder
 
 
@@ -113,3 +114,30 @@ def test_bad_file_is_a_one_line_error(tmp_path):
     bad.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(BackendError, match="could not load"):
         LlamaCppBackend(bad, 128)
+
+
+# -- llama.cpp's log in our errors ----------------------------------------------------------------
+
+
+def test_a_failure_quotes_the_first_error_of_its_own_operation(tmp_path, tiny_gguf):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(tiny_gguf.read_bytes()[:200_000])
+    with pytest.raises(BackendError) as load:
+        LlamaCppBackend(broken, 256)
+    assert "not within the file bounds" in str(load.value)  # the cause, not "failed to load model"
+    backend = LlamaCppBackend(tiny_gguf, 256, threads=2)
+    try:
+        with pytest.raises(BackendError) as decode:
+            backend.eval([10**6], 1)
+    finally:
+        backend.close()
+    assert "invalid token" in str(decode.value) and "file bounds" not in str(decode.value)
+
+
+def test_warnings_are_never_quoted_as_the_cause(tmp_path):
+    """llama.cpp warns about this file's tokens, then refuses it for its weights' shape."""
+    path = write_tiny_gguf(tmp_path / "foreign.gguf", tokens=FOREIGN_TOKENS)
+    with pytest.raises(BackendError) as e:
+        LlamaCppBackend(path, 256)
+    assert "wrong shape" in str(e.value)
+    assert "control-looking" not in str(e.value) and "special_eos_id" not in str(e.value)

@@ -9,37 +9,66 @@ resetting a counter.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
 
+from edgespec import interrupts
 from edgespec.backends.base import BackendError, ContextOverflow, Vocabulary
 
 _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
-_LOG_ERROR = 3
-_errors: list[str] = []  # llama.cpp's recent error lines, quoted in our one-line errors
-_log_callback = None  # keeps the ctypes callback alive
+# Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
+# is at most 17 tokens) are not: the abort check is a Python call per graph node, about 600 a pass
+# for a 1.5B model, a few percent of a draft pass, and such a batch ends soon anyway.
+_ABORTABLE_BATCH = 32
+_LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR in ggml.h (DEBUG 1, INFO 2, WARN 3, CONT 5)
+_error_lines: list[str] = []  # what llama.cpp logged as errors since the current operation began
 
 
-def _capture_llama_logs(lc) -> None:
+@interrupts.c_callback(stopped=None)
+def _on_log(level: int, text: bytes, user_data) -> None:
     """llama.cpp logs every load to stderr; edgespec's stderr is for its own stats and errors, so
-    its log is swallowed and only error lines are kept, to explain a failed load."""
-    global _log_callback
-    if _log_callback is None:
-
-        def keep_errors(level: int, text: bytes, user_data) -> None:
-            if level == _LOG_ERROR:
-                _errors.append(text.decode("utf-8", "replace").strip())
-                del _errors[:-3]
-
-        _log_callback = lc.llama_log_callback(keep_errors)
-        lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+    its log is swallowed and only error lines are kept, to explain a failure. Warnings are not
+    errors: a model that loads fine may warn about its vocabulary."""
+    if level == _LOG_ERROR:
+        _error_lines.append(text.decode("utf-8", "replace").strip())
 
 
-def _last_error() -> str:
-    return f": {_errors[-1]}" if _errors else ""
+@interrupts.c_callback(stopped=False)
+def _on_load_progress(progress: float, user_data) -> bool:
+    """llama.cpp aborts a model load when this returns False: it does once Ctrl-C is pressed."""
+    return not interrupts.requested()
+
+
+@interrupts.c_callback(stopped=True)
+def _on_compute(data) -> bool:
+    """llama.cpp's CPU backend aborts a decode when this returns True (between graph nodes)."""
+    return interrupts.requested()
+
+
+@functools.cache
+def _callbacks(lc) -> SimpleNamespace:
+    """The ctypes callback objects, made once and kept (llama.cpp holds bare pointers to them);
+    the log one is installed for the process."""
+    calls = SimpleNamespace(
+        log=lc.llama_log_callback(_on_log),
+        progress=lc.llama_progress_callback(_on_load_progress),
+        abort=lc.ggml_abort_callback(_on_compute),
+        no_abort=lc.ggml_abort_callback(),  # NULL
+    )
+    lc.llama_log_set(calls.log, ctypes.c_void_p(0))
+    return calls
+
+
+def _failure(message: str) -> str:
+    """`message`, with the first error llama.cpp logged since `_error_lines` was cleared (the cause;
+    the lines after it only say that the operation failed), without the C function's name."""
+    return f"{message}: {re.sub(r'^[A-Za-z_][A-Za-z0-9_:]*: ', '', _error_lines[0])}" if _error_lines else message
 
 
 def default_threads() -> int:
@@ -59,13 +88,26 @@ class LlamaCppBackend:
         import llama_cpp as lc
 
         self._lc = lc
-        _capture_llama_logs(lc)
+        self.path = path
+        self._model = self._ctx = self._batch = None  # what close() frees, whenever loading stops
+        try:
+            self._load(n_ctx, n_gpu_layers, threads)
+        except BaseException:  # a failure or a Ctrl-C part way: free what was made, then say so
+            self.close()
+            raise
+
+    def _load(self, n_ctx: int, n_gpu_layers: int, threads: int | None) -> None:
+        lc, path = self._lc, self.path
+        calls = _callbacks(lc)
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        mparams.progress_callback = calls.progress
+        _error_lines.clear()
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
+        interrupts.raise_pending()
         if not self._model:
-            raise BackendError(f"llama.cpp could not load {path}{_last_error()}")
+            raise BackendError(_failure(f"llama.cpp could not load {path}"))
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         n_train = lc.llama_model_n_ctx_train(self._model)
@@ -79,16 +121,16 @@ class LlamaCppBackend:
         n_threads = threads or default_threads()
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
+        _error_lines.clear()
         self._ctx = lc.llama_init_from_model(self._model, cparams)
+        interrupts.raise_pending()
         if not self._ctx:
-            lc.llama_model_free(self._model)
-            raise BackendError(f"llama.cpp could not create a {self.n_ctx}-token context for {path}{_last_error()}")
+            raise BackendError(_failure(f"llama.cpp could not create a {self.n_ctx}-token context for {path}"))
         self._mem = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(_BATCH, 0, 1)
         self.cached: list[int] = []
         self.eos_ids = frozenset(t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t))
         self._pieces: dict[int, bytes] = {}
-        self.path = path
 
     # -- the Backend protocol ---------------------------------------------------------------
 
@@ -115,17 +157,32 @@ class LlamaCppBackend:
                 want = start + i >= first_logit
                 batch.logits[i] = want
                 n_out += want
-            rc = lc.llama_decode(self._ctx, batch)
+            rc = self._decode(batch, abortable=len(chunk) >= _ABORTABLE_BATCH)
+            if rc == 0:
+                self.cached.extend(chunk)
+            else:  # drop whatever part of the chunk reached the cache
+                lc.llama_memory_seq_rm(self._mem, 0, pos0, -1)
+            interrupts.raise_pending()
             if rc != 0:
-                self.truncate(pos0)
-                raise BackendError(f"llama_decode failed (code {rc}) at position {pos0}{_last_error()}")
-            self.cached.extend(chunk)
+                raise BackendError(_failure(f"llama_decode failed (code {rc}) at position {pos0}"))
         # logits of the last chunk only: n_logits never spans chunks for the decoder's calls
         if n_logits > n_out:
             raise ValueError("n_logits larger than the last batch chunk")
         ptr = lc.llama_get_logits(self._ctx)
         rows = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
         return rows[n_out - n_logits :]
+
+    def _decode(self, batch, abortable: bool) -> int:
+        lc = self._lc
+        _error_lines.clear()
+        if not abortable:
+            return lc.llama_decode(self._ctx, batch)
+        calls = _callbacks(lc)
+        lc.llama_set_abort_callback(self._ctx, calls.abort, None)
+        try:
+            return lc.llama_decode(self._ctx, batch)
+        finally:  # single tokens and verify passes run without the per-node check
+            lc.llama_set_abort_callback(self._ctx, calls.no_abort, None)
 
     def truncate(self, n: int) -> None:
         if n < len(self.cached):
@@ -176,11 +233,17 @@ class LlamaCppBackend:
         return (self._lc.llama_vocab_get_text(self._vocab, t) or b"").decode("utf-8", "replace") if t >= 0 else ""
 
     def close(self) -> None:
-        if self._ctx:
-            self._lc.llama_batch_free(self._batch)
-            self._lc.llama_free(self._ctx)
-            self._lc.llama_model_free(self._model)
-            self._ctx = self._model = None
+        """Free the batch, context and model. Safe to call again, from __del__, and after a Ctrl-C
+        cut an earlier call short: each handle is cleared before it is freed, so none is ever freed
+        twice (an interrupted close at worst leaks what it had not reached, as the process exits)."""
+        batch, ctx, model = self._batch, self._ctx, self._model
+        self._batch = self._ctx = self._model = None
+        if batch is not None:
+            self._lc.llama_batch_free(batch)
+        if ctx is not None:
+            self._lc.llama_free(ctx)
+        if model is not None:
+            self._lc.llama_model_free(model)
 
     def __del__(self):
         try:

@@ -105,6 +105,12 @@ def vocab_tokens(n_vocab_extra: int = 0) -> list[str]:
 
 N_BASE_VOCAB = 256 + len(MERGES) + len(SPECIALS)
 
+# Another family's tokenizer for the tiny weights (write_tiny_gguf(tokens=...)): the byte tokens,
+# then other merges and other specials, 289 tokens for 269 embedding rows. "</s>" as a plain token
+# makes llama.cpp warn "control-looking token ... '</s>' was not control-type" before it refuses the
+# file for the weights' shape.
+FOREIGN_TOKENS = vocab_tokens()[:256] + ["Ġfoo", "bar", "</s>"] + [f"<extra_{i}>" for i in range(30)]
+
 
 def token_id(text: str) -> int:
     """Id of a special or merged token by its text, e.g. token_id("<|im_end|>")."""
@@ -163,8 +169,16 @@ def write_tiny_gguf(
     similarity: float = 0.0,
     shape: TinyShape = TinyShape(),
     name: str | None = None,
+    tokens: list[str] | None = None,
+    endless: bool = False,
 ) -> Path:
-    """Write a tiny model to `path` and return it. See the module docstring for the parameters."""
+    """Write a tiny model to `path` and return it. See the module docstring for the parameters.
+
+    `tokens` replaces the token list (all NORMAL, whatever their text) and nothing else: a file
+    whose tokenizer does not fit its weights, which llama.cpp refuses to load. `endless` zeroes the
+    output rows of the special tokens: their logit is then 0 where the best token's is several
+    units, so greedy decoding never ends by itself (a generation still running when a test
+    interrupts it)."""
     path = Path(path)
     if eos_token not in SPECIALS:
         raise ValueError(f"eos_token must be one of {SPECIALS}, not {eos_token!r}")
@@ -176,9 +190,14 @@ def write_tiny_gguf(
             k: (a * base[k] + b * v).astype(np.float32) if k.startswith("blk.") and not k.endswith("norm.weight") else base[k]
             for k, v in weights.items()
         }
-    tokens = vocab_tokens(n_vocab_extra)
-    types = [gguf.TokenType.NORMAL] * (256 + len(MERGES)) + [gguf.TokenType.CONTROL] * len(SPECIALS)
-    types += [gguf.TokenType.UNUSED] * n_vocab_extra
+    if endless:
+        weights["output.weight"][256 + len(MERGES) : N_BASE_VOCAB] = 0.0
+    if tokens is None:
+        tokens = vocab_tokens(n_vocab_extra)
+        types = [gguf.TokenType.NORMAL] * (256 + len(MERGES)) + [gguf.TokenType.CONTROL] * len(SPECIALS)
+        types += [gguf.TokenType.UNUSED] * n_vocab_extra
+    else:
+        types = [gguf.TokenType.NORMAL] * len(tokens)
 
     writer = gguf.GGUFWriter(path, ARCH)
     writer.add_name(name or (f"tiny-llama-s{seed}" + (f"-like{like}" if like is not None else "")))

@@ -1,0 +1,394 @@
+"""Ctrl-C: exit 130 with what was written kept, at any moment, however many times it is pressed.
+
+The CLI cases run `python -m edgespec` in a subprocess and send it real SIGINTs; the rest drives
+edgespec.interrupts and the llama.cpp backend in-process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgespec import interrupts
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.testing.tiny_gguf import DRAFT, TinyShape, write_tiny_gguf
+from tests.test_real_pair import needs_pair
+
+REPO = Path(__file__).resolve().parents[1]
+CRASH_SIGNS = ("Traceback", "double free", "corruption", "Exception ignored", "Aborted")
+
+
+def edgespec_env(**extra: str) -> dict[str, str]:
+    """The environment of an `edgespec` subprocess that imports this checkout."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def start(env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "edgespec", "run", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
+
+
+def read_until(proc: subprocess.Popen, n_bytes: int, timeout: float) -> bytes:
+    """stdout until n_bytes have come: the reply is being generated."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    while len(got) < n_bytes:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
+        if not chunk:
+            proc.kill()
+            pytest.fail(f"no reply after {timeout}s (got {got!r}); stderr: {proc.communicate()[1].decode()}")
+        got += chunk
+    return got
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[bytes, str, float]:
+    """stdout, stderr and the seconds the process took to end."""
+    t0 = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"still running {timeout}s after Ctrl-C; stderr: {err.decode()}")
+    return out, err.decode(errors="replace"), time.monotonic() - t0
+
+
+def assert_interrupted_cleanly(proc: subprocess.Popen, err: str) -> None:
+    assert proc.returncode == interrupts.EXIT_INTERRUPTED, err
+    assert not [sign for sign in CRASH_SIGNS if sign in err], err
+    assert err.splitlines().count(interrupts.MESSAGE) == 1, err
+
+
+# -- the CLI, on a tiny pair ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def endless_env(tmp_path_factory) -> dict[str, str]:
+    """A tiny pair whose greedy reply never ends by itself, with a 32k context: still generating
+    when the test interrupts it, whatever the machine's speed."""
+    folder = tmp_path_factory.mktemp("endless")
+    shape = TinyShape(n_ctx=32768)
+    target = write_tiny_gguf(folder / "target.gguf", shape=shape, endless=True)
+    draft = write_tiny_gguf(folder / "draft.gguf", shape=shape, endless=True, **DRAFT)
+    config = folder / "models.toml"
+    config.write_text(
+        f'default = "endless"\n'
+        f'[models.t]\nformat = "gguf"\npath = "{target}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{draft}"\n'
+        '[pairs.endless]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 32768\n'
+    )
+    return edgespec_env(EDGESPEC_CONFIG=str(config), EDGESPEC_HOME=str(folder / "home"),
+                        XDG_CONFIG_HOME=str(folder / "xdg"))
+
+
+LONG_RUN = ("the river", "--raw", "--temperature", "0", "--k", "3", "--max-tokens", "30000", "--color", "never")
+
+
+@pytest.mark.parametrize("gap_ms", [None, 0, 1, 5, 20, 50])
+def test_ctrl_c_and_a_second_one_during_clean_up_exit_130_keeping_the_output(endless_env, gap_ms):
+    """The reply streams to stdout as it comes (read here before the Ctrl-C); after one Ctrl-C the
+    partial reply is closed with a newline. A second one, at any gap, must not crash the clean-up."""
+    proc = start(endless_env, *LONG_RUN)
+    head = read_until(proc, 200, timeout=60)
+    proc.send_signal(signal.SIGINT)
+    if gap_ms is not None:
+        time.sleep(gap_ms / 1000)
+        proc.send_signal(signal.SIGINT)  # a no-op once the process has ended
+    out, err, took = finish(proc, timeout=30)
+    assert_interrupted_cleanly(proc, err)
+    if gap_ms is None:
+        assert (head + out).endswith(b"\n")
+    assert took < 10
+
+
+def seconds_to_handler(env: dict[str, str]) -> float:
+    """About how long `python -m edgespec` takes now to get to its SIGINT handler (the interpreter's
+    own start; tens of milliseconds, more on a busy machine). A Ctrl-C before that is Python's."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import edgespec.interrupts"], env=env, cwd=REPO, check=True)
+    return time.monotonic() - t0
+
+
+def test_ctrl_c_at_any_moment_of_the_start_exits_130(endless_env):
+    """Ctrl-C at points spread over the imports, the loading and the prompt, from a quarter of the
+    time to the first token (or twice the time to the handler, on a busy machine) to the first token."""
+    proc = start(endless_env, *LONG_RUN)
+    t0 = time.monotonic()
+    read_until(proc, 1, timeout=60)
+    first_token_s = time.monotonic() - t0
+    proc.kill()
+    proc.communicate()
+    for i in range(8):
+        at = max(first_token_s * (0.25 + 0.75 * i / 7), 2 * seconds_to_handler(endless_env))
+        proc = start(endless_env, *LONG_RUN)
+        time.sleep(at)
+        proc.send_signal(signal.SIGINT)
+        _, err, took = finish(proc, timeout=30)
+        assert_interrupted_cleanly(proc, err)
+        assert took < 10
+
+
+def test_ctrl_c_while_click_parses_is_130_not_aborted(monkeypatch):
+    from click.testing import CliRunner
+
+    from edgespec import cli
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.main, "resolve_command", interrupted)
+    result = CliRunner().invoke(cli.main, ["run", "hi"])
+    assert result.exit_code == interrupts.EXIT_INTERRUPTED
+    assert result.stderr.strip() == interrupts.MESSAGE  # not click's "Aborted!"
+
+
+# -- the CLI, on the real pair (issue 9) ------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_pair
+@pytest.mark.parametrize("run", range(3))
+@pytest.mark.parametrize("gap_ms", [20, 50, 100])
+def test_real_pair_a_second_ctrl_c_during_clean_up_is_130(gap_ms, run):
+    """Case 1: the second Ctrl-C landed in LlamaCppBackend.close between a free and clearing the
+    handle, and __del__ freed again: glibc aborted, "double free or corruption" (in 10 of 15 runs
+    here; three runs a gap, so that the old code would fail)."""
+    # --k 3 throughout: auto would calibrate on a first run, into the user's calibration file
+    proc = start(edgespec_env(), "write a long essay about rivers", "--k", "3")
+    head = read_until(proc, 1, timeout=300)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(gap_ms / 1000)
+    proc.send_signal(signal.SIGINT)
+    out, err, took = finish(proc, timeout=60)
+    assert_interrupted_cleanly(proc, err)
+    assert head + out
+    assert took < 5
+
+
+@pytest.mark.slow
+@needs_pair
+@pytest.mark.parametrize("at_s", [0.3, 0.6, 0.9])
+def test_real_pair_ctrl_c_while_loading_stops_the_load(at_s):
+    """Case 2: the Ctrl-C landed in llama.cpp's log callback during the load, ctypes swallowed it
+    ("Exception ignored"), and the whole reply was generated with exit 0. Here the loading takes
+    about 2.5 s; an aborted one ends in a few hundred milliseconds."""
+    proc = start(edgespec_env(), "write a long essay about rivers", "--max-tokens", "40", "--k", "3")
+    time.sleep(at_s)
+    proc.send_signal(signal.SIGINT)
+    _, err, took = finish(proc, timeout=120)
+    assert_interrupted_cleanly(proc, err)
+    assert took < 3
+
+
+# -- edgespec.interrupts --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def program_handler(monkeypatch):
+    """The program's SIGINT handler, installed for one test; the module's state starts afresh."""
+    for name in ("_pending", "_interrupted", "_installed"):
+        monkeypatch.setattr(interrupts, name, False)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # put back afterwards
+    previous = signal.getsignal(signal.SIGINT)
+    interrupts.install()
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
+def unraisable(monkeypatch) -> list:
+    """What ctypes reports as "Exception ignored" (an exception a callback let out)."""
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    return seen
+
+
+def test_a_sigint_inside_a_c_callback_is_kept_for_the_c_caller(program_handler, unraisable):
+    calls = []
+
+    @interrupts.c_callback(stopped=False)
+    def keep_going() -> bool:
+        signal.raise_signal(signal.SIGINT)  # the handler runs as this returns: inside the callback
+        calls.append(interrupts.requested())
+        return not interrupts.requested()
+
+    from_c = ctypes.CFUNCTYPE(ctypes.c_bool)(keep_going)  # called through C, as llama.cpp would
+    assert from_c() is False
+    assert calls == [True] and not unraisable
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_pending()
+    interrupts.raise_pending()  # raised once
+
+
+def test_an_interrupt_that_python_swallows_is_raised_again_unprinted(program_handler):
+    """A SIGINT handled in a __del__ (or a weakref callback): Python swallows the KeyboardInterrupt
+    and hands it to sys.unraisablehook, which prints "Exception ignored"."""
+    printed = []
+    sys.unraisablehook = printed.append  # what would print it
+    interrupts.install()
+
+    class Dropped:
+        def __init__(self, on_del):
+            self.on_del = on_del
+
+        def __del__(self):
+            self.on_del()
+
+    Dropped(lambda: signal.raise_signal(signal.SIGINT))
+    assert printed == []
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_pending()
+    Dropped(lambda: 1 / 0)  # other exceptions are still printed
+    assert [info.exc_type for info in printed] == [ZeroDivisionError]
+
+
+def test_a_keyboard_interrupt_raised_in_a_callback_becomes_pending(monkeypatch, unraisable):
+    monkeypatch.setattr(interrupts, "_pending", False)
+
+    @interrupts.c_callback(stopped=True)
+    def interrupted() -> bool:
+        raise KeyboardInterrupt
+
+    assert ctypes.CFUNCTYPE(ctypes.c_bool)(interrupted)() is True
+    assert not unraisable
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_pending()
+
+
+def test_outside_callbacks_the_first_sigint_raises(program_handler):
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    assert interrupts.requested()
+
+
+# -- the llama.cpp backend: loads that stop part way, and close --------------------------------
+
+
+class CountingLlama:
+    """llama_cpp with its allocations and frees counted. A second free of a handle is counted but
+    not passed on (it would crash the test process). `after` maps a function name to what happens
+    right after its first call returns (a Ctrl-C landing there)."""
+
+    ALLOCATE = ("llama_model_load_from_file", "llama_init_from_model", "llama_batch_init")
+    FREE = ("llama_model_free", "llama_free", "llama_batch_free")
+
+    def __init__(self, lc, after=None):
+        self._lc, self._after = lc, after or {}
+        self.made: list[int] = []
+        self.freed: list[int] = []
+
+    def __getattr__(self, name):
+        real = getattr(self._lc, name)
+        if name not in self.ALLOCATE + self.FREE and name not in self._after:
+            return real
+
+        def call(*args):
+            result = None
+            if name in self.FREE:
+                key = self._key(args[0])
+                if key not in self.freed:
+                    real(*args)
+                self.freed.append(key)
+            else:
+                result = real(*args)
+                if name in self.ALLOCATE and result:
+                    self.made.append(self._key(result))
+            hook = self._after.pop(name, None)
+            if hook is not None:
+                hook()
+            return result
+
+        return call
+
+    @staticmethod
+    def _key(handle) -> int:
+        return ctypes.addressof(handle) if isinstance(handle, ctypes.Structure) else handle
+
+    def assert_each_freed_once(self):
+        assert sorted(self.freed) == sorted(self.made), (self.made, self.freed)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """`counting(after={...})` makes LlamaCppBackend use a CountingLlama."""
+    import llama_cpp
+
+    def make(after=None) -> CountingLlama:
+        lc = CountingLlama(llama_cpp, after)
+        monkeypatch.setitem(sys.modules, "llama_cpp", lc)
+        return lc
+
+    return make
+
+
+def ctrl_c():
+    raise KeyboardInterrupt
+
+
+def test_close_twice_and_then_del_free_everything_once(tiny_gguf, counting):
+    lc = counting()
+    backend = LlamaCppBackend(tiny_gguf, 256, threads=1)
+    assert len(lc.made) == 3  # model, context, batch
+    backend.close()
+    backend.close()
+    backend.__del__()
+    lc.assert_each_freed_once()
+
+
+@pytest.mark.parametrize("cut_after", ["llama_batch_free", "llama_free"])
+def test_a_close_cut_short_by_ctrl_c_frees_nothing_twice(tiny_gguf, counting, cut_after):
+    lc = counting(after={cut_after: ctrl_c})
+    backend = LlamaCppBackend(tiny_gguf, 256, threads=1)
+    with pytest.raises(KeyboardInterrupt):
+        backend.close()
+    backend.close()
+    backend.__del__()
+    assert len(lc.freed) == len(set(lc.freed))  # the rest may leak; nothing is freed twice
+
+
+def test_a_pending_interrupt_aborts_a_load(tiny_gguf, counting, monkeypatch):
+    monkeypatch.setattr(interrupts, "_pending", True)
+    lc = counting()
+    with pytest.raises(KeyboardInterrupt):
+        LlamaCppBackend(tiny_gguf, 256, threads=1)
+    assert lc.made == []  # llama.cpp stopped the load at its first progress report
+    assert not interrupts.requested()
+
+
+@pytest.mark.parametrize("phase", ["llama_model_load_from_file", "llama_init_from_model", "llama_vocab_is_eog"])
+def test_an_interrupt_part_way_through_a_load_frees_what_was_made(tiny_gguf, counting, monkeypatch, phase):
+    """A Ctrl-C that a C callback recorded while llama.cpp loaded the model or made the context, or
+    one raised in Python while the backend reads the vocabulary."""
+    monkeypatch.setattr(interrupts, "_pending", False)
+    if phase == "llama_vocab_is_eog":
+        lc = counting(after={phase: ctrl_c})
+    else:
+        lc = counting(after={phase: lambda: monkeypatch.setattr(interrupts, "_pending", True)})
+    with pytest.raises(KeyboardInterrupt):
+        LlamaCppBackend(tiny_gguf, 256, threads=1)
+    assert lc.made
+    lc.assert_each_freed_once()
+
+
+def test_a_pending_interrupt_aborts_a_long_decode_and_rolls_it_back(tiny_gguf, monkeypatch):
+    backend = LlamaCppBackend(tiny_gguf, 512, threads=1)
+    try:
+        backend.eval([1, 2, 3], 1)
+        monkeypatch.setattr(interrupts, "_pending", True)
+        with pytest.raises(KeyboardInterrupt):
+            backend.eval(list(range(100)), 1)
+        assert backend.cached == [1, 2, 3]
+        assert backend.eval([4], 1).shape == (1, backend.n_vocab)
+    finally:
+        backend.close()
