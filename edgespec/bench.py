@@ -23,6 +23,7 @@ from typing import Callable, Iterable
 
 from rich.table import Table
 
+from edgespec.bench_hf_assisted import assisted_generate
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
@@ -179,8 +180,6 @@ def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) ->
 def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingParams) -> Row:
     """One generation of `prompt` in `mode`, as a row not yet compared with ar."""
     if mode.name == HF_ASSISTED:
-        from edgespec.bench_hf_assisted import assisted_generate
-
         r = assisted_generate(engine.target, engine.draft, prompt_ids(engine, prompt), prompt.max_tokens)
         return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,
                    r.target_passes, None, None, r.k_trace, r.ids)

@@ -2,6 +2,9 @@
 
 Unix contract of `run`: stdout carries only the model's text, streamed; stats, progress and errors
 go to stderr; exit 0 ok, 1 runtime error, 2 usage error, 130 on Ctrl-C (partial output flushed).
+
+Commands import the engine, the bench and the chat app when they run, not when this module loads,
+so `--help` and a bad flag answer at once instead of after numpy, llama.cpp and Textual load.
 """
 
 from __future__ import annotations

@@ -5,14 +5,14 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from edgespec.backends.base import BackendError
 
 
 @lru_cache(maxsize=8)
 def _compile(template: str):
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def raise_exception(message: str):
         raise TemplateError(message)
 
@@ -23,8 +23,6 @@ def _compile(template: str):
 
 def render_chat(template: str, messages: Sequence[dict], *, bos: str = "", eos: str = "") -> str:
     """The prompt for `messages`, ending with the cue for the assistant's reply."""
-    from jinja2.exceptions import TemplateError
-
     try:
         return _compile(template).render(
             messages=list(messages), add_generation_prompt=True, bos_token=bos, eos_token=eos

@@ -17,9 +17,11 @@ from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
+import psutil
 
 from edgespec import interrupts
 from edgespec.backends.base import BackendError, ContextOverflow, Vocabulary
+from edgespec.backends.chat_template import render_chat
 
 _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
@@ -73,12 +75,7 @@ def _failure(message: str) -> str:
 
 def default_threads() -> int:
     """Physical cores: llama.cpp decoding is compute-bound, hyper-threads only contend."""
-    try:
-        import psutil
-
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return os.cpu_count() or 1
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 class LlamaCppBackend:
@@ -212,8 +209,6 @@ class LlamaCppBackend:
         return piece
 
     def chat_prompt(self, messages: Sequence[dict]) -> str:
-        from edgespec.backends.chat_template import render_chat
-
         template = self._lc.llama_model_chat_template(self._model, None)
         if not template:
             raise BackendError(f"{self.path.name} has no chat template; use --raw for plain completion")
