@@ -79,7 +79,7 @@ class Row:
 def load_suite(path: Path) -> list[BenchPrompt]:
     """Read a JSONL suite; a bad line is a one-line error naming the file and line."""
     if not path.is_file():
-        raise UsageError(f"suite file {path} does not exist")
+        raise UsageError(f"suite file {path} {'is not a regular file' if path.exists() else 'does not exist'}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

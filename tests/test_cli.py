@@ -139,6 +139,7 @@ def test_prompt_longer_than_context_names_the_limit(env):
         (("bench", "-m", "missing", "--plot", "nodir/x.png"), 2, "--plot"),
         (("bench", "-m", "missing", "--plot", "bench.bogus"), 2, ".png"),
         (("bench", "-m", "missing", "--modes", "ar,k65"), 2, "k65"),
+        (("bench", "-m", "missing", "--suite", "/dev/null"), 2, "/dev/null is not a regular file"),
         (("run", "--raw", "-s", "be terse", "hi"), 2, "--system"),
         # click's own parse errors read the same way
         (("run", "--max-tokens", "0", "hi"), 2, "--max-tokens"),

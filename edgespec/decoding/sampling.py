@@ -60,7 +60,7 @@ SAMPLING_RULES: dict[str, Callable[[float], str | None]] = {
     "top_k": _finite_in(0, math.inf, meaning="0 = off"),
     "top_p": _finite_in(0.0, 1.0, low_open=True, meaning="1 = off"),
     "min_p": _finite_in(0.0, 1.0, meaning="0 = off"),
-    "seed": _finite_in(0, 2**64 - 1),  # numpy's generators take a non-negative 64-bit seed
+    "seed": lambda v: None if 0 <= v < 2**64 else f"{v} is not in 0..{2**64 - 1}",  # numpy takes 64 bits
 }
 
 
