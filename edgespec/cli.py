@@ -174,23 +174,33 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
         b.check_plot_path(plot_path)
     engine = open_engine(pair_config)
     sampling = SamplingParams(temperature=temperature, seed=seed)
-    err = Console(stderr=True)
-    with Progress(console=err, transient=True) as progress:
-        task = progress.add_task("bench", total=len(prompts) * len(mode_list) * repeats)
+    rows: list = []
+    interrupted = False
+    try:
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("bench", total=len(prompts) * len(mode_list) * repeats)
 
-        def on_row(row):
-            progress.update(task, advance=1, description=f"{row.id} {row.mode} {row.decode_tokens_per_s:.1f} tok/s")
+            def on_row(row):
+                rows.append(row)
+                progress.update(task, advance=1, description=f"{row.id} {row.mode} {row.decode_tokens_per_s:.1f} tok/s")
 
-        rows = b.run_bench(engine, prompts, mode_list, sampling, on_row, repeats)
-    summary = b.summarize(rows)
-    Console().print(b.table(summary))
-    meta = {"pair": engine.pair.name, "suite": str(path), "modes": [m.name for m in mode_list],
-            "temperature": temperature, "seed": seed, "repeats": repeats}
-    if json_path:
-        data = json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n"
-        write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")
-    if plot_path:
-        write_or_rescue(plot_path, lambda tmp: b.plot(tmp, rows, summary), "plot")
+            b.run_bench(engine, prompts, mode_list, sampling, on_row, repeats)
+    except KeyboardInterrupt:
+        interrupted = True  # a long bench stopped part way still reports the rows it finished
+    finally:
+        engine.close()
+    if rows:
+        summary = b.summarize(rows)
+        Console().print(b.table(summary))
+        meta = {"pair": pair_config.name, "suite": str(path), "modes": [m.name for m in mode_list],
+                "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted}
+        if json_path:
+            data = json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n"
+            write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")
+        if plot_path:
+            write_or_rescue(plot_path, lambda tmp: b.plot(tmp, rows, summary), "plot")
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _register_subcommands() -> None:

@@ -187,6 +187,31 @@ def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
     assert "edgespec bench" in r.stdout  # the table was printed before the write
 
 
+def test_a_bench_stopped_by_ctrl_c_reports_the_rows_it_finished(env, monkeypatch):
+    real = bench_module.run_bench
+
+    def stopped_after_two_rows(engine, prompts, modes, sampling, on_row, repeats):
+        seen = []
+
+        def count(row):
+            on_row(row)
+            seen.append(row)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+
+        return real(engine, prompts, modes, sampling, count, repeats)
+
+    monkeypatch.setattr(bench_module, "run_bench", stopped_after_two_rows)
+    suite = env / "suite.jsonl"
+    suite.write_text("".join(f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", '
+                             f'"max_tokens": 8}}\n' for i in range(3)))
+    r = invoke("bench", "--modes", "ar,k2", "--suite", str(suite), "--json", str(env / "b.json"))
+    assert r.exit_code == 130 and "interrupted" in r.stderr and "Traceback" not in r.stderr
+    assert "edgespec bench" in r.stdout
+    saved = json.loads((env / "b.json").read_text())
+    assert saved["meta"]["interrupted"] and [row["mode"] for row in saved["rows"]] == ["ar", "k2"]
+
+
 def test_a_reply_cut_by_the_full_context_says_so(env):
     r = invoke("run", "-m", "short", "--raw", "--draft", "none", "the weather is", "--max-tokens", "100")
     assert r.exit_code == 0, r.stderr
