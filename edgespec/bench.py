@@ -30,6 +30,7 @@ from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine, GenerateSettings
 from edgespec.errors import UsageError
+from edgespec.figures import histogram_text
 from edgespec.output_files import check_writable
 
 DEV_SET = Path(str(files("edgespec") / "data" / "dev.jsonl"))  # the development set shipped with edgespec
@@ -288,7 +289,7 @@ def table(summary: list[dict]):
         t.add_column(col, justify="left" if col in ("suite", "mode", "K histogram") else "right",
                      no_wrap=col in ("suite", "mode"))
     for s in summary:
-        hist = " ".join(f"{k}:{v}" for k, v in s["k_histogram"].items())
+        hist = histogram_text({int(k): v for k, v in s["k_histogram"].items()})
         t.add_row(
             s["suite"], s["mode"], f"{s['decode_tokens_per_s']:.1f}",
             "-" if s["speedup_vs_ar"] is None else f"{s['speedup_vs_ar']:.2f}x",

@@ -13,13 +13,13 @@ re-evaluated, and its cost measurements, so the controller starts warm on the ne
 from __future__ import annotations
 
 import json
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from edgespec.atomic_file import write_text_atomic
 from edgespec.backends.base import Backend, BackendError
 from edgespec.config import ModelSpec, PairConfig, load_registry
 from edgespec.decoding.controller import make_policy
@@ -127,9 +127,7 @@ class Engine:
             data = {k: v for k, v in data.items() if k.startswith(CALIBRATION_VERSION + "|")}  # older ones go
             data[self._calibration_key()] = self.costs.to_dict()
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=1))
-            os.replace(tmp, cache)
+            write_text_atomic(cache, json.dumps(data, indent=1))
         except (OSError, ValueError):
             pass  # a read-only or damaged cache only costs a calibration next time
 

@@ -9,11 +9,11 @@ error says where (`write_or_rescue`).
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Callable
 
+from edgespec.atomic_file import write_atomic
 from edgespec.errors import EdgespecError, UsageError
 from edgespec.store import home
 
@@ -47,25 +47,14 @@ def write_or_rescue(path: Path, write: Callable[[Path], None], what: str) -> Non
     If that fails, write it to `home()/rescued/` instead and raise OutputLost naming both places;
     if even that fails, the error says so (the caller has printed the figures already)."""
     try:
-        _atomic(path, write)
+        write_atomic(path, write, keep_suffix=True)
         return
     except OSError as e:
         why = e.strerror or str(e)
     rescue = home() / "rescued" / path.name
     try:
         rescue.parent.mkdir(parents=True, exist_ok=True)
-        _atomic(rescue, write)
+        write_atomic(rescue, write, keep_suffix=True)
     except OSError as e:
         raise OutputLost(f"could not write the {what} to {path} ({why}), nor to {rescue} ({e.strerror or e})") from None
     raise OutputLost(f"could not write the {what} to {path} ({why}); it was saved to {rescue}")
-
-
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

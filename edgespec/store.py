@@ -39,6 +39,7 @@ from typing import BinaryIO, Iterator
 import platformdirs
 from rich.progress import Progress, TaskID
 
+from edgespec.atomic_file import write_text_atomic
 from edgespec.config import HubSource, ModelSpec, PypiChunks
 from edgespec.errors import EdgespecError
 
@@ -196,9 +197,7 @@ class Store:
         hashes = self._hashes()
         hashes[str(path.resolve())] = {"stamp": stamp, "sha256": sha256}
         self.models_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self._hashes_file.with_name(f".hashes.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(hashes, indent=1))
-        os.replace(tmp, self._hashes_file)  # atomic: a concurrent reader sees the old or the new memo
+        write_text_atomic(self._hashes_file, json.dumps(hashes, indent=1))  # a concurrent reader sees old or new
 
     def _hashes(self) -> dict:
         try:

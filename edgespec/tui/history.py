@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Callable
 
 import platformdirs
 
+from edgespec.atomic_file import write_text_atomic
 from edgespec.decoding.events import Source
 from edgespec.errors import EdgespecError
 from edgespec.tui.stats import ReplyFigures
@@ -231,23 +231,13 @@ class ChatStore:
         return self.root / f"{chat_id}.json"
 
     def save(self, conversation: Conversation) -> None:
-        """Atomic: temp file in the same folder, then os.replace over the old file."""
+        """Atomic (see atomic_file): a reader sees the previous save or this one."""
         if not conversation.messages:
             return  # an empty chat is not worth a file
         conversation.updated = time.time()
         self.root.mkdir(parents=True, exist_ok=True)
         data = json.dumps(conversation.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        fd, tmp = tempfile.mkstemp(prefix=f".{conversation.id}.", suffix=".partial", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-            os.replace(tmp, self.path(conversation.id))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_text_atomic(self.path(conversation.id), data)
 
     def load(self, chat_id: str) -> Conversation:
         path = self.path(chat_id)
