@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 from edgespec.atomic_file import write_text_atomic
 from edgespec.backends.base import Backend, BackendError
 from edgespec.config import ModelSpec, PairConfig, load_registry
-from edgespec.decoding.controller import make_policy
+from edgespec.decoding.controller import AutoK, make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter, NgramDrafter
@@ -117,7 +117,7 @@ class Engine:
         if saved:
             self.costs.restore(saved)
             return
-        self.costs.calibrate(self.target, self.draft)
+        self.costs.calibrate(self.target, self.draft, max_n=max(AutoK.max_k_model, AutoK.max_k_ngram) + 1)
         self._save_costs()
 
     def _save_costs(self) -> None:
@@ -137,9 +137,9 @@ class Engine:
                 backend.close()
 
 
-# Saved curves of another version are measured again: "v2" curves keep the fastest of several
-# timings (CostModel.calibrate); earlier ones were single timings refined online.
-CALIBRATION_VERSION = "v2"
+# Saved curves of another version are measured again: "v3" curves time every draft length the
+# controller may choose; "v2" ones timed 1, 2, 4, 8 and 16 tokens and interpolated between.
+CALIBRATION_VERSION = "v3"
 
 
 def _calibration_file() -> Path:

@@ -302,9 +302,8 @@ def test_calibrate_measures_the_verify_curve_and_the_draft_step_and_rolls_back(h
     costs = CostModel()
     with simulated_time(clock):
         costs.calibrate(target, draft)
-    for n in (1, 2, 4, 8, 16):
+    for n in range(1, 18):  # every length the controller may verify (K up to 16, plus one)
         assert costs.verify(n) == pytest.approx(hw.verify(n))
-    assert costs.verify(3) == pytest.approx((hw.verify(2) + hw.verify(4)) / 2)
     assert costs.draft_step == pytest.approx(hw.draft)
     assert target.cached == [1, 2, 3] and draft.cached == [1, 2]  # dummy tokens rolled back
 
@@ -321,7 +320,7 @@ def test_calibrate_keeps_the_fastest_timing_so_a_busy_moment_does_not_skew_the_c
     costs = CostModel()
     with simulated_time(clock):
         costs.calibrate(target)
-    for n in (1, 2, 4, 8, 16):
+    for n in range(1, 18):
         assert costs.verify(n) == pytest.approx(CPU.verify(n))
 
 
@@ -331,8 +330,28 @@ def test_calibrate_skips_sizes_that_do_not_fit_the_context():
     costs = CostModel()
     with simulated_time(clock):
         costs.calibrate(target)
-    assert sorted(costs._verify) == [1, 2, 4]
+    assert sorted(costs._verify) == [1, 2, 3, 4, 5, 6]
     assert costs.draft_step is None and target.cached == []
+
+
+# A repacked CPU layout (llama.cpp's 4- and 8-row GEMM kernels): verifying 4 tokens costs less than
+# 3, and 5 costs much more than a line from 4 to 8 says.
+REPACKED = Hardware("repacked", curve({1: 0.025, 2: 0.044, 3: 0.058, 4: 0.046, 5: 0.070, 6: 0.074, 7: 0.078,
+                                       8: 0.082, 16: 0.111}), 0.014)
+
+
+def test_controller_drafts_the_length_that_is_cheap_to_verify_on_a_non_monotone_curve():
+    costs = calibrated(REPACKED, with_draft=False)
+    assert costs.verify(4) < costs.verify(3) and costs.verify(5) == pytest.approx(0.070)
+    # copies of 4 tokens that nearly always survive: 3 drafted (4 verified) beat 4 drafted (5 verified)
+    assert best_k([0.95] * 4, lambda k: costs.verify(k + 1))[0] == 3
+    sim = Sim(REPACKED, ngram=lambda r: Proposal(4, 32, 0.95)).run(AutoK("ngram", costs), 300)
+    assert np.mean(np.array(sim.ks(100)) == 3) > 0.8
+    # and where a straight line between 4 and 8 was all that was known, it would have drafted 4
+    sparse = CostModel()
+    for n in (1, 2, 4, 8, 16):
+        sparse.observe_verify(n, REPACKED.verify(n))
+    assert best_k([0.95] * 4, lambda k: sparse.verify(k + 1))[0] == 4
 
 
 # -- the --k flag and the simple policies -----------------------------------------------------

@@ -28,8 +28,9 @@ def test_calibration_is_saved_once_reused_and_not_overwritten_by_online_updates(
     generate(engine, clock)
     saved = json.loads(own_calibration_file.read_text())
     ((key, curve),) = saved.items()
-    assert key.startswith("v2|")
-    assert curve["verify"]["2"] == pytest.approx(cpu_like(2))
+    assert key.startswith("v3|")
+    assert sorted(map(int, curve["verify"])) == list(range(1, 18))  # every length auto may verify
+    assert curve["verify"]["3"] == pytest.approx(cpu_like(3))
     assert curve["draft_step"] == pytest.approx(0.01)
 
     engine.costs.observe_verify(2, 10.0)  # a busy spell seen online, in this process only
@@ -46,11 +47,13 @@ def test_calibration_is_saved_once_reused_and_not_overwritten_by_online_updates(
 
 
 def test_a_curve_saved_by_an_older_calibration_is_measured_again(own_calibration_file):
-    """Entries without the "v2" mark were single timings refined online; they are not trusted."""
+    """Entries without the "v3" mark timed a few lengths only (v2), or once each and were refined
+    online (unmarked); they are not trusted."""
     clock = VirtualClock()
     engine = fake_engine(clock, verify=cpu_like)
-    old_key = engine._calibration_key().removeprefix("v2|")
-    own_calibration_file.write_text(json.dumps({old_key: {"verify": {"1": 0.03, "2": 0.5}, "draft_step": None}}))
+    key = engine._calibration_key()
+    old = {"verify": {"1": 0.03, "2": 0.5}, "draft_step": None}
+    own_calibration_file.write_text(json.dumps({key.removeprefix("v3|"): old, "v2|" + key.removeprefix("v3|"): old}))
     generate(engine, clock)
     assert engine.costs.verify(2) == pytest.approx(cpu_like(2))
     assert list(json.loads(own_calibration_file.read_text())) == [engine._calibration_key()]  # the old one went
