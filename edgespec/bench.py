@@ -2,7 +2,9 @@
 
 Modes run interleaved per prompt (ar, k2, ..., then the next prompt) so slow drift of a noisy
 machine hits every mode alike; speedups are medians of per-prompt ratios against `ar` measured
-next to them. With `repeats` > 1 each prompt runs the whole interleaved round that many times and a
+next to them. Several pairs (a tuned layout and its original) are interleaved the same way, each
+prompt running every mode of every pair before the next, and each pair's speedups are given both
+against its own `ar` and against the first pair's. With `repeats` > 1 each prompt runs the whole interleaved round that many times and a
 prompt's speed in a mode is the median of its repeats: on a small shared CPU one run of a prompt
 varies by about 10%, more than the differences worth reporting (measured here: prompts where
 `auto` never drafted, so both modes did the same work, spread 0.86-1.06x even with 3 rounds).
@@ -19,7 +21,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from rich.table import Table
 
@@ -31,6 +33,7 @@ from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine, GenerateSettings
 from edgespec.errors import UsageError
 from edgespec.figures import histogram_text
+from edgespec.layouts import describe_loaded
 from edgespec.output_files import check_writable
 
 DEV_SET = Path(str(files("edgespec") / "data" / "dev.jsonl"))  # the development set shipped with edgespec
@@ -75,6 +78,7 @@ class Row:
     k_trace: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list, repr=False)
     repeat: int = 0  # which of the prompt's interleaved rounds
+    pair: str = ""
 
 
 def load_suite(path: Path) -> list[BenchPrompt]:
@@ -189,6 +193,17 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
                summary.accepted, summary.target_passes, None, None, summary.k_series, ids)
 
 
+def layout_lines(engine: Engine) -> list[str]:
+    """What each loaded model of `engine` runs as: for llama.cpp, its weight types and what
+    llama.cpp repacked at load (the layout decides how cheaply several tokens are verified)."""
+    lines = []
+    for role, backend in (("target", engine.target), ("draft", engine.draft)):
+        repacked = getattr(backend, "repacked", None)
+        if repacked is not None:
+            lines.append(f"{engine.pair.name} {role}: {describe_loaded(backend.path, repacked)}")
+    return lines
+
+
 def check_modes(engine: Engine, modes: list[Mode], sampling: SamplingParams) -> None:
     """Refuse, before anything runs, a mode this engine or these settings cannot run."""
     if any(m.name == HF_ASSISTED for m in modes):
@@ -202,31 +217,34 @@ def check_modes(engine: Engine, modes: list[Mode], sampling: SamplingParams) -> 
 
 
 def run_bench(
-    engine: Engine,
+    engines: Sequence[Engine],
     prompts: list[BenchPrompt],
     modes: list[Mode],
     sampling: SamplingParams,
     on_row: Callable[[Row], None] = lambda row: None,
     repeats: int = 1,
 ) -> list[Row]:
-    check_modes(engine, modes, sampling)
+    for engine in engines:
+        check_modes(engine, modes, sampling)
     rows = []
     warm = BenchPrompt(**{**asdict(prompts[0]), "max_tokens": 8})
-    for mode in modes:  # warm-up (calibration, first allocations): not measured
-        measure(engine, warm, mode, sampling)
+    for engine in engines:
+        for mode in modes:  # warm-up (calibration, first allocations): not measured
+            measure(engine, warm, mode, sampling)
     for prompt in prompts:
         for repeat in range(repeats):
-            ar_ids = None
-            for mode in modes:
-                row = measure(engine, prompt, mode, sampling)
-                row.repeat = repeat
-                if mode.name == "ar":
-                    ar_ids = row.output_ids
-                if ar_ids is not None:
-                    row.first_divergence = _first_divergence(row.output_ids, ar_ids)
-                    row.matches_ar = row.first_divergence is None
-                rows.append(row)
-                on_row(row)
+            for engine in engines:
+                ar_ids = None
+                for mode in modes:
+                    row = measure(engine, prompt, mode, sampling)
+                    row.repeat, row.pair = repeat, engine.pair.name
+                    if mode.name == "ar":
+                        ar_ids = row.output_ids
+                    if ar_ids is not None:
+                        row.first_divergence = _first_divergence(row.output_ids, ar_ids)
+                        row.matches_ar = row.first_divergence is None
+                    rows.append(row)
+                    on_row(row)
     return rows
 
 
@@ -238,21 +256,20 @@ def _first_divergence(a: list[int], b: list[int]) -> int | None:
 
 
 def summarize(rows: Iterable[Row]) -> list[dict]:
-    """Per suite and mode: median tokens/s, median per-prompt speedup vs ar, acceptance, tokens per
-    pass, K histogram, and the share of outputs identical to ar. A prompt's speed in a mode is the
-    median of its repeats."""
+    """Per pair, suite and mode: median tokens/s, median per-prompt speedup vs the pair's own ar
+    (and, with several pairs, vs the first pair's ar), acceptance, tokens per pass, K histogram,
+    and the share of outputs identical to ar. A prompt's speed in a mode is the median of its repeats."""
     rows = list(rows)
-    repeats: dict[tuple[str, str, str], list[float]] = {}
+    repeats: dict[tuple[str, str, str, str], list[float]] = {}
     for r in rows:
-        repeats.setdefault((r.suite, r.id, r.mode), []).append(r.decode_tokens_per_s)
+        repeats.setdefault((r.pair, r.suite, r.id, r.mode), []).append(r.decode_tokens_per_s)
     speed = {key: statistics.median(v) for key, v in repeats.items()}
-    ar = {(suite, id): v for (suite, id, mode), v in speed.items() if mode == "ar"}
+    pairs = list(dict.fromkeys(r.pair for r in rows))
+    ar = {(pair, suite, id): v for (pair, suite, id, mode), v in speed.items() if mode == "ar"}
     out = []
-    keys = list(dict.fromkeys((r.suite, r.mode) for r in rows))
-    for suite, mode in keys:
-        group = [r for r in rows if r.suite == suite and r.mode == mode]
-        per_prompt = {r.id: speed[(suite, r.id, mode)] for r in group}
-        ratios = [v / ar[(suite, id)] for id, v in per_prompt.items() if ar.get((suite, id))]
+    for pair, suite, mode in dict.fromkeys((r.pair, r.suite, r.mode) for r in rows):
+        group = [r for r in rows if r.pair == pair and r.suite == suite and r.mode == mode]
+        per_prompt = {r.id: speed[(pair, suite, r.id, mode)] for r in group}
         hist: dict[str, int] = {}
         for r in group:
             for k in r.k_trace:
@@ -260,18 +277,27 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
         drafted = sum(r.drafted for r in group)
         passes = sum(r.target_passes for r in group)
         matched = [r.matches_ar for r in group if r.matches_ar is not None]
-        out.append({
+        entry = {
+            "pair": pair,
             "suite": suite,
             "mode": mode,
             "prompts": len(per_prompt),
             "decode_tokens_per_s": statistics.median(per_prompt.values()),
-            "speedup_vs_ar": statistics.median(ratios) if ratios else None,
+            "speedup_vs_ar": _median_ratio(per_prompt, ar, pair, suite),
             "acceptance": sum(r.accepted for r in group) / drafted if drafted else 0.0,
             "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
             "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
             "matches_ar": sum(matched) / len(matched) if matched else None,
-        })
+        }
+        if len(pairs) > 1:
+            entry["speedup_vs_first_ar"] = _median_ratio(per_prompt, ar, pairs[0], suite)
+        out.append(entry)
     return out
+
+
+def _median_ratio(per_prompt: dict[str, float], ar: dict, pair: str, suite: str) -> float | None:
+    ratios = [v / ar[(pair, suite, id)] for id, v in per_prompt.items() if ar.get((pair, suite, id))]
+    return statistics.median(ratios) if ratios else None
 
 
 def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
@@ -283,20 +309,28 @@ def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
 
 
 def table(summary: list[dict]):
+    several = any("speedup_vs_first_ar" in s for s in summary)
+    first = summary[0]["pair"] if summary else ""
+    columns = (("pair",) if several else ()) + ("suite", "mode", "tok/s", "speedup vs ar") \
+        + ((f"vs {first} ar",) if several else ()) + ("acceptance", "tokens/pass", "K histogram", "= ar")
     t = Table(title="edgespec bench")
-    for col in ("suite", "mode", "tok/s", "speedup vs ar", "acceptance", "tokens/pass", "K histogram", "= ar"):
-        # suite and mode names are kept whole on a narrow terminal; the figures' headers wrap instead
-        t.add_column(col, justify="left" if col in ("suite", "mode", "K histogram") else "right",
-                     no_wrap=col in ("suite", "mode"))
+    for col in columns:
+        # names are kept whole on a narrow terminal; the figures' headers wrap instead
+        t.add_column(col, justify="left" if col in ("pair", "suite", "mode", "K histogram") else "right",
+                     no_wrap=col in ("pair", "suite", "mode"))
     for s in summary:
         hist = histogram_text({int(k): v for k, v in s["k_histogram"].items()})
-        t.add_row(
-            s["suite"], s["mode"], f"{s['decode_tokens_per_s']:.1f}",
-            "-" if s["speedup_vs_ar"] is None else f"{s['speedup_vs_ar']:.2f}x",
-            f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist,
-            "-" if s["matches_ar"] is None else f"{s['matches_ar']:.0%}",
-        )
+        cells = [s["pair"]] if several else []
+        cells += [s["suite"], s["mode"], f"{s['decode_tokens_per_s']:.1f}", _ratio(s["speedup_vs_ar"])]
+        cells += [_ratio(s["speedup_vs_first_ar"])] if several else []
+        cells += [f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist,
+                  "-" if s["matches_ar"] is None else f"{s['matches_ar']:.0%}"]
+        t.add_row(*cells)
     return t
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def check_plot_path(path: Path) -> None:
@@ -318,16 +352,20 @@ def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     suites = list(dict.fromkeys(s["suite"] for s in summary))
-    modes = [m for m in dict.fromkeys(s["mode"] for s in summary) if m != "ar"]
+    pairs = list(dict.fromkeys(s["pair"] for s in summary))
+    series = [(p, m) for p, m in dict.fromkeys((s["pair"], s["mode"]) for s in summary) if m != "ar"]
+    modes = [m for _, m in series]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    width = 0.8 / max(len(modes), 1)
-    for i, mode in enumerate(modes):
-        vals = [next((s["speedup_vs_ar"] or 0 for s in summary if s["suite"] == su and s["mode"] == mode), 0) for su in suites]
-        ax1.bar([j + i * width for j in range(len(suites))], vals, width, label=mode)
+    width = 0.8 / max(len(series), 1)
+    for i, (pair, mode) in enumerate(series):
+        vals = [next((s["speedup_vs_ar"] or 0 for s in summary
+                      if s["pair"] == pair and s["suite"] == su and s["mode"] == mode), 0) for su in suites]
+        ax1.bar([j + i * width for j in range(len(suites))], vals, width,
+                label=f"{pair} {mode}" if len(pairs) > 1 else mode)
     ax1.axhline(1.0, color="black", linewidth=0.8)
-    ax1.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(suites))], suites)
+    ax1.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(suites))], suites)
     ax1.set_ylabel("decode speed vs plain (median of per-prompt ratios)")
-    if modes:
+    if series:
         ax1.legend(fontsize=8)
     trace_mode = "auto" if any(r.mode == "auto" for r in rows) else (modes[0] if modes else "ar")
     candidates = [r for r in rows if r.mode == trace_mode]

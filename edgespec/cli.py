@@ -18,6 +18,7 @@ import click
 from edgespec import __version__
 from edgespec.cli_common import (
     OneLineErrorGroup,
+    config_option,
     decoding_options,
     error_boundary,
     pair_options,
@@ -139,7 +140,10 @@ def stream_to_stdout(events, colored: bool) -> Summary:
 @main.command()
 @click.option("--suite", "suite_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="JSONL suite (default: the development set shipped with edgespec).")
-@pair_options
+@click.option("-m", "--pair", "pairs", multiple=True,
+              help="Model pair from models.toml (default: the registry's default); repeat it to compare pairs "
+                   "interleaved prompt by prompt, e.g. a tuned layout and its original.")
+@config_option
 @click.option("--modes", default="ar,k2,k4,k8,heuristic,auto", show_default=True,
               help="Comma-separated: ar, kN, ngram-kN, model-kN, heuristic, auto, and hf-assisted (transformers' "
                    "generate with the draft as assistant; hf pairs only).")
@@ -155,7 +159,7 @@ def stream_to_stdout(events, colored: bool) -> Summary:
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @error_boundary
-def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path):
+def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path):
     """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K."""
     from rich.console import Console
     from rich.progress import Progress
@@ -166,33 +170,43 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
 
     path = suite_path or b.DEV_SET
     prompts = b.select(b.load_suite(path), limit, suites)
-    pair_config = find_pair(pair, config)
-    mode_list = b.parse_modes(modes, drafter or (DraftChoice.MODEL if pair_config.draft is not None else DraftChoice.NGRAM))
+    pair_configs = [find_pair(name, config) for name in dict.fromkeys(pairs or (None,))]
+    all_drafted = all(p.draft is not None for p in pair_configs)
+    mode_list = b.parse_modes(modes, drafter or (DraftChoice.MODEL if all_drafted else DraftChoice.NGRAM))
+    for mode in mode_list:  # every pair can run every mode, or nothing loads
+        for pair_config in pair_configs:
+            find_pair(pair_config.name, config, mode.draft)
     if json_path:
         check_writable(json_path, "--json")
     if plot_path:
         b.check_plot_path(plot_path)
-    engine = open_engine(pair_config)
+    engines: list = []
     sampling = SamplingParams(temperature=temperature, seed=seed)
     rows: list = []
     interrupted = False
+    err = Console(stderr=True)
     try:
-        with Progress(console=Console(stderr=True), transient=True) as progress:
-            task = progress.add_task("bench", total=len(prompts) * len(mode_list) * repeats)
+        for pair_config in pair_configs:
+            engines.append(open_engine(pair_config))
+            for line in b.layout_lines(engines[-1]):
+                err.print(line, highlight=False)
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task("bench", total=len(prompts) * len(mode_list) * repeats * len(engines))
 
             def on_row(row):
                 rows.append(row)
                 progress.update(task, advance=1, description=f"{row.id} {row.mode} {row.decode_tokens_per_s:.1f} tok/s")
 
-            b.run_bench(engine, prompts, mode_list, sampling, on_row, repeats)
+            b.run_bench(engines, prompts, mode_list, sampling, on_row, repeats)
     except KeyboardInterrupt:
         interrupted = True  # a long bench stopped part way still reports the rows it finished
     finally:
-        engine.close()
+        for engine in engines:
+            engine.close()
     if rows:
         summary = b.summarize(rows)
         Console().print(b.table(summary))
-        meta = {"pair": pair_config.name, "suite": str(path), "modes": [m.name for m in mode_list],
+        meta = {"pairs": [p.name for p in pair_configs], "suite": str(path), "modes": [m.name for m in mode_list],
                 "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted}
         if json_path:
             data = json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n"

@@ -92,7 +92,7 @@ class Registry:
         name = self.default_pair if name is None else name
         if name not in self.pairs:
             raise ConfigError(
-                f'unknown pair "{name}" (read {", ".join(_display(f) for f in self.files)}); '
+                f'unknown pair "{name}" (read {", ".join(display_path(f) for f in self.files)}); '
                 f"available: {', '.join(self.pairs)}"
             )
         return self.pairs[name]
@@ -115,29 +115,43 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 def load_registry(user_file: Path | None = None) -> Registry:
     """Read the built-in registry and the user's file (if any) into one validated Registry."""
-    builtin = resources.files("edgespec").joinpath("models.toml")
-    layers = [_parse_file(Path(str(builtin)), builtin.read_bytes())]
     user = _user_file(user_file)
-    if user is not None:
-        try:
-            data = user.read_bytes()
-        except OSError as e:
-            raise ConfigError(f"{_display(user)}: cannot read: {e.strerror or e}") from None
-        layers.append(_parse_file(user, data))
-    return _merge(layers)
+    if user is None:
+        return _merge([_builtin()])
+    try:
+        data = user.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{display_path(user)}: cannot read: {e.strerror or e}") from None
+    return registry_with(user, data)
+
+
+def registry_with(user: Path, data: bytes) -> Registry:
+    """The registry as it would be with `data` as the user's file at `user` (checks an edit before
+    it is written)."""
+    return _merge([_builtin(), _parse_file(user, data)])
+
+
+def _builtin() -> _Layer:
+    builtin = resources.files("edgespec").joinpath("models.toml")
+    return _parse_file(Path(str(builtin)), builtin.read_bytes())
 
 
 def _user_file(explicit: Path | None) -> Path | None:
     """The user's models.toml: the argument, else $EDGESPEC_CONFIG, else the platform config file if it exists."""
+    path = user_config_path(explicit)
+    return path if explicit is not None or os.environ.get("EDGESPEC_CONFIG") or path.is_file() else None
+
+
+def user_config_path(explicit: Path | None = None) -> Path:
+    """Where the user's models.toml is read from, or would be written to (`models tune --apply`)."""
     if explicit is not None:
         return Path(explicit).expanduser()
     if os.environ.get("EDGESPEC_CONFIG"):
         return Path(os.environ["EDGESPEC_CONFIG"]).expanduser()
-    default = Path(platformdirs.user_config_dir("edgespec")) / "models.toml"
-    return default if default.is_file() else None
+    return Path(platformdirs.user_config_dir("edgespec")) / "models.toml"
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     """A path as the user would type it (home shown as ~), for error messages."""
     try:
         return "~/" + str(path.expanduser().absolute().relative_to(Path.home()))
@@ -160,7 +174,7 @@ class _Layer:
 
 
 def _parse_file(path: Path, data: bytes) -> _Layer:
-    file = _display(path)
+    file = display_path(path)
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:

@@ -189,7 +189,7 @@ def bench_run():
     modes = parse_modes("ar,k2,ngram-k4,model-k8,heuristic,auto", "model")
     order = []
     with simulated_time(clock):
-        rows = run_bench(engine, PROMPTS, modes, GREEDY, on_row=lambda row: order.append((row.id, row.mode)))
+        rows = run_bench([engine], PROMPTS, modes, GREEDY, on_row=lambda row: order.append((row.id, row.mode)))
     return SimpleNamespace(engine=engine, modes=modes, rows=rows, order=order)
 
 
@@ -230,7 +230,7 @@ def test_run_bench_flags_outputs_that_differ_from_ar():
     prompts = [BenchPrompt("x", "s", "completion", 24, prompt="abc abc abc")]
     sampled = SamplingParams(temperature=1.0, seed=1)
     modes = parse_modes("ar,k3", "model")
-    rows = run_bench(engine, prompts, modes, sampled)
+    rows = run_bench([engine], prompts, modes, sampled)
     ar, k3 = rows
     assert ar.matches_ar is True
     # sampled: the same seed draws differently once drafts are verified (the outputs are equal in law)
@@ -248,7 +248,7 @@ def test_first_divergence():
 
 def test_every_mode_is_compared_with_ar_whatever_the_order_given():
     engine = fake_engine()
-    rows = run_bench(engine, PROMPTS[:1], parse_modes("k2,ar", "model"), GREEDY)
+    rows = run_bench([engine], PROMPTS[:1], parse_modes("k2,ar", "model"), GREEDY)
     assert all(r.matches_ar is not None for r in rows)
 
 
@@ -296,7 +296,7 @@ def test_run_bench_repeats_the_interleaved_round_of_each_prompt():
     engine = fake_engine()
     order = []
     modes = parse_modes("ar,k2", "model")
-    rows = run_bench(engine, PROMPTS[:2], modes, GREEDY, on_row=lambda r: order.append((r.id, r.repeat, r.mode)),
+    rows = run_bench([engine], PROMPTS[:2], modes, GREEDY, on_row=lambda r: order.append((r.id, r.repeat, r.mode)),
                      repeats=2)
     assert order == [(p.id, rep, m.name) for p in PROMPTS[:2] for rep in (0, 1) for m in modes]
     assert all(r.matches_ar is True for r in rows)  # each repeat is compared with its own ar run

@@ -77,7 +77,7 @@ def test_parse_modes_reads_hf_assisted():
 
 def test_hf_assisted_runs_next_to_ar_and_matches_it(hf_engine):
     modes = parse_modes("ar,k3,hf-assisted", "model")
-    rows = run_bench(hf_engine, PROMPTS, modes, GREEDY)
+    rows = run_bench([hf_engine], PROMPTS, modes, GREEDY)
     assert [(r.id, r.mode) for r in rows] == [(p.id, m) for p in PROMPTS for m in ("ar", "k3", "hf-assisted")]
     for p in PROMPTS:
         ar, k3, peer = (r for r in rows if r.id == p.id)
@@ -156,7 +156,7 @@ def test_hf_assisted_is_refused_on_a_llama_cpp_engine_in_one_line():
     pair = PairConfig("fake", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "model", 512)
     engine = Engine(pair, MarkovBackend(seed=3), MarkovBackend(seed=3))
     with pytest.raises(UsageError) as e:
-        run_bench(engine, PROMPTS[:1], parse_modes("ar,hf-assisted", "model"), GREEDY)
+        run_bench([engine], PROMPTS[:1], parse_modes("ar,hf-assisted", "model"), GREEDY)
     message = str(e.value)
     assert "hf-assisted" in message and "llamacpp" in message and "\n" not in message
     assert engine.target.evals == []  # refused before anything ran
@@ -165,9 +165,9 @@ def test_hf_assisted_is_refused_on_a_llama_cpp_engine_in_one_line():
 def test_hf_assisted_needs_a_draft_model_and_greedy_decoding(hf_engine):
     no_draft = Engine(PairConfig("solo", "hf", hf_spec("t"), None, "ngram", 256), hf_engine.target)
     with pytest.raises(UsageError, match="hf-assisted needs a draft model"):
-        run_bench(no_draft, PROMPTS[:1], parse_modes("hf-assisted", "ngram"), GREEDY)
+        run_bench([no_draft], PROMPTS[:1], parse_modes("hf-assisted", "ngram"), GREEDY)
     with pytest.raises(UsageError, match="greedy"):
-        run_bench(hf_engine, PROMPTS[:1], parse_modes("hf-assisted", "model"), SamplingParams(temperature=0.7, seed=1))
+        run_bench([hf_engine], PROMPTS[:1], parse_modes("hf-assisted", "model"), SamplingParams(temperature=0.7, seed=1))
 
 
 def test_bench_command_runs_hf_assisted_on_an_hf_pair(tiny_pair, tmp_path, monkeypatch):

@@ -180,7 +180,10 @@ def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
     suite = env / "suite.jsonl"
     suite.write_text('{"id": "p1", "suite": "s", "mode": "completion", "prompt": "the weather", "max_tokens": 8}\n')
     r = invoke("bench", "--modes", "ar", "--suite", str(suite), "--json", str(out_dir / "b.json"))
-    line = one_line_error(r, 1)
+    assert r.exit_code == 1 and "Traceback" not in r.stderr
+    *layout, line = [l for l in r.stderr.splitlines() if l.strip()]
+    assert [l.split(":")[0] for l in layout] == ["tiny target", "tiny draft"]  # what each loaded model runs as
+    assert "error" in line.lower()
     rescued = env / "home" / "rescued" / "b.json"
     assert str(rescued) in line and str(out_dir / "b.json") in line
     assert json.loads(rescued.read_text())["rows"]
@@ -210,6 +213,23 @@ def test_a_bench_stopped_by_ctrl_c_reports_the_rows_it_finished(env, monkeypatch
     assert "edgespec bench" in r.stdout
     saved = json.loads((env / "b.json").read_text())
     assert saved["meta"]["interrupted"] and [row["mode"] for row in saved["rows"]] == ["ar", "k2"]
+
+
+def test_bench_interleaves_several_pairs_and_compares_each_with_the_first_ones_ar(env):
+    suite = env / "suite.jsonl"
+    suite.write_text("".join(f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", '
+                             f'"max_tokens": 8}}\n' for i in range(2)))
+    r = invoke("bench", "-m", "tiny", "-m", "short", "--modes", "ar,k2", "--suite", str(suite),
+               "--json", str(env / "b.json"))
+    assert r.exit_code == 0, r.stderr
+    saved = json.loads((env / "b.json").read_text())
+    assert saved["meta"]["pairs"] == ["tiny", "short"]
+    order = [(row["id"], row["pair"], row["mode"]) for row in saved["rows"]]
+    assert order == [(p, pair, m) for p in ("p0", "p1") for pair in ("tiny", "short") for m in ("ar", "k2")]
+    summary = {(s["pair"], s["mode"]): s for s in saved["summary"]}
+    assert summary[("tiny", "ar")]["speedup_vs_first_ar"] == 1.0
+    assert summary[("short", "k2")]["speedup_vs_first_ar"] is not None
+    assert "short" in r.stdout and "tiny" in r.stdout  # a pair column
 
 
 def test_a_reply_cut_by_the_full_context_says_so(env):

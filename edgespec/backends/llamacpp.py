@@ -12,6 +12,7 @@ import ctypes
 import functools
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
@@ -30,15 +31,20 @@ _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in ch
 _ABORTABLE_BATCH = 32
 _LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR in ggml.h (DEBUG 1, INFO 2, WARN 3, CONT 5)
 _error_lines: list[str] = []  # what llama.cpp logged as errors since the current operation began
+_REPACK = re.compile(r"repack tensor (\S+) with (\S+)")
+_repacked: list[str] = []  # the kernel layout of each tensor llama.cpp repacked during the current load
 
 
 @interrupts.c_callback(stopped=None)
 def _on_log(level: int, text: bytes, user_data) -> None:
     """llama.cpp logs every load to stderr; edgespec's stderr is for its own stats and errors, so
-    its log is swallowed and only error lines are kept, to explain a failure. Warnings are not
-    errors: a model that loads fine may warn about its vocabulary."""
+    its log is swallowed and only error lines are kept, to explain a failure, and which tensors it
+    repacked while loading (the layout `bench` and `models tune` show). Warnings are not errors: a
+    model that loads fine may warn about its vocabulary."""
     if level == _LOG_ERROR:
         _error_lines.append(text.decode("utf-8", "replace").strip())
+    elif b"repack tensor" in text and (m := _REPACK.search(text.decode("utf-8", "replace"))):
+        _repacked.append(m.group(2))
 
 
 @interrupts.c_callback(stopped=False)
@@ -101,10 +107,13 @@ class LlamaCppBackend:
         mparams.n_gpu_layers = n_gpu_layers
         mparams.progress_callback = calls.progress
         _error_lines.clear()
+        _repacked.clear()
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         interrupts.raise_pending()
         if not self._model:
             raise BackendError(_failure(f"llama.cpp could not load {path}"))
+        # what llama.cpp reported while loading: tensors moved into GEMM-friendly layouts, by layout
+        self.repacked: dict[str, int] = dict(Counter(_repacked))
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         n_train = lc.llama_model_n_ctx_train(self._model)
