@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 from edgespec.atomic_file import write_text_atomic
 from edgespec.backends.base import Backend, BackendError
 from edgespec.config import ModelSpec, PairConfig, load_registry
-from edgespec.decoding.controller import AutoK, make_policy
+from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter, NgramDrafter
@@ -117,8 +117,14 @@ class Engine:
         if saved:
             self.costs.restore(saved)
             return
-        self.costs.calibrate(self.target, self.draft, max_n=max(AutoK.max_k_model, AutoK.max_k_ngram) + 1)
+        self.measure_costs()
+
+    def measure_costs(self) -> CostModel:
+        """Time the target's verification at every length auto may draft, and a draft step; keep
+        and save the curve (`models tune` measures each candidate layout this way)."""
+        self.costs.calibrate(self.target, self.draft, max_n=LONGEST_DRAFT + 1)
         self._save_costs()
+        return self.costs
 
     def _save_costs(self) -> None:
         cache = _calibration_file()

@@ -57,7 +57,6 @@ class Layout:
 # and mixes that keep the source's tensors and convert only those of a type that is not repacked.
 CANDIDATES = (
     Layout("q6k-as-q4k", convert=(("q6_k", "q4_k"),)),
-    Layout("q6k-as-q8_0", convert=(("q6_k", "q8_0"),)),
     Layout("q6k-as-q4_0", convert=(("q6_k", "q4_0"),)),
     Layout("q6k-as-iq4_nl", convert=(("q6_k", "iq4_nl"),)),
     Layout("output-as-q4_0", convert=(("q6_k", "q4_0"),), only=r"output\.weight"),
@@ -99,14 +98,17 @@ def read_layout(path: Path) -> FileLayout:
     return FileLayout(file_type, dict(types), path.stat().st_size)
 
 
-def describe_loaded(path: Path, repacked: dict[str, int]) -> str:
-    """A loaded GGUF's layout as llama.cpp set it up, e.g. "q4_k_m (q4_kx169 q6_kx29), 168 of 198
-    weight tensors repacked (q4_K_8x8 x168)"."""
-    layout = read_layout(path)
+def repacked_text(path: Path, repacked: dict[str, int]) -> str:
+    """What llama.cpp repacked of a loaded GGUF, e.g. "168 of 198 weight tensors repacked (q4_K_8x8 x168)"."""
     n = sum(repacked.values())
     kinds = " ".join(f"{k} x{v}" for k, v in sorted(repacked.items()))
-    return f"{layout.text()}, {n} of {sum(layout.tensor_types.values())} weight tensors repacked" + \
-        (f" ({kinds})" if kinds else "")
+    total = sum(read_layout(path).tensor_types.values())
+    return f"{n} of {total} weight tensors repacked" + (f" ({kinds})" if kinds else "")
+
+
+def describe_loaded(path: Path, repacked: dict[str, int]) -> str:
+    """A loaded GGUF's layout as llama.cpp set it up: its weight types and what it repacked."""
+    return f"{read_layout(path).text()}, {repacked_text(path, repacked)}"
 
 
 def _reader(path: Path) -> gguf.GGUFReader:

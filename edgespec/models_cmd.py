@@ -18,6 +18,7 @@ from rich.table import Table
 from edgespec.cli_common import config_option, error_boundary
 from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
 from edgespec.store import Store
+from edgespec.tune_cmd import tune
 from edgespec.vocab import compare_vocabularies, read_vocabulary
 
 PIPE_WIDTH = 200  # a pipe has no width; wide enough that model names are never folded
@@ -99,6 +100,9 @@ def check(ctx: click.Context, pair: str, config: Path | None) -> None:
     click.echo("compatible" if result.compatible else "incompatible")
     if not result.compatible:
         ctx.exit(1)
+
+
+models.add_command(tune)
 
 
 def _registry(ctx: click.Context, config: Path | None) -> Registry:

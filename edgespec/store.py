@@ -98,7 +98,7 @@ class Store:
             return False
         if model.size is not None and path.stat().st_size != model.size:
             return False
-        return model.sha256 is None or self._sha256(path) == model.sha256
+        return model.sha256 is None or self.sha256(path) == model.sha256
 
     def ensure(self, model: ModelSpec, pair: str | None = None) -> Path:
         """The path of a verified model, or ModelMissing telling the user what to run."""
@@ -179,7 +179,7 @@ class Store:
 
     # -- hash memo ---------------------------------------------------------------------------------
 
-    def _sha256(self, path: Path) -> str:
+    def sha256(self, path: Path) -> str:
         """The file's sha256, computed once per version of the file (`_stamp`), not on every run."""
         key, stamp = str(path.resolve()), _stamp(path)
         known = self._hashes().get(key)

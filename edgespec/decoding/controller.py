@@ -125,6 +125,9 @@ class _Probe:
         self.interval = self.BASE
 
 
+LONGEST_DRAFT = 16  # the longest draft auto proposes (an n-gram copy); calibration times one more token
+
+
 @dataclass
 class AutoK:
     """The cost-aware controller (see the module docstring). `drafter` limits its choices:
@@ -133,7 +136,7 @@ class AutoK:
     drafter: DraftChoice | str
     costs: CostModel
     max_k_model: int = 8
-    max_k_ngram: int = 16
+    max_k_ngram: int = LONGEST_DRAFT
     _pos: list[Rate] = field(init=False)
     _conf: list[Rate] = field(init=False)
     _ngram: NgramScores = field(init=False)

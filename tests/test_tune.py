@@ -1,0 +1,185 @@
+"""`edgespec models tune` end to end on a tiny GGUF: candidates built by llama.cpp's quantizer, measured
+against the original, registered in the user's models.toml exactly once and without touching the
+rest of it; and the pieces: fidelity, the recommendation's gate, the layout of a loaded model."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgespec import cli, layouts
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.config import load_registry
+from edgespec.fidelity import Fidelity, calibration_text, measure_fidelity
+from edgespec.tune import ORIGINAL, Measured, TuneError, check_space, recommend
+from edgespec.vocab import read_vocabulary
+
+USER_FILE = """# my own models
+default = "tiny"   # the pair I use most
+
+[models.t]
+format = "gguf"
+path = "{target}"
+
+[models.d]
+format = "gguf"
+path = "{draft}"
+
+[pairs.tiny]
+description = "tiny pair"
+backend = "llamacpp"
+target = "t"
+drafter = "d"
+context = 512
+
+[pairs.text]  # a target that is not a GGUF
+backend = "llamacpp"
+target = "notgguf"
+drafter = "none"
+context = 64
+
+[models.notgguf]
+format = "gguf"
+path = "{text}"
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model\n")
+    config = tmp_path / "models.toml"
+    config.write_text(USER_FILE.format(target=tiny_gguf, draft=tiny_draft_gguf, text=text))
+    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+    return tmp_path
+
+
+def tune(*args):
+    return CliRunner().invoke(cli.main, ["models", "tune", *args])
+
+
+def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file(env, tiny_gguf):
+    config = env / "models.toml"
+    before = config.read_text()
+    out = env / "tune.json"
+    r = tune("tiny", "--layouts", "q6k-as-q4k,q4_0", "--prompts", "0", "--pick", "q4_0", "--json", str(out))
+    assert r.exit_code == 0, r.stderr
+    result = json.loads(out.read_text())
+    rows = {row["layout"]: row for row in result["layouts"]}
+    assert list(rows) == [ORIGINAL, "q6k-as-q4k", "q4_0"]
+    # the tiny model is all f32: the q6_K mix converts nothing, so it is a byte-for-byte copy
+    assert rows["q6k-as-q4k"]["kept"] == 1.0
+    assert rows["q6k-as-q4k"]["fidelity"]["agreement"] == 1.0
+    assert rows["q6k-as-q4k"]["fidelity"]["mean_kl"] == pytest.approx(0.0, abs=1e-6)
+    # q4_0 is coarser: less agreement, some divergence, none of the f32 weights kept
+    assert rows["q4_0"]["kept"] == 0.0
+    assert rows["q4_0"]["fidelity"]["agreement"] < 1.0 and rows["q4_0"]["fidelity"]["mean_kl"] > 0.0
+    for row in rows.values():  # a curve at every length auto may verify
+        assert sorted(map(int, row["verify_ms"])) == list(range(1, 18))
+    assert "edgespec models tune" in r.stdout and "pair tiny-tuned added to" in r.stdout
+
+    # registered: the derived model loads under the new pair, with the original's vocabulary
+    registry = load_registry()
+    tuned = registry.pairs["tiny-tuned"]
+    assert tuned.target.name == "t-q4_0" and tuned.draft.name == "d" and tuned.context == 512
+    assert tuned.target.path.is_file() and tuned.target.path.parent.name == "tuned"
+    assert read_vocabulary(tuned.target, tuned.target.path) == read_vocabulary(registry.models["t"], tiny_gguf)
+    assert layouts.read_layout(tuned.target.path).file_type == "q4_0"
+    run = CliRunner().invoke(cli.main, ["run", "-m", "tiny-tuned", "the weather", "--raw", "--max-tokens", "8"])
+    assert run.exit_code == 0, run.stderr
+    # the candidate not picked is removed
+    assert not (tuned.target.path.parent / tuned.target.path.name.replace("q4_0", "q6k-as-q4k")).exists()
+
+    # the user's lines are all there, in order; only the new tables were added
+    after = config.read_text()
+    ops = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines()).get_opcodes()
+    assert {op for op, *_ in ops} <= {"equal", "insert"}
+    assert after.count("[models.t-q4_0]") == 1 and after.count('[pairs.tiny-tuned]') == 1
+
+    # again: the same file is reused and the entries are not added twice
+    built = tuned.target.path.stat().st_mtime_ns
+    again = tune("tiny", "--layouts", "q4_0", "--prompts", "0", "--pick", "q4_0")
+    assert again.exit_code == 0, again.stderr
+    assert "already in" in again.stdout
+    assert config.read_text() == after and tuned.target.path.stat().st_mtime_ns == built
+
+
+def test_tune_never_overwrites_a_different_user_entry(env):
+    config = env / "models.toml"
+    config.write_text(config.read_text() + '\n[pairs.tiny-tuned]\nbackend = "llamacpp"\ntarget = "t"\n'
+                                           'drafter = "none"\ncontext = 64\n')
+    before = config.read_text()
+    r = tune("tiny", "--layouts", "q4_0", "--prompts", "0", "--pick", "q4_0")
+    assert r.exit_code == 1 and "Traceback" not in r.stderr
+    assert 'pair "tiny-tuned" already exists and differs' in r.stderr.strip().splitlines()[-1]
+    assert config.read_text() == before
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("text",), "not a GGUF"),
+    (("tiny", "--layouts", "q9_9"), "no layout 'q9_9'"),
+    (("tiny", "--layouts", "q4_0", "--pick", "iq4_nl"), "--pick iq4_nl: not among the layouts measured"),
+    (("nosuchpair",), "nosuchpair"),
+])
+def test_tune_bad_inputs_are_one_line_errors(env, args, needle):
+    r = tune(*args)
+    assert r.exit_code != 0 and "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("tuning ")]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_a_malformed_user_file_is_one_line_and_left_alone(env):
+    config = env / "models.toml"
+    config.write_text("default = [unclosed\n")
+    r = tune("tiny", "--prompts", "0")
+    assert r.exit_code != 0 and "TOML syntax error" in r.stderr and "Traceback" not in r.stderr
+    assert config.read_text() == "default = [unclosed\n"
+
+
+def test_help_lists_every_candidate_layout():
+    r = tune("--help")
+    assert all(c.name in r.stdout for c in layouts.CANDIDATES)
+
+
+def test_fidelity_of_a_model_with_itself_is_perfect_and_of_another_is_not(tiny_gguf, tiny_draft_gguf):
+    a, b, draft = LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_draft_gguf, 512)
+    try:
+        tokens = a.tokenize(calibration_text(), special=False)[:300]
+        same = measure_fidelity(a, b, tokens)
+        assert same.agreement == 1.0 and same.mean_kl == pytest.approx(0.0, abs=1e-6) and same.positions == 300
+        assert len(a.cached) == 300  # left holding the text
+        other = measure_fidelity(a, draft, tokens)
+        assert 0.0 < other.agreement < 1.0 and other.mean_kl > 0.01 and other.p99_kl >= other.mean_kl
+    finally:
+        for m in (a, b, draft):
+            m.close()
+
+
+def test_recommendation_is_the_fastest_layout_above_the_gate_and_only_if_clearly_faster():
+    def row(name, agreement, gain):
+        return Measured(name, "", Path(name), 1, 1.0, "", {1: 25.0}, Fidelity(agreement, 0.0, 0.0, 100),
+                        gain, gain)
+
+    rows = [row(ORIGINAL, 1.0, 1.09), row("fast", 0.93, 1.40), row("faithful", 0.96, 1.25), row("same", 0.99, 1.10)]
+    assert recommend(rows, 0.95).layout == "faithful"
+    assert recommend(rows, 0.92).layout == "fast"
+    assert recommend(rows, 0.97) is None  # "same" is within 3% of the original
+
+
+def test_no_room_for_a_candidate_is_one_line(tmp_path):
+    with pytest.raises(TuneError, match="not enough space"):
+        check_space(tmp_path, 1 << 60)
+
+
+def test_a_loaded_model_reports_its_layout(tiny_gguf):
+    backend = LlamaCppBackend(tiny_gguf, 64)
+    try:
+        assert layouts.describe_loaded(tiny_gguf, backend.repacked) == \
+            "all_f32 (f32x16), 0 of 16 weight tensors repacked"
+    finally:
+        backend.close()
