@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
-import psutil
 
 from edgespec import interrupts
-from edgespec.backends.base import BackendError, ContextOverflow, Vocabulary
+from edgespec.backends.base import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.backends.chat_template import render_chat
+from edgespec.machine import physical_cores
 
 _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
@@ -30,15 +29,24 @@ _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in ch
 _ABORTABLE_BATCH = 32
 _LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR in ggml.h (DEBUG 1, INFO 2, WARN 3, CONT 5)
 _error_lines: list[str] = []  # what llama.cpp logged as errors since the current operation began
+# llama.cpp's load reports, at debug level, the device of each of the model's n_layer + 1 layer slots
+# (the last is the output layer): "load_tensors: layer  12 assigned to device CUDA0, is_swa = 0".
+_LAYER_DEVICE = re.compile(r"layer\s+\d+ assigned to device (\S+?),")
+_layer_devices: list[str] = []  # the devices reported since the current load began
+_CPU_DEVICE = "CPU"  # the name ggml gives its CPU device
+_GPU_TYPES = (1, 2)  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2 (an integrated GPU), ACCEL 3
 
 
 @interrupts.c_callback(stopped=None)
 def _on_log(level: int, text: bytes, user_data) -> None:
     """llama.cpp logs every load to stderr; edgespec's stderr is for its own stats and errors, so
-    its log is swallowed and only error lines are kept, to explain a failure. Warnings are not
-    errors: a model that loads fine may warn about its vocabulary."""
+    its log is swallowed. Kept: error lines, to explain a failure (warnings are not errors: a model
+    that loads fine may warn about its vocabulary), and where each layer went, which is how
+    llama.cpp tells where the model runs."""
     if level == _LOG_ERROR:
         _error_lines.append(text.decode("utf-8", "replace").strip())
+    elif match := _LAYER_DEVICE.search(text.decode("utf-8", "replace")):
+        _layer_devices.append(match.group(1))
 
 
 @interrupts.c_callback(stopped=False)
@@ -75,13 +83,65 @@ def _failure(message: str) -> str:
 
 def default_threads() -> int:
     """Physical cores: llama.cpp decoding is compute-bound, hyper-threads only contend."""
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return physical_cores()
+
+
+def gpu_offload() -> bool:
+    """True when this llama.cpp build can put layers on a GPU and sees one (a CUDA build on a
+    machine with a CUDA GPU): `llama_supports_gpu_offload`, llama.cpp's own answer."""
+    import llama_cpp as lc
+
+    return bool(lc.llama_supports_gpu_offload())
+
+
+def gpu_layers(requested: int | None) -> int:
+    """n_gpu_layers for a load: what the pair asks for, else every layer (-1) where llama.cpp can
+    offload and none (0) where it cannot."""
+    if requested is not None:
+        return requested
+    return -1 if gpu_offload() else 0
+
+
+def gpu_memory() -> int:
+    """Total bytes of the GPUs llama.cpp sees (0 for none), as ggml's device list reports them.
+
+    llama-cpp-python binds only llama.h, so ggml's device calls are declared here on its ggml
+    library (`llama_cpp._ggml`, present in the pinned 0.3.36)."""
+    from llama_cpp._ggml import libggml as ggml
+
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.argtypes, ggml.ggml_backend_dev_get.restype = [ctypes.c_size_t], ctypes.c_void_p
+    ggml.ggml_backend_dev_type.argtypes, ggml.ggml_backend_dev_type.restype = [ctypes.c_void_p], ctypes.c_int
+    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                             ctypes.POINTER(ctypes.c_size_t)]
+    total = 0
+    for i in range(ggml.ggml_backend_dev_count()):
+        device = ggml.ggml_backend_dev_get(i)
+        if ggml.ggml_backend_dev_type(device) in _GPU_TYPES:
+            free, size = ctypes.c_size_t(), ctypes.c_size_t()
+            ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(size))
+            total += size.value
+    return total
+
+
+def placement_of(layer_devices: Sequence[str], threads: int) -> Placement:
+    """Where a model runs, from the device llama.cpp reported for each layer slot at load."""
+    on_gpu = [d for d in layer_devices if d != _CPU_DEVICE]
+    if not layer_devices:
+        return Placement("unknown", "llama.cpp did not report its layers' devices", threads)
+    if not on_gpu:
+        return Placement("cpu", f"{threads} thread{'s' if threads > 1 else ''}", threads)
+    layers = f"{len(on_gpu)}/{len(layer_devices)} layers on {','.join(dict.fromkeys(on_gpu))}"
+    if len(on_gpu) == len(layer_devices):
+        return Placement("gpu", layers, 0)
+    return Placement("gpu+cpu", f"{layers}, the rest on {threads} CPU threads", threads)
 
 
 class LlamaCppBackend:
     """One GGUF model with its own context and KV cache (sequence 0)."""
 
-    def __init__(self, path: Path, n_ctx: int, *, n_gpu_layers: int = 0, threads: int | None = None):
+    def __init__(self, path: Path, n_ctx: int, *, n_gpu_layers: int | None = None, threads: int | None = None):
+        """`n_gpu_layers`: layers to offload (-1 all); None offloads all where llama.cpp can (`gpu_layers`)."""
         import llama_cpp as lc
 
         self._lc = lc
@@ -93,18 +153,21 @@ class LlamaCppBackend:
             self.close()
             raise
 
-    def _load(self, n_ctx: int, n_gpu_layers: int, threads: int | None) -> None:
+    def _load(self, n_ctx: int, n_gpu_layers: int | None, threads: int | None) -> None:
         lc, path = self._lc, self.path
         calls = _callbacks(lc)
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
+        mparams.n_gpu_layers = gpu_layers(n_gpu_layers)
         mparams.progress_callback = calls.progress
         _error_lines.clear()
+        _layer_devices.clear()
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         interrupts.raise_pending()
         if not self._model:
             raise BackendError(_failure(f"llama.cpp could not load {path}"))
+        n_threads = threads or default_threads()
+        self.placement = placement_of(_layer_devices, n_threads)
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         n_train = lc.llama_model_n_ctx_train(self._model)
@@ -115,7 +178,6 @@ class LlamaCppBackend:
         cparams.n_batch = _BATCH
         cparams.n_ubatch = _BATCH
         cparams.n_seq_max = 1
-        n_threads = threads or default_threads()
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         _error_lines.clear()
