@@ -356,16 +356,16 @@ def test_update_pacer_keeps_the_ui_within_its_cpu_budget():
     cpu = [0.0]
     pacer = UpdatePacer(Budget(cpu_share=0.03, min_hz=2, max_hz=30), cpu_clock=lambda: cpu[0], smoothing=1.0)
     assert pacer.restart() == 0.25  # nothing measured yet
-    cpu[0] += 0.006  # 6 ms of UI work per update: 0.2 s apart keeps it at 3% of a core
-    assert pacer.next_interval() == pytest.approx(0.2)
+    cpu[0] += 0.006  # 6 ms of UI work per update: one every 0.2 s keeps it at 3% of a core
+    assert pacer.next_interval() == pytest.approx(0.2 - 0.006)  # the wait is the period less the update
     cpu[0] += 0.0003  # cheap updates: capped at 30 a second
-    assert pacer.next_interval() == pytest.approx(1 / 30)
+    assert pacer.next_interval() == pytest.approx(1 / 30 - 0.0003)
     cpu[0] += 0.1  # expensive ones: never fewer than 2 a second
-    assert pacer.next_interval() == pytest.approx(0.5)
+    assert pacer.next_interval() == pytest.approx(0.5 - 0.1)
     cpu[0] += 5.0  # idle time between replies is not a cost of the next one
     pacer.restart()
     cpu[0] += 0.006
-    assert pacer.next_interval() == pytest.approx(0.2)
+    assert pacer.next_interval() == pytest.approx(0.2 - 0.006)
 
 
 def test_the_update_budget_follows_whether_decoding_leaves_a_core_free():
@@ -375,16 +375,17 @@ def test_the_update_budget_follows_whether_decoding_leaves_a_core_free():
     assert update_budget(decoding_threads=1, cores=1) is SHARED_CPU  # a GPU pair on one core: the loop shares it
 
     def rate(budget: Budget, cost: float) -> float:
-        """Updates a second when each update costs the UI `cost` seconds of CPU."""
+        """Updates a second when each update costs the UI `cost` seconds of CPU (its wait, then itself)."""
         cpu = [0.0]
         pacer = UpdatePacer(budget, cpu_clock=lambda: cpu[0], smoothing=1.0)
         pacer.restart()
         cpu[0] += cost
-        return 1 / pacer.next_interval()
+        return 1 / (pacer.next_interval() + cost)
 
-    for cost, shared_hz, spare_hz in ((0.006, 5, 30), (0.012, 2.5, 20.8), (0.1, 2, 15)):
+    for cost, shared_hz, spare_hz in ((0.006, 5, 30), (0.012, 2.5, 20.8), (0.05, 2, 15)):
         assert (rate(SHARED_CPU, cost), rate(SPARE_CORE, cost)) == pytest.approx((shared_hz, spare_hz), abs=0.1)
-    assert SPARE_CORE.min_hz >= 15  # however dear an update, a free core streams at 15 a second
+    assert SPARE_CORE.min_hz >= 15  # an update dearer than the budget still comes 15 times a second
+    assert rate(SPARE_CORE, 0.1) == pytest.approx(1 / (0.1 + UpdatePacer.SHORTEST_WAIT))  # dearer than 1/15 s
 
 
 @pytest.mark.parametrize("threads, cores, budget", [(2, 2, SHARED_CPU), (1, 2, SPARE_CORE), (1, 1, SHARED_CPU)])

@@ -6,7 +6,7 @@ up the others: the loss in tokens/s is about the UI's CPU time, not half of it. 
 2 cores (default pair): a fixed 4 updates a second used 6.5% of a core and cost 9-16% of the decode
 rate. So the app does not fix a rate: after each update it reads the CPU time its own thread used
 since the previous one (repaint included) and waits long enough for that to stay within its budget
-of one core, between a least and a most updates a second. A fast machine, or a small terminal, gets
+of one core, between a least and a most updates a second (the wait is the period less the update). A fast machine, or a small terminal, gets
 more updates; a slow one keeps its tokens/s.
 
 The budget follows whether decoding competes with the UI for the CPU (`update_budget`): when the
@@ -48,6 +48,7 @@ class UpdatePacer:
     `next_interval()` is called once per update, from the UI thread (its CPU clock is per thread)."""
 
     FIRST_INTERVAL = 0.25  # seconds, until one update has been measured
+    SHORTEST_WAIT = 0.005  # seconds between two updates however late the last one ended (a timer needs a delay)
 
     def __init__(self, budget: Budget = SHARED_CPU, *, cpu_clock: Callable[[], float] = time.thread_time,
                  smoothing: float = 0.5):
@@ -73,6 +74,9 @@ class UpdatePacer:
 
     @property
     def interval(self) -> float:
+        """Seconds to wait from the end of this update to the start of the next: the period that keeps
+        the updates within the budget, bounded by the rates, less the update itself."""
         if self._cost is None:
             return min(self.FIRST_INTERVAL, 1.0 / self.budget.min_hz)
-        return min(1.0 / self.budget.min_hz, max(1.0 / self.budget.max_hz, self._cost / self.budget.cpu_share))
+        period = min(1.0 / self.budget.min_hz, max(1.0 / self.budget.max_hz, self._cost / self.budget.cpu_share))
+        return max(self.SHORTEST_WAIT, period - self._cost)
