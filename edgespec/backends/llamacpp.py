@@ -137,6 +137,25 @@ def placement_of(layer_devices: Sequence[str], threads: int) -> Placement:
     return Placement("gpu+cpu", f"{layers}, the rest on {threads} CPU threads", threads)
 
 
+def quantize(source: Path, dest: Path, ftype: str, threads: int | None = None) -> Path:
+    """Write `source` (an f32/f16 GGUF) quantized to llama.cpp's file type `ftype` ("Q4_K_M", "Q8_0",
+    ...; tensors whose rows do not fit its blocks get llama.cpp's fallback type) to `dest`."""
+    import llama_cpp as lc
+
+    _callbacks(lc)  # llama.cpp logs every tensor it quantizes; edgespec's stderr stays quiet
+    try:
+        file_type = getattr(lc, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    except AttributeError:
+        raise BackendError(f"llama.cpp has no file type {ftype!r} (e.g. Q4_K_M, Q4_0, Q8_0)") from None
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = file_type
+    params.nthread = threads or default_threads()
+    _error_lines.clear()
+    if lc.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params)) != 0:
+        raise BackendError(_failure(f"llama.cpp could not quantize {source} to {ftype}"))
+    return dest
+
+
 class LlamaCppBackend:
     """One GGUF model with its own context and KV cache (sequence 0)."""
 
