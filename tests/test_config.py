@@ -54,7 +54,8 @@ def test_builtin_registry_holds_the_ngram_hf_and_hub_pairs():
     seven = registry.pair("qwen2.5-coder-7b")
     assert seven.n_gpu_layers is None  # unset: every layer where llama.cpp can offload, none where it cannot
     assert seven.target.source == HubSource("Qwen/Qwen2.5-Coder-7B-Instruct-GGUF", "qwen2.5-coder-7b-instruct-q4_k_m.gguf")
-    assert seven.target.sha256 is None and seven.target.weights_gb == 4.68  # no public sha256: the first pull records it
+    assert seven.target.sha256 is None  # no public page states it: the first pull records it
+    assert seven.target.weights_gb == 4.68
     fourteen = registry.pair("qwen2.5-coder-14b")
     assert fourteen.target.source == HubSource("bartowski/Qwen2.5-Coder-14B-Instruct-GGUF",
                                                "Qwen2.5-Coder-14B-Instruct-Q4_K_M.gguf",

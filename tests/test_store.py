@@ -264,7 +264,8 @@ def test_a_first_pull_without_a_sha256_records_the_one_it_saw_and_warns_once(hub
     path = store.pull(model, warn=warnings.append)
     assert path.read_bytes() == DATA
     assert len(warnings) == 1 and "\n" not in warnings[0]
-    assert warnings[0].startswith(f'model "tiny-hub": no public source states its sha256; recorded {SHA} from this first pull')
+    assert warnings[0].startswith(f'model "tiny-hub": no public source states its sha256; recorded {SHA} from this '
+                                  "first pull")
     assert store.expected_sha256(model) == SHA
     store.pull(model, warn=warnings.append)
     assert Store(store.models_dir.parent).verify(model) and len(warnings) == 1  # said once, remembered
@@ -320,7 +321,8 @@ def test_every_builtin_hub_source_resolves_in_a_fake_hub(hub_cache, store):
             if source.revision is not None:  # main has moved on: only the pinned revision holds the file
                 (hub_cache / f"models--{source.repo.replace('/', '--')}" / "refs" / "main").write_text("b" * 40)
         else:
-            fill_repo(hub_cache, source.repo, {"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}"})
+            fill_repo(hub_cache, source.repo,
+                      {"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}"})
     for name, model in hub.items():
         warnings: list[str] = []
         if model.sha256 is not None:

@@ -398,7 +398,8 @@ def test_the_header_says_where_each_model_runs(tmp_path):
     from edgespec.tui.app import describe_pair
 
     engine = FakeEngine()
-    assert describe_pair(engine) == "llamacpp · cpu · qwen2.5-coder-1.5b-instruct-q4_k_m ← qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert describe_pair(engine) == ("llamacpp · cpu · qwen2.5-coder-1.5b-instruct-q4_k_m ← "
+                                     "qwen2.5-coder-0.5b-instruct-q4_k_m")
     engine.placements = lambda: {"target": Placement("gpu", "29/29 layers on CUDA0", 0),
                                  "draft": Placement("gpu", "25/25 layers on CUDA0", 0)}
     assert describe_pair(engine).startswith("llamacpp · gpu · ")

@@ -103,17 +103,8 @@ def gpu_layers(requested: int | None) -> int:
 
 
 def gpu_memory() -> int:
-    """Total bytes of the GPUs llama.cpp sees (0 for none), as ggml's device list reports them.
-
-    llama-cpp-python binds only llama.h, so ggml's device calls are declared here on its ggml
-    library (`llama_cpp._ggml`, present in the pinned 0.3.36)."""
-    from llama_cpp._ggml import libggml as ggml
-
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.argtypes, ggml.ggml_backend_dev_get.restype = [ctypes.c_size_t], ctypes.c_void_p
-    ggml.ggml_backend_dev_type.argtypes, ggml.ggml_backend_dev_type.restype = [ctypes.c_void_p], ctypes.c_int
-    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                             ctypes.POINTER(ctypes.c_size_t)]
+    """Total bytes of the GPUs llama.cpp sees (0 for none), as ggml's device list reports them."""
+    ggml = _ggml_devices()
     total = 0
     for i in range(ggml.ggml_backend_dev_count()):
         device = ggml.ggml_backend_dev_get(i)
@@ -122,6 +113,20 @@ def gpu_memory() -> int:
             ggml.ggml_backend_dev_memory(device, ctypes.byref(free), ctypes.byref(size))
             total += size.value
     return total
+
+
+@functools.cache
+def _ggml_devices():
+    """ggml's library with its device-list calls declared: llama-cpp-python binds only llama.h, and
+    loads ggml as `llama_cpp._ggml.libggml` (in the pinned 0.3.36)."""
+    from llama_cpp._ggml import libggml as ggml
+
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.argtypes, ggml.ggml_backend_dev_get.restype = [ctypes.c_size_t], ctypes.c_void_p
+    ggml.ggml_backend_dev_type.argtypes, ggml.ggml_backend_dev_type.restype = [ctypes.c_void_p], ctypes.c_int
+    ggml.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                             ctypes.POINTER(ctypes.c_size_t)]
+    return ggml
 
 
 def placement_of(layer_devices: Sequence[str], threads: int) -> Placement:

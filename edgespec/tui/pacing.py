@@ -6,8 +6,8 @@ up the others: the loss in tokens/s is about the UI's CPU time, not half of it. 
 2 cores (default pair): a fixed 4 updates a second used 6.5% of a core and cost 9-16% of the decode
 rate. So the app does not fix a rate: after each update it reads the CPU time its own thread used
 since the previous one (repaint included) and waits long enough for that to stay within its budget
-of one core, between a least and a most updates a second (the wait is the period less the update). A fast machine, or a small terminal, gets
-more updates; a slow one keeps its tokens/s.
+of one core, between a least and a most updates a second (the wait is the period less the update).
+A fast machine, or a small terminal, gets more updates; a slow one keeps its tokens/s.
 
 The budget follows whether decoding competes with the UI for the CPU (`update_budget`): when the
 engine leaves a core free (its models on a GPU, or llama.cpp running on fewer threads than there
