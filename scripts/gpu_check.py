@@ -1,85 +1,72 @@
 #!/usr/bin/env python3
-"""GPU check for the transformers backend: real model shapes, random weights, known acceptance.
+"""GPU check: what a user would see on a CUDA GPU, measured with random weights of real shapes.
 
-For a CUDA machine that reaches no network and receives no weights: it builds random-weight models
-of real shapes on the GPU (Llama-3.1-8B as target, Llama-3.2-1B as draft; bf16, and bitsandbytes
-nf4 4-bit), runs them through `edgespec.backends.hf.HFBackend` and the real decode loop
-(`edgespec.decoding.decoder`), and prints one table:
+For a CUDA machine that reaches no network and receives no weights. It builds random-weight Llama
+models of real shapes on the GPU (Llama-3.1-8B target, Llama-3.2-1B draft) whose greedy tokens
+follow known rules, so each token the draft proposes is accepted with a chosen probability a
+(edgespec/testing/rule_models.py), and measures, per backend: transformers in bf16, transformers
+with the target in 4-bit (bitsandbytes nf4, as the registry's 4-bit pairs), and llama.cpp with both
+models in Q4_K_M on a CUDA build of llama-cpp-python:
 
-  verify   target pass cost against n tokens verified (the cost model's t_verify(n))
-  draft    one draft-model step (t_draft)
-  host     wall time per target pass spent outside model passes (sampling, verification,
-           cache bookkeeping, the controller, events)
-  decode   tokens/s for ar (plain), fixed K and auto, each with the cost model's prediction
-           E(K) / (K t_draft + t_verify(K+1) + host) at the nominal acceptance, and the measured one
+  verify     ms per target pass of n tokens, every n from 1 to 16 (the cost model's t_verify(n))
+  draft      ms per draft-model token
+  ar         plain decoding, tokens/s; the host time per pass; whether it follows the target's rule
+  decode     at a = 0.5 / 0.7 / 0.9: fixed K, and the cost-aware controller (auto): the K it chose,
+             its predicted speedup over ar (the cost model at the nominal a: E(K) / (K t_draft +
+             t_verify(K+1) + host), over the same model's ar) and the measured one; and, on
+             transformers, its own assisted generation (hf-assisted) with the same two models
 
-Known acceptance: the target is built so that its greedy next token is a fixed permutation of the
-previous token (unit-scale embeddings dominate the residual stream, and the output matrix is the
-permuted embedding matrix, so the margin is large enough that bf16 and nf4 keep the argmax). A
-synthetic drafter runs the real draft model for its cost but proposes that token with probability
-a (0.5, 0.7, 0.9) and a wrong one otherwise, so per-token acceptance is a by construction. The
-script checks that plain decoding really follows the permutation and prints the agreement.
+    python scripts/gpu_check.py                          # CUDA, real shapes: about 5 minutes
+    python scripts/gpu_check.py --build-llama-cuda 90    # first build llama-cpp-python for sm_90, timed
+    python scripts/gpu_check.py --tiny                   # tiny shapes on the CPU in a minute
+    make gpu-check CUDA_ARCH=90 [LLAMA_SOURCE=llama_cpp_python-0.3.36.tar.gz]
 
-    python scripts/gpu_check.py            # CUDA, real shapes, about 3-5 minutes, budget 8
-    python scripts/gpu_check.py --tiny     # tiny shapes on the CPU: a smoke test of the script
-    python scripts/gpu_check.py --json out.json
-
-Everything runs in one process; the budget (--budget-s) stops the decode comparisons early (the
-table says what was skipped) so the whole check ends in time.
+The llama.cpp part runs where llama-cpp-python offloads to a GPU; elsewhere the report says why it
+was left out. `--build-llama-cuda ARCH` builds the pinned llama-cpp-python with CUDA for that one
+architecture into build/llama-cuda-ARCH and uses it. It needs nvcc, and the package index; with none,
+point `--llama-source` at a downloaded sdist and set PIP_NO_INDEX=1 PIP_FIND_LINKS=<a folder with
+scikit-build-core's wheels>, pip's own settings, which the build passes on. `--budget-s` stops
+starting decode runs after that many seconds (the report says what was skipped) so that the whole
+check ends in time; `--tiny` runs every part on tiny shapes with one thread, which is how the tests
+run this script.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from edgespec.backends.base import sync_cache  # noqa: E402
+from edgespec.backends import llamacpp  # noqa: E402  (llama_cpp itself is imported on first use)
 from edgespec.backends.hf import HFBackend  # noqa: E402
 from edgespec.backends.hf_loading import cpu_has_bf16  # noqa: E402
+from edgespec.bench_hf_assisted import assisted_generate  # noqa: E402
 from edgespec.decoding.controller import AutoK  # noqa: E402
 from edgespec.decoding.costs import CostModel, best_k  # noqa: E402
 from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402
-from edgespec.decoding.drafters import Draft, ModelDrafter  # noqa: E402
+from edgespec.decoding.drafters import ModelDrafter  # noqa: E402
 from edgespec.decoding.events import Summary, Token  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.decoding.simple_policies import FixedK  # noqa: E402
+from edgespec.testing.rule_models import SHAPES, agreeing_permutation, build_model, export_gguf, set_rule  # noqa: E402
 from edgespec.testing.tiny_hf import bytelevel_tokenizer  # noqa: E402
 
-# -- shapes -------------------------------------------------------------------------------------------
-
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
-
-SHAPES = {
-    # from the published config.json files of meta-llama/Llama-3.1-8B-Instruct and Llama-3.2-1B-Instruct
-    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=128, vocab_size=128256, tie_word_embeddings=False,
-                         max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE),
-    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True,
-                         max_position_embeddings=131072,
-                         rope_parameters={**LLAMA3_ROPE, "factor": 32.0}),
-    # --tiny: the same code path on a CPU in seconds
-    "tiny-target": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=64, vocab_size=4096, tie_word_embeddings=False,
-                        max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
-    "tiny-draft": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, head_dim=32, vocab_size=4096, tie_word_embeddings=True,
-                       max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
-}
+LLAMA_CPP = next(line.split('"')[1] for line in (ROOT / "pyproject.toml").read_text().splitlines()
+                 if '"llama-cpp-python==' in line)
 
 
 @dataclass
@@ -89,98 +76,45 @@ class CheckPlan:
     target: str
     draft: str
     device: str
-    dtype: str  # the unquantized dtype (and 4-bit compute dtype)
-    prompt: int  # prompt tokens before each measurement / decode
+    dtype: str  # the transformers models' dtype (and the 4-bit target's compute dtype)
+    prompt: int  # prompt tokens before each measurement and decode
     tokens: int  # tokens generated per decode run
-    verify_ns: tuple[int, ...]
     reps: int
     accept: tuple[float, ...]
     fixed_k: tuple[int, ...]
-    quants: tuple[str, ...]
+    quants: tuple[str, ...]  # transformers target precisions: "none" (dtype) and/or "4bit" (nf4)
+    llama_quant: str | None  # llama.cpp file type of both models; None leaves llama.cpp out
+    llama_threads: int | None = None  # None: llama.cpp's default (physical cores)
+    verify_ns: tuple[int, ...] = tuple(range(1, 17))
     n_ctx: int = 2048
 
 
 def make_plan(args) -> CheckPlan:
     accept = tuple(float(a) for a in args.accept.split(","))
-    fixed = tuple(int(k) for k in args.k.split(","))
+    llama_quant = None if args.llama_quant == "none" else args.llama_quant
     if args.tiny:
         # One thread: on a small shared CPU, OpenMP workers that spin while another process holds
         # the other core turn a 10 ms pass into 250 ms at random; one thread keeps timings stable.
         torch.set_num_threads(1)
-        dtype = "bf16" if cpu_has_bf16() else "fp32"
-        return CheckPlan("tiny-target", "tiny-draft", "cpu", dtype, prompt=64, tokens=args.tokens or 48,
-                         verify_ns=(1, 2, 4, 8, 16), reps=3, accept=accept, fixed_k=fixed, quants=("none", "4bit"))
+        quants = ("none", "4bit") if bnb_runs_on("cpu") else ("none",)
+        return CheckPlan("tiny-target", "tiny-draft", "cpu", "bf16" if cpu_has_bf16() else "fp32", prompt=32,
+                         tokens=args.tokens or 24, reps=1, accept=accept, fixed_k=(2,), quants=quants,
+                         llama_quant=llama_quant, llama_threads=1)
     if not torch.cuda.is_available():
-        sys.exit("gpu_check: real shapes need a CUDA GPU (torch sees none); use --tiny for the CPU smoke test")
-    return CheckPlan("llama-3.1-8b", "llama-3.2-1b", "cuda", "bf16", prompt=256, tokens=args.tokens or 128,
-                     verify_ns=(1, 2, 3, 4, 5, 6, 8, 10, 12, 16), reps=7, accept=accept, fixed_k=fixed,
-                     quants=("none", "4bit"))
+        sys.exit("gpu_check: real shapes need a CUDA GPU (torch sees none); --tiny runs it on tiny shapes")
+    return CheckPlan("llama-3.1-8b", "llama-3.2-1b", "cuda", "bf16", prompt=256, tokens=args.tokens or 128, reps=5,
+                     accept=accept, fixed_k=(2, 4, 6), quants=("none", "4bit"), llama_quant=llama_quant)
 
 
-# -- random models with a known greedy rule -------------------------------------------------------------
+def bnb_runs_on(device: str) -> bool:
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        return False
+    return device == "cuda" or device in getattr(bnb, "supported_torch_devices", ())
 
 
-def build_model(shape: str, device: str, dtype: str, seed: int, permutation=None):
-    """A LlamaForCausalLM of `shape` with random weights on `device`.
-
-    With `permutation` (a LongTensor over the vocabulary) the model's greedy next token after x is
-    permutation[x]: embeddings have unit scale, every residual branch's output projection is
-    scaled down 100x so the residual stream stays close to the input embedding, and output row y is
-    the embedding of permutation^-1(y), scaled so the right logit is about 30 and the others about
-    +-2. The compute is the real model's: only the weights' values are chosen.
-    """
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    config = LlamaConfig(**SHAPES[shape], rms_norm_eps=1e-5, bos_token_id=None, eos_token_id=None,
-                         attention_bias=False, mlp_bias=False)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = LlamaForCausalLM._from_config(config, dtype=torch_dtype)
-    model.eval()
-    with torch.no_grad():
-        embed = model.get_input_embeddings().weight
-        embed.normal_(0.0, 1.0)
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.mul_(0.01)
-            layer.mlp.down_proj.weight.mul_(0.01)
-        if permutation is not None:
-            assert not config.tie_word_embeddings, "a permuted output needs its own matrix"
-            inverse = torch.empty_like(permutation)
-            inverse[permutation] = torch.arange(len(permutation), device=permutation.device)
-            scale = 30.0 / config.hidden_size
-            model.lm_head.weight.copy_(embed[inverse] * scale)
-    return model
-
-
-def quantize_4bit(model, compute_dtype) -> None:
-    """Replace every linear layer but the output head by a bitsandbytes nf4 Linear4bit, in place
-    (what `from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...))` builds,
-    without writing 16 GB of random weights to disk first)."""
-    import bitsandbytes as bnb  # only the 4-bit rows need it
-
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if not isinstance(child, torch.nn.Linear) or child is model.get_output_embeddings():
-                continue
-            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                  compute_dtype=compute_dtype, compress_statistics=True, quant_type="nf4",
-                                  device="meta")
-            weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
-                                       quant_type="nf4", module=q)
-            q.weight = weight.to(child.weight.device)  # quantizes on that device
-            if child.bias is not None:
-                q.bias = child.bias
-            setattr(parent, name, q)
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def make_backend(model, n_ctx: int, label: str) -> HFBackend:
-    backend = HFBackend(model, bytelevel_tokenizer(), n_ctx=n_ctx, label=label)
-    backend.eos_ids = frozenset()  # synthetic text: never stop early
-    return backend
-
-
-# -- measurements -------------------------------------------------------------------------------------
+# -- measurements ---------------------------------------------------------------------------------------
 
 
 def median_ms(fn: Callable[[], None], reps: int, warmup: int = 2) -> float:
@@ -211,16 +145,11 @@ def measure_verify(backend, prompt: list[int], ns, reps: int) -> dict[int, float
     return out
 
 
-def measure_draft(backend, prompt: list[int], reps: int) -> float:
-    """Milliseconds per draft-model step (one token in, one row of logits out)."""
-    return measure_verify(backend, prompt, (1,), reps)[1]
-
-
 class TimedEval:
     """Wraps a backend's eval to add up the seconds spent in model passes."""
 
     def __init__(self, backend):
-        self.backend, self.seconds, self.calls = backend, 0.0, 0
+        self.backend, self.seconds = backend, 0.0
         self._eval = backend.eval
         backend.eval = self
 
@@ -230,60 +159,23 @@ class TimedEval:
             return self._eval(tokens, n_logits)
         finally:
             self.seconds += time.perf_counter() - t0
-            self.calls += 1
-
-    def reset(self):
-        self.seconds, self.calls = 0.0, 0
 
     def detach(self):
         del self.backend.eval
 
 
-class SyntheticDrafter(ModelDrafter):
-    """A ModelDrafter that pays for the real draft model but proposes the target's own next token
-    with probability `a` (a wrong one otherwise): per-token acceptance a by construction."""
-
-    def __init__(self, backend, oracle: Callable[[int], int], a: float, seed: int = 0):
-        super().__init__(backend)
-        self.oracle, self.a = oracle, a
-        self.coin = np.random.default_rng(seed)
-
-    def propose(self, context, k, params, rng, stop=None) -> Draft:
-        out = Draft()
-        if k <= 0:
-            return out
-        sync_cache(self.backend, context, 1)  # the draft model's real cost
-        prev = context[-1]
-        while True:
-            right = self.oracle(prev)
-            if self.coin.random() < self.a:
-                token = right
-            else:
-                token = (right + 1 + int(self.coin.integers(self.backend.n_vocab - 1))) % self.backend.n_vocab
-            if out.ids and stop is not None and stop(len(out.ids), self.a):
-                break
-            out.ids.append(token)
-            out.dists.append(None)
-            out.confidence.append(self.a)
-            if len(out.ids) == k:
-                break
-            self.backend.eval([token], 1)
-            prev = token
-        return out
-
-
 @dataclass
 class DecodeResult:
     mode: str
-    a: float | None
     tokens: int
     seconds: float
     passes: int
     drafted: int
     accepted: int
-    host_ms: float  # per target pass
+    rejecting_passes: int  # passes that ended at a rejected draft token
+    host_ms: float  # wall time per target pass outside model passes
     k_hist: dict = field(default_factory=dict)
-    follows_rule: float = 1.0  # fraction of plain-decoded tokens equal to the permutation's
+    follows_rule: float = 1.0  # fraction of emitted tokens equal to the target's rule
 
     @property
     def tok_s(self) -> float:
@@ -291,52 +183,47 @@ class DecodeResult:
 
     @property
     def acceptance(self) -> float:
-        """Per-token acceptance: accepted / (accepted + rounds that ended in a rejection)."""
-        rejections = self.passes_with_drafts_rejected
-        return self.accepted / (self.accepted + rejections) if self.accepted + rejections else float("nan")
+        """Per-token acceptance: accepted / (accepted + passes that ended in a rejection)."""
+        tried = self.accepted + self.rejecting_passes
+        return self.accepted / tried if tried else float("nan")
 
-    passes_with_drafts_rejected: int = 0
+    @property
+    def k_used(self) -> int:
+        """The K the policy chose most often."""
+        return max(self.k_hist, key=self.k_hist.get) if self.k_hist else 0
 
 
-def run_decode(target, draft, prompt, n_tokens, mode: str, a: float | None, oracle, costs) -> DecodeResult:
-    """One generation through edgespec's decoder. mode: "ar", "k=<K>" or "auto"."""
+def run_decode(target, draft, prompt, n_tokens, mode: str, oracle, costs) -> DecodeResult:
+    """One greedy generation through edgespec's decoder. mode: "ar", "k=<K>" or "auto"."""
     if mode == "ar":
-        policy, model = FixedK(0, "model"), None
-    elif mode == "auto":
-        policy, model = AutoK("model", costs), SyntheticDrafter(draft, oracle, a, seed=1)
+        policy, drafters = FixedK(0, "model"), []
     else:
-        policy, model = FixedK(int(mode.split("=")[1]), "model"), SyntheticDrafter(draft, oracle, a, seed=1)
+        policy = AutoK("model", costs) if mode == "auto" else FixedK(int(mode.split("=")[1]), "model")
+        drafters = [ModelDrafter(draft)]
+        draft.truncate(0)
     target.truncate(0)
-    draft.truncate(0)
-    t_eval, d_eval = TimedEval(target), TimedEval(draft)
+    timed = [TimedEval(b) for b in (target, draft) if b is not None]
     try:
-        decoder = SpeculativeDecoder(target, policy, [model] if model is not None else [])
-        events = decoder.generate(prompt, n_tokens, SamplingParams())
         ids, summary = [], None
-        t_eval.reset()
-        d_eval.reset()
-        for event in events:
+        for event in SpeculativeDecoder(target, policy, drafters).generate(prompt, n_tokens, SamplingParams()):
             if isinstance(event, Token):
                 ids.append(event.id)
             elif isinstance(event, Summary):
                 summary = event
-        model_s = t_eval.seconds + d_eval.seconds
+        model_s = sum(t.seconds for t in timed)
     finally:
-        t_eval.detach()
-        d_eval.detach()
-    assert summary is not None
-    # host time: decode wall time outside model passes, per target pass. The target's prompt pass is
-    # not decode time (summary.prefill_s is its wall time); the draft model's first catch-up on the
-    # prompt is, in edgespec's loop as in the user's, and counts as model time.
+        for t in timed:
+            t.detach()
+    # host time: decode wall time outside model passes. The target's prompt pass is not decode time
+    # (summary.prefill_s); the draft model's first catch-up on the prompt is, as in the user's loop.
     host_s = max(summary.decode_s - (model_s - summary.prefill_s), 0.0)
     seq = list(prompt[-1:]) + ids
     follows = sum(oracle(p) == n for p, n in zip(seq, seq[1:])) / max(len(ids), 1)
-    return DecodeResult(
-        mode=mode, a=a, tokens=summary.tokens, seconds=summary.decode_s, passes=summary.target_passes,
-        drafted=summary.drafted, accepted=summary.accepted,
-        host_ms=1000 * host_s / max(summary.target_passes, 1), k_hist=dict(summary.k_histogram),
-        follows_rule=follows, passes_with_drafts_rejected=sum(1 for a in summary.acceptance_series if a < 1),
-    )
+    return DecodeResult(mode=mode, tokens=summary.tokens, seconds=summary.decode_s, passes=summary.target_passes,
+                        drafted=summary.drafted, accepted=summary.accepted,
+                        rejecting_passes=sum(1 for a in summary.acceptance_series if a < 1),
+                        host_ms=1000 * host_s / max(summary.target_passes, 1), k_hist=dict(summary.k_histogram),
+                        follows_rule=follows)
 
 
 def measured_costs(verify_ms: dict[int, float], draft_ms: float) -> CostModel:
@@ -354,147 +241,299 @@ def round_seconds(costs: CostModel, host_ms: float) -> Callable[[int], float]:
     return lambda k: k * costs.draft_step + costs.verify(k + 1) + host_ms / 1000
 
 
-def predict(costs: CostModel, host_ms: float, a: float, k: int) -> float:
-    """Cost-model tokens/s drafting exactly k tokens per pass at per-token acceptance a."""
-    expected = sum(a**i for i in range(k + 1))  # E(K) = 1 + a + ... + a^K
-    return expected / round_seconds(costs, host_ms)(k)
+# -- one backend ------------------------------------------------------------------------------------------
 
 
-# -- the check ----------------------------------------------------------------------------------------
+@dataclass
+class Side:
+    """One backend as the check measures it: its target, the draft that agrees with it at rate a,
+    and whether transformers' assisted generation can run its models."""
+
+    label: str
+    target: object
+    draft_for: Callable[[float], object]
+    assisted: bool
 
 
-class Table:
-    def __init__(self):
-        self.rows: list[tuple[str, ...]] = []
+def measure_side(side: Side, plan: CheckPlan, prompt: list[int], oracle, deadline: float) -> dict:
+    """The verify curve, the draft step, ar, and per acceptance rate fixed K, auto and hf-assisted."""
+    out: dict = {"verify_ms": measure_verify(side.target, prompt, plan.verify_ns, plan.reps)}
+    draft = side.draft_for(plan.accept[0])
+    out["draft_ms"] = measure_verify(draft, prompt, (1,), plan.reps)[1]
+    costs = CostModel()  # what auto plans with, calibrated as the engine calibrates it
+    costs.calibrate(side.target, draft)
+    measured = measured_costs(out["verify_ms"], out["draft_ms"])
+    ar = run_decode(side.target, None, prompt, plan.tokens, "ar", oracle, costs)
+    out["ar"] = ar
+    predicted_ar = 1 / round_seconds(measured, ar.host_ms)(0)
+    out["accept"] = {}
+    for a in plan.accept:
+        if time.perf_counter() > deadline:
+            out["accept"][a] = None  # over the time budget
+            continue
+        draft = side.draft_for(a)
+        fixed = {k: run_decode(side.target, draft, prompt, plan.tokens, f"k={k}", oracle, costs) for k in plan.fixed_k}
+        auto = run_decode(side.target, draft, prompt, plan.tokens, "auto", oracle, costs)
+        k_star, predicted = best_k([a] * AutoK.max_k_model, round_seconds(measured, auto.host_ms))
+        drafting = list(fixed.values()) or [auto]  # fixed K always drafts: its acceptance is the draft's
+        accepted = sum(r.accepted for r in drafting)
+        tried = accepted + sum(r.rejecting_passes for r in drafting)
+        row = {"fixed": fixed, "auto": auto, "measured_a": accepted / tried if tried else float("nan"),
+               "k_star": k_star, "predicted_speedup": predicted / predicted_ar,
+               "measured_speedup": auto.tok_s / ar.tok_s if ar.tok_s else float("nan"), "assisted": None}
+        if side.assisted:
+            run = assisted_generate(side.target, draft, prompt, plan.tokens)
+            row["assisted"] = {"tok_s": run.decode_tokens_per_s, "speedup": run.decode_tokens_per_s / ar.tok_s,
+                               "accepted_of_drafted": run.accepted / run.drafted if run.drafted else float("nan")}
+        out["accept"][a] = row
+    return out
 
-    def add(self, *cells) -> None:
-        self.rows.append(tuple(str(c) for c in cells))
-        print("  " + " | ".join(self.rows[-1]), file=sys.stderr, flush=True)  # progress
 
-    def render(self, header: tuple[str, ...]) -> str:
-        rows = [header] + self.rows
-        widths = [max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(len(header))]
-        line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-        return "\n".join([line(header), line(tuple("-" * w for w in widths))] + [line(r) for r in self.rows])
+def hf_backend(model, n_ctx: int, label: str) -> HFBackend:
+    backend = HFBackend(model, bytelevel_tokenizer(), n_ctx=n_ctx, label=label)
+    backend.eos_ids = frozenset()  # synthetic text: never stop early
+    return backend
 
 
-def gpu_check(plan: CheckPlan, budget_s: float, decode_comparison: bool = True) -> tuple[str, dict]:
+def quantize_4bit(model, compute_dtype) -> None:
+    """Replace every linear layer but the output head by a bitsandbytes nf4 Linear4bit, in place
+    (what `from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True, ...))` builds,
+    without writing 16 GB of random weights to disk first)."""
+    import bitsandbytes as bnb
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, torch.nn.Linear) or child is model.get_output_embeddings():
+                continue
+            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                  compute_dtype=compute_dtype, compress_statistics=True, quant_type="nf4",
+                                  device="meta")
+            weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
+                                       quant_type="nf4", module=q)
+            q.weight = weight.to(child.weight.device)  # quantizes on that device
+            if child.bias is not None:
+                q.bias = child.bias
+            setattr(parent, name, q)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def llama_files(plan: CheckPlan, target_model, draft_model, rules: dict, work: Path) -> tuple[Path, dict[float, Path]]:
+    """The target and one draft per acceptance rate as GGUFs of `plan.llama_quant`."""
+    def quantized(f16: Path) -> Path:
+        out = llamacpp.quantize(f16, f16.with_name(f16.name.replace("-f16", f"-{plan.llama_quant}")), plan.llama_quant)
+        f16.unlink()
+        return out
+
+    target = quantized(export_gguf(target_model, plan.target, work / "target-f16.gguf"))
+    drafts = {}
+    for a, rule in rules.items():
+        set_rule(draft_model, rule)
+        drafts[a] = quantized(export_gguf(draft_model, plan.draft, work / f"draft-{a}-f16.gguf"))
+    return target, drafts
+
+
+def scratch_dir(*models) -> str | None:
+    """Where the GGUFs are written: /dev/shm (memory) when it has room for the f16 files, else the
+    default temporary folder (a container's /dev/shm is often 64 MB)."""
+    needed = 2 * sum(m.num_parameters() for m in models) * 1.5  # f16 files, one quantized copy at a time
+    try:
+        return "/dev/shm" if shutil.disk_usage("/dev/shm").free > needed else None
+    except OSError:
+        return None
+
+
+def llama_left_out(plan: CheckPlan) -> str | None:
+    """Why the llama.cpp part cannot run here, or None."""
+    if plan.llama_quant is None:
+        return "--llama-quant none"
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return "llama-cpp-python is not installed"
+    if plan.device == "cuda" and not llamacpp.gpu_offload():
+        return "this llama-cpp-python does not offload to the GPU (a CPU build): --build-llama-cuda ARCH builds one"
+    return None
+
+
+# -- the check ----------------------------------------------------------------------------------------------
+
+
+def gpu_check(plan: CheckPlan, budget_s: float, setup: dict | None = None) -> tuple[str, dict]:
     t_start = time.perf_counter()
     deadline = t_start + budget_s
-    table = Table()
-    report: dict = {"plan": plan.__dict__, "rows": []}
-    compute = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan.dtype]
+    report: dict = {"plan": asdict(plan), "setup": dict(setup or {}), "sides": {}}
+    report["device"] = torch.cuda.get_device_name(0) if plan.device == "cuda" else "cpu"
     vocab = SHAPES[plan.target]["vocab_size"]
     gen = torch.Generator().manual_seed(0)
-    permutation = torch.randperm(vocab, generator=gen).to(plan.device)
-    perm_host = permutation.cpu().numpy()
+    permutation = torch.randperm(vocab, generator=gen)
+    rules = {a: agreeing_permutation(permutation, a, seed=round(100 * a)) for a in plan.accept}
+    perm_host = permutation.numpy()
     oracle = lambda token: int(perm_host[token])  # noqa: E731
     prompt = torch.randint(0, vocab, (plan.prompt,), generator=gen).tolist()
-    device_name = torch.cuda.get_device_name(0) if plan.device == "cuda" else "cpu"
-    report["device"] = device_name
 
-    def row(section, model, setting, measured, predicted="", note=""):
-        table.add(section, model, setting, measured, predicted, note)
-        report["rows"].append(dict(section=section, model=model, setting=setting, measured=measured,
-                                   predicted=predicted, note=note))
+    def progress(line: str) -> None:
+        print(f"  {time.perf_counter() - t_start:5.0f} s  {line}", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    draft_model = build_model(plan.draft, plan.device, plan.dtype, seed=2)
-    draft = make_backend(draft_model, plan.n_ctx, plan.draft)
-    row("build", plan.draft, plan.dtype, f"{time.perf_counter() - t0:.1f} s")
-    draft_ms = {}
-    draft_ms["none"] = measure_draft(draft, prompt, plan.reps)
-    row("draft", plan.draft, plan.dtype, f"{draft_ms['none']:.2f} ms/token")
+    target_model = build_model(plan.target, plan.device, plan.dtype, seed=1, permutation=permutation.to(plan.device))
+    draft_model = build_model(plan.draft, plan.device, plan.dtype, seed=2, permutation=permutation.to(plan.device))
+    report["setup"]["transformers models built"] = time.perf_counter() - t0
+    progress("models built")
 
-    target_model = None
-    for quant in plan.quants:
-        t0 = time.perf_counter()
-        if target_model is None:
-            target_model = build_model(plan.target, plan.device, plan.dtype, seed=1, permutation=permutation)
-        if quant == "4bit":
-            quantize_4bit(target_model, compute)
-        target = make_backend(target_model, plan.n_ctx, plan.target)
-        label = plan.dtype if quant == "none" else f"nf4/{plan.dtype}"
-        row("build", plan.target, label, f"{time.perf_counter() - t0:.1f} s")
+    why_not = llama_left_out(plan)
+    if why_not is None:
+        with tempfile.TemporaryDirectory(prefix="gpu-check-", dir=scratch_dir(target_model, draft_model)) as tmp:
+            t0 = time.perf_counter()
+            target_gguf, draft_ggufs = llama_files(plan, target_model, draft_model, rules, Path(tmp))
+            report["setup"][f"GGUFs written and quantized to {plan.llama_quant}"] = time.perf_counter() - t0
+            progress("GGUFs written")
+            report["sides"][f"llama.cpp {plan.llama_quant}"] = measure_llama(plan, target_gguf, draft_ggufs, prompt,
+                                                                             oracle, deadline)
+        progress("llama.cpp measured")
+    else:
+        report["llama.cpp left out"] = why_not
 
-        verify = measure_verify(target, prompt, plan.verify_ns, plan.reps)
-        for n, ms in verify.items():
-            row("verify", plan.target, f"{label} n={n}", f"{ms:.2f} ms", "", f"{ms / verify[1]:.2f}x n=1")
+    compute = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[plan.dtype]
+    draft = hf_backend(draft_model, plan.n_ctx, plan.draft)
 
-        if not decode_comparison:
-            continue
-        costs = CostModel()  # what the auto policy plans with, calibrated as the engine does
-        costs.calibrate(target, draft)
-        measured = measured_costs(verify, draft_ms["none"])
-        results = []
-        modes = [("ar", None)] + [(f"k={k}", a) for a in plan.accept for k in plan.fixed_k] + \
-                [("auto", a) for a in plan.accept]
-        for mode, a in modes:
-            if time.perf_counter() > deadline:
-                row("decode", plan.target, f"{label} {mode} a={a}", "skipped", "", "over the time budget")
-                continue
-            r = run_decode(target, draft, prompt, plan.tokens, mode, a, oracle, costs)
-            results.append(r)
-            host = r.host_ms
-            if mode == "ar":
-                pred = predict(measured, host, 0.0, 0)
-                note = f"host {host:.2f} ms/pass; follows rule {r.follows_rule:.3f}"
-                row("decode", plan.target, f"{label} ar", f"{r.tok_s:.1f} tok/s", f"{pred:.1f}", note)
-                ar_rate = r.tok_s
-                continue
-            if mode == "auto":
-                k_star, pred = best_k([a] * AutoK.max_k_model, round_seconds(measured, host))
-                note = f"best K*={k_star}; K used {_hist(r.k_hist)}"
-            else:
-                k = int(mode.split("=")[1])
-                pred = predict(measured, host, a, k)
-                note = ""
-            note = (f"a={a} measured a={r.acceptance:.2f}; host {host:.2f} ms/pass; "
-                    f"{r.tok_s / ar_rate:.2f}x ar; " + note).rstrip("; ")
-            row("decode", plan.target, f"{label} {mode} a={a}", f"{r.tok_s:.1f} tok/s", f"{pred:.1f}", note)
-        if results:
-            spec_host = [r.host_ms for r in results if r.mode != "ar"]
-            row("host", plan.target, label, f"{results[0].host_ms:.2f} ms/pass ar",
-                "", f"{statistics.median(spec_host):.2f} ms/pass drafting (median of {len(spec_host)} runs)"
-                if spec_host else "")
-        target.close()
-        del target
-
-    if "4bit" in plan.quants:
-        t0 = time.perf_counter()
-        quantize_4bit(draft.model, compute)
+    def hf_draft_for(a: float) -> HFBackend:
+        set_rule(draft_model, rules[a])
         draft.truncate(0)
-        ms = measure_draft(draft, prompt, plan.reps)
-        row("draft", plan.draft, f"nf4/{plan.dtype}", f"{ms:.2f} ms/token", "", f"quantized in {time.perf_counter() - t0:.1f} s")
+        return draft
+
+    for quant in plan.quants:
+        if quant == "4bit":
+            t0 = time.perf_counter()
+            quantize_4bit(target_model, compute)
+            report["setup"]["target quantized to nf4"] = time.perf_counter() - t0
+        label = f"transformers {plan.dtype}" if quant == "none" else f"transformers nf4/{plan.dtype}"
+        target = hf_backend(target_model, plan.n_ctx, plan.target)
+        report["sides"][label] = measure_side(Side(label, target, hf_draft_for, assisted=True), plan, prompt, oracle,
+                                              deadline)
+        progress(f"{label} measured")
     report["seconds"] = time.perf_counter() - t_start
-    text = table.render(("what", "model", "setting", "measured", "predicted", "note"))
-    head = (f"edgespec gpu_check on {device_name}: target {plan.target}, draft {plan.draft}, prompt {plan.prompt} "
-            f"tokens, {plan.tokens} generated per run, greedy; predicted = cost model at nominal a "
-            f"(E(K) / (K t_draft + t_verify(K+1) + host)); total {report['seconds']:.0f} s")
-    return head + "\n" + text, report
+    return render(plan, report), report
 
 
-def _hist(h: dict) -> str:
-    return ",".join(f"{k}:{v}" for k, v in sorted(h.items()))
+def measure_llama(plan: CheckPlan, target_gguf: Path, draft_ggufs: dict[float, Path], prompt, oracle,
+                  deadline: float) -> dict:
+    """The llama.cpp side: both models loaded as a user's pair is (every layer on the GPU where it can)."""
+    def load(path: Path):
+        backend = llamacpp.LlamaCppBackend(path, plan.n_ctx, threads=plan.llama_threads)
+        backend.eos_ids = frozenset()  # synthetic text: never stop early
+        return backend
+
+    target, loaded = load(target_gguf), {}
+
+    def draft_for(a: float):
+        if a not in loaded:
+            for backend in loaded.values():
+                backend.close()
+            loaded.clear()
+            loaded[a] = load(draft_ggufs[a])
+        return loaded[a]
+
+    try:
+        out = measure_side(Side("llama.cpp", target, draft_for, assisted=False), plan, prompt, oracle, deadline)
+        out["placement"] = f"{target.placement.device} ({target.placement.detail})"
+        return out
+    finally:
+        for backend in [target, *loaded.values()]:
+            backend.close()
+
+
+# -- the report ---------------------------------------------------------------------------------------------
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    rows = [header] + rows
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(rows[0]), line(tuple("-" * w for w in widths))] + [line(r) for r in rows[1:]])
+
+
+def render(plan: CheckPlan, report: dict) -> str:
+    sides = report["sides"]
+    head = (f"edgespec gpu_check on {report['device']}: target {plan.target}, draft {plan.draft} (random weights, "
+            f"rule-following), prompt {plan.prompt} tokens, {plan.tokens} generated per run, greedy; "
+            f"total {report['seconds']:.0f} s")
+    setup = "setup: " + "; ".join(f"{what} {s:.0f} s" for what, s in report["setup"].items())
+    if "llama.cpp left out" in report:
+        setup += f"\nllama.cpp left out: {report['llama.cpp left out']}"
+    verify = table(("verify ms, n =",) + tuple(str(n) for n in plan.verify_ns),
+                   [(label,) + tuple(f"{s['verify_ms'][n]:.1f}" for n in plan.verify_ns) for label, s in sides.items()])
+    plain = "\n".join(
+        f"{label}: draft step {s['draft_ms']:.2f} ms; ar {s['ar'].tok_s:.1f} tok/s, host {s['ar'].host_ms:.2f} "
+        f"ms/pass, follows the target's rule {s['ar'].follows_rule:.3f}"
+        + (f"; runs on {s['placement']}" if "placement" in s else "")
+        for label, s in sides.items())
+    rows = []
+    for label, s in sides.items():
+        ar = s["ar"].tok_s
+        for a, r in s["accept"].items():
+            if r is None:
+                rows.append((label, f"{a:g}", "skipped: over the time budget") + ("",) * 6)
+                continue
+            fixed = ", ".join(f"k={k} {f.tok_s:.1f} ({f.tok_s / ar:.2f}x)" for k, f in r["fixed"].items())
+            auto = r["auto"]
+            hist = ",".join(f"{k}:{n}" for k, n in sorted(auto.k_hist.items()))
+            assisted = r["assisted"]
+            rows.append((label, f"{a:g}", f"{r['measured_a']:.2f}", fixed, f"{auto.tok_s:.1f}",
+                         f"{auto.k_used} ({hist}); K* {r['k_star']}",
+                         f"{r['predicted_speedup']:.2f}x", f"{r['measured_speedup']:.2f}x",
+                         f"{assisted['tok_s']:.1f} ({assisted['speedup']:.2f}x)" if assisted else "-"))
+    decode = table(("backend", "a", "measured a", "fixed K tok/s", "auto tok/s", "auto K used (passes); best K*",
+                    "auto predicted", "auto measured", "hf-assisted tok/s"), rows)
+    return "\n\n".join([head, setup, verify, plain, decode])
+
+
+def build_llama_cuda(arch: str, source: str) -> tuple[Path, float]:
+    """pip-install llama-cpp-python built with CUDA for one architecture into build/llama-cuda-ARCH.
+    Returns the folder (to put first on sys.path) and the seconds it took."""
+    dest = ROOT / "build" / f"llama-cuda-{arch}"
+    env = {**os.environ, "CMAKE_ARGS": f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={arch}",
+           "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-cache-dir", "--upgrade",
+                           "--target", str(dest), source], env=env)
+    if done.returncode != 0:
+        sys.exit(f"gpu_check: building {source} with CUDA for sm_{arch} failed (pip exit {done.returncode}; its "
+                 "output is above)")
+    return dest, time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU (a smoke test of this script)")
+    p.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: every part, in a minute")
+    p.add_argument("--build-llama-cuda", metavar="ARCH", help="first build llama-cpp-python with CUDA for this "
+                   "architecture (e.g. 90 for H100/H200, 89 for RTX 40xx, 86 for RTX 30xx)")
+    p.add_argument("--llama-source", default=LLAMA_CPP, help=f"what that build installs (default {LLAMA_CPP}; "
+                   "a path to a downloaded sdist where there is no package index)")
+    p.add_argument("--llama-quant", default="Q4_K_M",
+                   help="llama.cpp file type of both models; none leaves llama.cpp out")
     p.add_argument("--budget-s", type=float, default=420.0, help="stop starting decode runs after this (default 420)")
-    p.add_argument("--tokens", type=int, default=0, help="tokens per decode run (default 128, --tiny 48)")
-    p.add_argument("--accept", default="0.5,0.7,0.9", help="synthetic acceptance rates")
-    p.add_argument("--k", default="2,4,6", help="fixed K values to compare")
-    p.add_argument("--quant", default="none,4bit", help="target precisions: none (bf16) and/or 4bit")
-    p.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    p.add_argument("--tokens", type=int, default=0, help="tokens per decode run (default 128, --tiny 24)")
+    p.add_argument("--accept", default="0.5,0.7,0.9", help="acceptance rates the draft is built for")
+    p.add_argument("--json", type=Path, help="also write the report as JSON here")
     args = p.parse_args(argv)
+    setup = {}
+    if args.build_llama_cuda:
+        folder, seconds = build_llama_cuda(args.build_llama_cuda, args.llama_source)
+        sys.path.insert(0, str(folder))  # before anything imports llama_cpp
+        setup[f"llama-cpp-python CUDA build for sm_{args.build_llama_cuda}"] = seconds
     plan = make_plan(args)
-    plan.quants = tuple(q for q in args.quant.split(",") if q)
-    text, report = gpu_check(plan, args.budget_s)
+    text, report = gpu_check(plan, args.budget_s, setup)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1, default=str))
+        args.json.write_text(json.dumps(report, indent=1, default=_json_default))
     return 0
+
+
+def _json_default(value):
+    if isinstance(value, DecodeResult):
+        return {**asdict(value), "tok_s": value.tok_s, "acceptance": value.acceptance, "k_used": value.k_used}
+    return str(value)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ async def tui_rate(engine: Engine, engine_thread, settings: GenerateSettings, pr
     from edgespec.tui.app import ChatApp
     from edgespec.tui.history import ChatStore
     from edgespec.tui.prompt import PromptBox
+    from edgespec.tui.stats import ReplyFigures
 
     app = ChatApp(engine, settings, store=ChatStore(store_dir), engine_thread=engine_thread)
     updates = []
@@ -82,11 +83,12 @@ async def tui_rate(engine: Engine, engine_thread, settings: GenerateSettings, pr
             if loop.time() > deadline:
                 raise click.ClickException(f"no finished reply after {timeout:.0f} s")
             await asyncio.sleep(0.25)  # not pilot.pause: that drives the app, work `edgespec chat` does not do
-    if stats.get("error") or stats.get("summary") is None:
-        raise click.ClickException(f"the app's reply failed: {stats.get('error') or 'no Summary reached the app'}")
+    figures = ReplyFigures.from_saved(stats)
+    if figures.error or not figures.summary.stop_reason:  # only the decoder's own Summary has a stop reason
+        raise click.ClickException(f"the app's reply failed: {figures.error or 'no Summary reached the app'}")
     span = updates[-1] - updates[0] if len(updates) > 1 else 0.0
     app_updates.append((len(updates) - 1) / span if span else 0.0)
-    return stats["summary"]["decode_tokens_per_s"], stats["summary"]["tokens"]
+    return figures.summary.decode_tokens_per_s, figures.summary.tokens
 
 
 @click.command()

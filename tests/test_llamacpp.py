@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from edgespec.backends.base import BackendError, ContextOverflow, sync_cache
-from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.backends.llamacpp import LlamaCppBackend, quantize
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
@@ -114,6 +114,23 @@ def test_bad_file_is_a_one_line_error(tmp_path):
     bad.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(BackendError, match="could not load"):
         LlamaCppBackend(bad, 128)
+
+
+def test_quantize_writes_a_file_that_loads_and_predicts_like_the_original(tmp_path, tiny_gguf):
+    """llama.cpp's quantizer behind one call (scripts/gpu_check.py writes its Q4_K_M models with it)."""
+    out = quantize(tiny_gguf, tmp_path / "tiny-q8_0.gguf", "Q8_0", threads=1)
+    assert out.stat().st_size < tiny_gguf.stat().st_size / 3  # f32 to 8.5 bits a weight, the norms kept
+    prompt = list(range(97, 117))
+    rows = []
+    for path in (tiny_gguf, out):
+        backend = LlamaCppBackend(path, 64, threads=1)
+        try:
+            rows.append(np.array(backend.eval(prompt, 4)))
+        finally:
+            backend.close()
+    assert (rows[0].argmax(axis=1) == rows[1].argmax(axis=1)).all()
+    with pytest.raises(BackendError, match=r"^llama.cpp has no file type 'Q3_Z' \(e.g. Q4_K_M, Q4_0, Q8_0\)$"):
+        quantize(tiny_gguf, tmp_path / "x.gguf", "Q3_Z")
 
 
 # -- llama.cpp's log in our errors ----------------------------------------------------------------

@@ -7,8 +7,10 @@ import hashlib
 import pytest
 from click.testing import CliRunner
 
+from edgespec import machine
+from edgespec.backends import llamacpp
 from edgespec.models_cmd import models
-from tests.test_store import overwrite_keeping_mtime
+from tests.test_store import fill_repo, overwrite_keeping_mtime
 from tests.test_vocab import tiny_tokens, write_tokenizer_gguf
 
 
@@ -132,3 +134,44 @@ def test_check_missing_models_says_to_pull(run):
     assert result.exit_code == 1
     assert result.output.startswith('edgespec: error: model "qwen2.5-coder-1.5b-instruct-q4_k_m": ')
     assert result.output.endswith("does not exist; run: edgespec models pull qwen2.5-coder-1.5b\n")
+
+
+def row(output: str, pair: str) -> list[str]:
+    """The cells of a pair's first table line."""
+    line = next(line for line in output.splitlines() if line.startswith(f"│ {pair} "))
+    return [cell.strip() for cell in line.strip("│").split("│")]
+
+
+def test_list_says_where_each_pair_runs_and_whether_it_fits(run, monkeypatch):
+    monkeypatch.setattr(machine, "ram_bytes", lambda: 8_000_000_000)
+    monkeypatch.setattr(llamacpp, "gpu_offload", lambda: False)  # as on this machine, whatever the build
+    output = run().output
+    assert row(output, "qwen2.5-coder-1.5b (default)")[-2:] == ["cpu (llama.cpp: no GPU offload)",
+                                                                "yes: 2.4 of 8.0 GB RAM"]
+    assert row(output, "qwen2.5-coder-14b")[-1] == "no: 11.9 GB > 8.0 GB RAM"
+    monkeypatch.setattr(llamacpp, "gpu_offload", lambda: True)  # a CUDA build on a 24 GB card
+    monkeypatch.setattr(llamacpp, "gpu_memory", lambda: 24_000_000_000)
+    output = run().output
+    assert row(output, "qwen2.5-coder-14b")[-2:] == ["gpu (llama.cpp: all layers)", "yes: 11.9 of 24.0 GB GPU"]
+
+
+def test_a_first_pull_without_a_published_sha256_warns_once(run, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf"
+    fill_repo(cache, "Qwen/Qwen2.5-Coder-7B-Instruct-GGUF", {"qwen2.5-coder-7b-instruct-q4_k_m.gguf": b"GGUF 7b"})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    config = tmp_path / "models.toml"
+    config.write_text('[pairs.seven]\nbackend = "llamacpp"\ntarget = "qwen2.5-coder-7b-instruct-q4_k_m"\n'
+                      'drafter = "ngram"\ncontext = 256\n')
+    first = run("pull", "seven", "--config", str(config))
+    assert first.exit_code == 0, first.output
+    warnings = [line for line in first.output.splitlines() if line.startswith("edgespec: warning: ")]
+    sha = hashlib.sha256(b"GGUF 7b").hexdigest()
+    assert warnings == [f'edgespec: warning: model "qwen2.5-coder-7b-instruct-q4_k_m": no public source states its '
+                        f"sha256; recorded {sha} from this first pull, later checks compare against it "
+                        f"({tmp_path / 'home' / 'models' / '.first-seen.json'})"]
+    again = run("pull", "seven", "--config", str(config))
+    assert again.exit_code == 0 and "warning" not in again.output and "present (7 B), verified" in again.output

@@ -206,15 +206,15 @@ def hub_cache(tmp_path, monkeypatch) -> Path:
     return cache
 
 
-def fill_repo(cache: Path, repo: str, files: dict[str, bytes]) -> None:
+def fill_repo(cache: Path, repo: str, files: dict[str, bytes], commit: str = COMMIT) -> None:
     folder = cache / f"models--{repo.replace('/', '--')}"
-    (folder / "refs").mkdir(parents=True)
-    (folder / "refs" / "main").write_text(COMMIT)
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / "main").write_text(commit)
     for name, data in files.items():
         blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
         blob.parent.mkdir(exist_ok=True)
         blob.write_bytes(data)
-        link = folder / "snapshots" / COMMIT / name
+        link = folder / "snapshots" / commit / name
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
 
@@ -253,3 +253,86 @@ def test_incomplete_hub_repo_is_refused(hub_cache, store):
     fill_repo(hub_cache, "org/broken", {"tokenizer.json": b"{}"})
     with pytest.raises(PullError, match=r'model "broken": .* from org/broken has no config.json or misses weight shards'):
         store.pull(ModelSpec("broken", "hf", source=HubSource("org/broken")))
+
+
+# -- a file no public source gives a sha256 for: the first pull records one --------------------------
+
+
+def test_a_first_pull_without_a_sha256_records_the_one_it_saw_and_warns_once(hub_cache, store):
+    warnings: list[str] = []
+    model = hub_gguf(sha256=None)
+    path = store.pull(model, warn=warnings.append)
+    assert path.read_bytes() == DATA
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert warnings[0].startswith(f'model "tiny-hub": no public source states its sha256; recorded {SHA} from this '
+                                  "first pull")
+    assert store.expected_sha256(model) == SHA
+    store.pull(model, warn=warnings.append)
+    assert Store(store.models_dir.parent).verify(model) and len(warnings) == 1  # said once, remembered
+
+
+def test_a_file_that_differs_from_its_first_pull_is_refused(hub_cache, store, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    model = hub_gguf(sha256=None)
+    store.pull(model)
+    other = tmp_path / "hf-changed"  # the hub now serves other bytes under the same name
+    fill_repo(other, "org/tiny-GGUF", {"tiny-q4.gguf": b"other bytes"})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(other))
+    store.path_for(model).unlink()
+    with pytest.raises(PullError) as e:
+        store.pull(model)
+    assert str(e.value).startswith('model "tiny-hub": ')
+    assert "does not match the sha256 its first pull recorded (if its source really changed the file, delete its " \
+           f"entry in {store.first_seen_file})" in str(e.value)
+    assert store.verify(model) is False
+
+
+def test_chunks_without_a_sha256_are_recorded_and_checked_on_the_next_pull(index, store):
+    warnings: list[str] = []
+    path = store.pull(chunked(sha256=None), warn=warnings.append)
+    assert len(warnings) == 1 and SHA in warnings[0]
+    for wheel in index.iterdir():
+        wheel.unlink()
+    for n, chunk in enumerate(CHUNKS, start=1):  # republished with other bytes, same size
+        build_wheel(index, n, chunk.upper())
+    path.unlink()
+    with pytest.raises(PullError, match=rf"sha256 \w+ does not match the {SHA} its first pull recorded; nothing kept"):
+        store.pull(chunked(sha256=None))
+    assert not path.exists()
+
+
+# -- the built-in registry's hub entries, against a fake local hub ------------------------------------------
+
+
+def test_every_builtin_hub_source_resolves_in_a_fake_hub(hub_cache, store):
+    """Each hub model of the built-in registry is pulled from a local hub cache filled under its repo,
+    file and revision: GGUFs with a published sha256 resolve and are refused for their (fake) bytes,
+    one without is recorded on its first pull, transformers repos are linked whole."""
+    from edgespec.config import load_registry
+
+    hub = {name: m for name, m in load_registry().models.items() if isinstance(m.source, HubSource)}
+    assert {"qwen2.5-coder-7b-instruct-q4_k_m", "qwen2.5-coder-14b-instruct-q4_k_m",
+            "qwen2.5-coder-14b-instruct-4bit"} <= set(hub)
+    for name, model in hub.items():
+        source = model.source
+        if source.file is not None:
+            fill_repo(hub_cache, source.repo, {source.file: b"GGUF fake " + name.encode()}, source.revision or COMMIT)
+            if source.revision is not None:  # main has moved on: only the pinned revision holds the file
+                (hub_cache / f"models--{source.repo.replace('/', '--')}" / "refs" / "main").write_text("b" * 40)
+        else:
+            fill_repo(hub_cache, source.repo,
+                      {"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}"})
+    for name, model in hub.items():
+        warnings: list[str] = []
+        if model.sha256 is not None:
+            with pytest.raises(PullError, match=rf"from {model.source.repo} does not match the registry's size/sha256"):
+                store.pull(model)
+            continue
+        path = store.pull(model, warn=warnings.append)
+        assert store.verify(model), name
+        if model.format == "gguf":
+            assert path.read_bytes() == b"GGUF fake " + name.encode()
+            assert len(warnings) == 1 and "no public source states its sha256" in warnings[0]
+        else:
+            assert (path / "config.json").is_file() and warnings == []

@@ -21,16 +21,18 @@ from click.testing import CliRunner
 from rich.text import Text
 from textual.app import App
 
+from edgespec.backends.base import Placement
 from edgespec.config import ModelSpec, PairConfig
 from edgespec.decoding.events import ControllerState, Source, Step, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import GenerateSettings
 from edgespec.errors import EdgespecError
+from edgespec.machine import physical_cores
 from edgespec.tui.app import ChatApp
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import ChatStore, Conversation
-from edgespec.tui.pacing import UpdatePacer
+from edgespec.tui.pacing import SHARED_CPU, SPARE_CORE, Budget, UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyFigures, ReplyStats, frozen_line, sparkline
 from edgespec.tui.transcript import (
@@ -107,10 +109,12 @@ def summarize(events: list, stop_reason: str) -> Summary:
 
 
 class FakeEngine:
-    """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, token_text)."""
+    """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, placements,
+    decoding_threads, token_text). Its models run on `threads` CPU threads, by default every core,
+    as the default pair does."""
 
     def __init__(self, events=None, *, pause_after: int | None = None, fail_after: int | None = None, n_ctx: int = 4096,
-                 stop_reason: str = "eos"):
+                 stop_reason: str = "eos", threads: int | None = None):
         self.events = script() if events is None else events
         self.stop_reason = stop_reason
         self.pause_after = pause_after  # yield this many events, then wait for `resume` or cancel
@@ -125,6 +129,13 @@ class FakeEngine:
         self.resume = threading.Event()
         self.calls: list[list[dict]] = []
         self.closed = False
+        self.threads = physical_cores() if threads is None else threads
+
+    def placements(self) -> dict[str, Placement]:
+        return {role: Placement("cpu", f"{self.threads} threads", self.threads) for role in ("target", "draft")}
+
+    def decoding_threads(self) -> int:
+        return self.threads
 
     def chat(self, messages, settings, cancel=None):
         cancel = cancel or threading.Event()
@@ -343,18 +354,58 @@ async def test_a_streaming_line_that_wraps_gets_its_height(tmp_path):
 
 def test_update_pacer_keeps_the_ui_within_its_cpu_budget():
     cpu = [0.0]
-    pacer = UpdatePacer(budget=0.03, min_hz=2, max_hz=30, cpu_clock=lambda: cpu[0], smoothing=1.0)
+    pacer = UpdatePacer(Budget(cpu_share=0.03, min_hz=2, max_hz=30), cpu_clock=lambda: cpu[0], smoothing=1.0)
     assert pacer.restart() == 0.25  # nothing measured yet
-    cpu[0] += 0.006  # 6 ms of UI work per update: 0.2 s apart keeps it at 3% of a core
-    assert pacer.next_interval() == pytest.approx(0.2)
+    cpu[0] += 0.006  # 6 ms of UI work per update: one every 0.2 s keeps it at 3% of a core
+    assert pacer.next_interval() == pytest.approx(0.2 - 0.006)  # the wait is the period less the update
     cpu[0] += 0.0003  # cheap updates: capped at 30 a second
-    assert pacer.next_interval() == pytest.approx(1 / 30)
+    assert pacer.next_interval() == pytest.approx(1 / 30 - 0.0003)
     cpu[0] += 0.1  # expensive ones: never fewer than 2 a second
-    assert pacer.next_interval() == pytest.approx(0.5)
+    assert pacer.next_interval() == pytest.approx(0.5 - 0.1)
     cpu[0] += 5.0  # idle time between replies is not a cost of the next one
     pacer.restart()
     cpu[0] += 0.006
-    assert pacer.next_interval() == pytest.approx(0.2)
+    assert pacer.next_interval() == pytest.approx(0.2 - 0.006)
+
+
+def test_the_update_budget_follows_whether_decoding_leaves_a_core_free():
+    assert update_budget(decoding_threads=2, cores=2) is SHARED_CPU  # llama.cpp on every core
+    assert update_budget(decoding_threads=8, cores=2) is SHARED_CPU
+    assert update_budget(decoding_threads=1, cores=2) is SPARE_CORE  # threads = 1 on 2 cores, or a GPU pair
+    assert update_budget(decoding_threads=1, cores=1) is SHARED_CPU  # a GPU pair on one core: the loop shares it
+
+    def rate(budget: Budget, cost: float) -> float:
+        """Updates a second when each update costs the UI `cost` seconds of CPU (its wait, then itself)."""
+        cpu = [0.0]
+        pacer = UpdatePacer(budget, cpu_clock=lambda: cpu[0], smoothing=1.0)
+        pacer.restart()
+        cpu[0] += cost
+        return 1 / (pacer.next_interval() + cost)
+
+    for cost, shared_hz, spare_hz in ((0.006, 5, 30), (0.012, 2.5, 20.8), (0.05, 2, 15)):
+        assert (rate(SHARED_CPU, cost), rate(SPARE_CORE, cost)) == pytest.approx((shared_hz, spare_hz), abs=0.1)
+    assert SPARE_CORE.min_hz >= 15  # an update dearer than the budget still comes 15 times a second
+    assert rate(SPARE_CORE, 0.1) == pytest.approx(1 / (0.1 + UpdatePacer.SHORTEST_WAIT))  # dearer than 1/15 s
+
+
+@pytest.mark.parametrize("threads, cores, budget", [(2, 2, SHARED_CPU), (1, 2, SPARE_CORE), (1, 1, SHARED_CPU)])
+def test_the_app_paces_by_the_engines_decoding_threads(tmp_path, monkeypatch, threads, cores, budget):
+    monkeypatch.setattr("edgespec.tui.app.physical_cores", lambda: cores)
+    assert make_app(tmp_path, FakeEngine(threads=threads)).pacer.budget is budget
+
+
+def test_the_header_says_where_each_model_runs(tmp_path):
+    from edgespec.tui.app import describe_pair
+
+    engine = FakeEngine()
+    assert describe_pair(engine) == ("llamacpp · cpu · qwen2.5-coder-1.5b-instruct-q4_k_m ← "
+                                     "qwen2.5-coder-0.5b-instruct-q4_k_m")
+    engine.placements = lambda: {"target": Placement("gpu", "29/29 layers on CUDA0", 0),
+                                 "draft": Placement("gpu", "25/25 layers on CUDA0", 0)}
+    assert describe_pair(engine).startswith("llamacpp · gpu · ")
+    engine.placements = lambda: {"target": Placement("gpu", "29/29 layers on CUDA0", 0),
+                                 "draft": Placement("cpu", "2 threads", 2)}
+    assert describe_pair(engine).startswith("llamacpp · target gpu, draft cpu · ")
 
 
 @pytest.mark.asyncio

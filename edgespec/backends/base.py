@@ -25,6 +25,21 @@ class ContextOverflow(BackendError):
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a loaded model runs, as its runtime reported it at load, never as a config asked for it.
+
+    `device` is "cpu", "gpu", "gpu+cpu" (layers split between them) or "unknown" (the runtime did
+    not say); `detail` is the runtime's own account ("29/29 layers on CUDA0", "cuda:0", "4
+    threads"). `cpu_threads` counts the CPU threads its passes keep busy, 0 when none of it runs on
+    the CPU: whether decoding competes with the rest of the machine (the chat app) for the CPU.
+    """
+
+    device: str
+    detail: str
+    cpu_threads: int
+
+
+@dataclass(frozen=True, slots=True)
 class Vocabulary:
     """What two models must share to be paired: token texts and special tokens."""
 
@@ -45,6 +60,7 @@ class Backend(Protocol):
     n_vocab: int
     eos_ids: frozenset[int]
     cached: list[int]  # token ids currently in the KV cache, in order (read-only for callers)
+    placement: Placement  # where the model runs, as the runtime reported it
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
 

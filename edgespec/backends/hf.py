@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from edgespec.backends.base import BackendError, ContextOverflow, Vocabulary
+from edgespec.backends.base import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.backends.hf_quiet import first_line
 from edgespec.backends.hf_tokens import end_of_generation_ids, token_tables
 
@@ -51,6 +51,7 @@ class HFBackend:
         self.eos_ids = end_of_generation_ids(tokenizer, model.config, getattr(model, "generation_config", None))
         self._spellings, self._bytes = token_tables(tokenizer, self.n_vocab)
         self.device = model.get_input_embeddings().weight.device  # where input ids go
+        self.placement = placement_of({str(p.device) for p in model.parameters()}, torch.get_num_threads())
         # No config: every layer caches in full (DynamicLayer), so any length can be cropped; with
         # the config, sliding-window layers would keep only their window and refuse a rollback.
         self._cache = DynamicCache()
@@ -137,6 +138,17 @@ class HFBackend:
             gc.collect()
             if self._torch.cuda.is_available():
                 self._torch.cuda.empty_cache()
+
+
+def placement_of(devices: set[str], threads: int) -> Placement:
+    """Where a model runs, from the devices torch reports for its parameters ("cuda:0", "cpu";
+    "meta" for weights accelerate keeps off the devices and runs on the CPU)."""
+    on_gpu = sorted(d for d in devices if d not in ("cpu", "meta"))
+    if not on_gpu:
+        return Placement("cpu", f"{threads} thread{'s' if threads > 1 else ''}", threads)
+    if len(on_gpu) == len(devices):
+        return Placement("gpu", ", ".join(on_gpu), 0)
+    return Placement("gpu+cpu", f"{', '.join(on_gpu)} and the CPU ({threads} threads)", threads)
 
 
 def _chunks(n: int, n_logits: int, size: int) -> list[tuple[int, int]]:

@@ -179,7 +179,6 @@ def write_tiny_gguf(
     output rows of the special tokens: their logit is then 0 where the best token's is several
     units, so greedy decoding never ends by itself (a generation still running when a test
     interrupts it)."""
-    path = Path(path)
     if eos_token not in SPECIALS:
         raise ValueError(f"eos_token must be one of {SPECIALS}, not {eos_token!r}")
     weights = tiny_weights(seed, n_vocab_extra, shape)
@@ -192,16 +191,36 @@ def write_tiny_gguf(
         }
     if endless:
         weights["output.weight"][256 + len(MERGES) : N_BASE_VOCAB] = 0.0
+    name = name or f"tiny-llama-s{seed}" + (f"-like{like}" if like is not None else "")
+    return write_llama_gguf(path, weights, shape, name=name, n_vocab_extra=n_vocab_extra, eos_token=eos_token,
+                            tokens=tokens)
+
+
+def write_llama_gguf(
+    path: str | Path,
+    weights: dict[str, np.ndarray],
+    shape: TinyShape,
+    *,
+    name: str,
+    n_vocab_extra: int = 0,
+    eos_token: str = "<|endoftext|>",
+    tokens: list[str] | None = None,
+) -> Path:
+    """Write a llama-architecture GGUF of `weights` (GGUF names, numpy (out, in) shapes, f32 or f16)
+    with the byte-level vocabulary above padded by `n_vocab_extra` tokens; `tokens` replaces the token
+    list (all NORMAL). Also writes models of real shapes for scripts/gpu_check.py."""
+    path = Path(path)
     if tokens is None:
         tokens = vocab_tokens(n_vocab_extra)
         types = [gguf.TokenType.NORMAL] * (256 + len(MERGES)) + [gguf.TokenType.CONTROL] * len(SPECIALS)
         types += [gguf.TokenType.UNUSED] * n_vocab_extra
     else:
         types = [gguf.TokenType.NORMAL] * len(tokens)
+    half = any(w.dtype == np.float16 for w in weights.values())
 
     writer = gguf.GGUFWriter(path, ARCH)
-    writer.add_name(name or (f"tiny-llama-s{seed}" + (f"-like{like}" if like is not None else "")))
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_name(name)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if half else gguf.LlamaFileType.ALL_F32)
     writer.add_vocab_size(len(tokens))
     writer.add_context_length(shape.n_ctx)
     writer.add_embedding_length(shape.n_embd)

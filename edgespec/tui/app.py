@@ -3,10 +3,10 @@
 Flow of one reply: `send` adds the user message, trims the oldest turns if the prompt would not fit
 the context window (`generation.fit_context`), and starts `Generation.run` in a thread worker,
 which only iterates `engine.chat(...)` and queues the events, so decoding never waits for the UI.
-A timer drains the queue as often as `UpdatePacer` allows (see pacing.py): it folds the events into
-the reply's spans and stats, repaints the reply and the stats bar once, and saves the conversation
-(atomic write), so a crash loses at most the last flush's tokens. The worker's last item ends the
-reply; that flush freezes the reply's stats.
+A timer drains the queue as often as `UpdatePacer` allows (see pacing.py; its budget is larger when
+decoding leaves a core free): it folds the events into the reply's spans and stats, repaints the
+reply and the stats bar once, and saves the conversation (atomic write), so a crash loses at most
+the last flush's tokens. The worker's last item ends the reply; that flush freezes the reply's stats.
 
 The app talks to the engine through `edgespec.engine.Engine` plus one optional method,
 `token_text(id) -> str` (text of a single token, for showing rejected draft tokens); an engine
@@ -29,11 +29,12 @@ from textual.widgets import Footer, Header, Static
 
 from edgespec.engine import Engine, EngineThread, GenerateSettings
 from edgespec.errors import EdgespecError
+from edgespec.machine import physical_cores
 from edgespec.tui.chat_list import ChatListScreen
 from edgespec.tui.details import DetailsScreen
 from edgespec.tui.generation import Generation, fit_context
 from edgespec.tui.history import ChatStore, Conversation
-from edgespec.tui.pacing import UpdatePacer
+from edgespec.tui.pacing import UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyFigures, StatsBar, context_gauge
 from edgespec.tui.transcript import (
@@ -47,14 +48,16 @@ from edgespec.tui.transcript import (
 
 
 def describe_pair(engine: Engine) -> str:
-    """'backend · device · target ← drafter' for the header (the long names last, where it truncates)."""
+    """'backend · device · target ← drafter' for the header (the long names last, where it truncates).
+
+    The device is where the runtime put each loaded model ("cpu", "gpu", "gpu+cpu"): one word when
+    both models run on the same device, else one per model ("target gpu, draft cpu")."""
     pair = engine.pair
     drafter = pair.draft.name if pair.draft is not None else pair.drafter
-    if pair.backend == "llamacpp":
-        device = "gpu" if pair.n_gpu_layers else "cpu"
-    else:
-        device = pair.device_map
-    return f"{pair.backend} · {device} · {pair.target.name} ← {drafter}"
+    placements = engine.placements()
+    devices = {p.device for p in placements.values()}
+    where = devices.pop() if len(devices) == 1 else ", ".join(f"{role} {p.device}" for role, p in placements.items())
+    return f"{pair.backend} · {where} · {pair.target.name} ← {drafter}"
 
 
 SWITCH_INTERVAL_S = 0.0005
@@ -105,7 +108,8 @@ class ChatApp(App):
         self._last_figures: ReplyFigures | None = None
         self._context_used: int | None = None
         self._save_failed = False
-        self.pacer = UpdatePacer()  # how often the reply is updated while it streams
+        # how often the reply is updated while it streams: more often when decoding leaves a core free
+        self.pacer = UpdatePacer(update_budget(engine.decoding_threads(), physical_cores()))
         self._drain_timer: Timer | None = None
 
     # Layout

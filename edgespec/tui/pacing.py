@@ -5,15 +5,41 @@ thread team, and since the team meets at a barrier after every operation, a pree
 up the others: the loss in tokens/s is about the UI's CPU time, not half of it. Measured here on
 2 cores (default pair): a fixed 4 updates a second used 6.5% of a core and cost 9-16% of the decode
 rate. So the app does not fix a rate: after each update it reads the CPU time its own thread used
-since the previous one (repaint included) and waits long enough for that to stay within `budget`
-of one core, between `min_hz` and `max_hz` updates a second. A fast machine, or a small terminal,
-gets more updates; a slow one keeps its tokens/s.
+since the previous one (repaint included) and waits long enough for that to stay within its budget
+of one core, between a least and a most updates a second (the wait is the period less the update).
+A fast machine, or a small terminal, gets more updates; a slow one keeps its tokens/s.
+
+The budget follows whether decoding competes with the UI for the CPU (`update_budget`): when the
+engine leaves a core free (its models on a GPU, or llama.cpp running on fewer threads than there
+are cores), the UI's time comes from that core, not from tokens/s, and it streams smoothly.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the UI may spend on updating a streaming reply."""
+
+    cpu_share: float  # of one core, over the reply
+    min_hz: float  # updates a second however much they cost
+    max_hz: float  # updates a second however little they cost
+
+
+# Decoding on every core: each UI millisecond is taken from tokens/s (0.97x at 2 updates a second here).
+SHARED_CPU = Budget(cpu_share=0.03, min_hz=2.0, max_hz=30.0)
+# A core left to the UI: it may use a quarter of it. What it still takes from decoding is the GIL,
+# which the engine's thread needs for a moment between passes.
+SPARE_CORE = Budget(cpu_share=0.25, min_hz=15.0, max_hz=30.0)
+
+
+def update_budget(decoding_threads: int, cores: int) -> Budget:
+    """SPARE_CORE when decoding keeps fewer threads busy than there are cores, else SHARED_CPU."""
+    return SPARE_CORE if decoding_threads < cores else SHARED_CPU
 
 
 class UpdatePacer:
@@ -22,12 +48,11 @@ class UpdatePacer:
     `next_interval()` is called once per update, from the UI thread (its CPU clock is per thread)."""
 
     FIRST_INTERVAL = 0.25  # seconds, until one update has been measured
+    SHORTEST_WAIT = 0.005  # seconds between two updates however late the last one ended (a timer needs a delay)
 
-    def __init__(self, budget: float = 0.03, min_hz: float = 2.0, max_hz: float = 30.0, *,
-                 cpu_clock: Callable[[], float] = time.thread_time, smoothing: float = 0.5):
+    def __init__(self, budget: Budget = SHARED_CPU, *, cpu_clock: Callable[[], float] = time.thread_time,
+                 smoothing: float = 0.5):
         self.budget = budget
-        self.shortest = 1.0 / max_hz
-        self.longest = 1.0 / min_hz
         self.cpu_clock = cpu_clock
         self.smoothing = smoothing
         self._cost: float | None = None  # smoothed UI CPU seconds per update
@@ -49,6 +74,9 @@ class UpdatePacer:
 
     @property
     def interval(self) -> float:
+        """Seconds to wait from the end of this update to the start of the next: the period that keeps
+        the updates within the budget, bounded by the rates, less the update itself."""
         if self._cost is None:
-            return self.FIRST_INTERVAL
-        return min(self.longest, max(self.shortest, self._cost / self.budget))
+            return min(self.FIRST_INTERVAL, 1.0 / self.budget.min_hz)
+        period = min(1.0 / self.budget.min_hz, max(1.0 / self.budget.max_hz, self._cost / self.budget.cpu_share))
+        return max(self.SHORTEST_WAIT, period - self._cost)
