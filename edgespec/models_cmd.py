@@ -136,11 +136,22 @@ def _print_table(registry: Registry, store: Store) -> None:
 def _state_text(store: Store, model: ModelSpec) -> str:
     state = store.state(model)
     if state.verified:
-        return f"present {_size(state.size_on_disk)}"
+        return f"present {_size(state.size_on_disk)}" + (f", {_weight_types(state.path)}" if model.format == "gguf" else "")
     expected = f" of {_size(model.size)}" if model.size else ""
     if state.present:
         return f"incomplete or damaged ({_size(state.size_on_disk)}{expected})"
     return f"missing ({_size(model.size)})" if model.size else "missing"
+
+
+def _weight_types(path: Path) -> str:
+    """A GGUF's layout from its header, e.g. "q4_k_m (q4_kx169 q6_kx29)"; what llama.cpp repacks of
+    it shows when it loads (`edgespec bench`, `edgespec models tune`)."""
+    from edgespec.layouts import LayoutError, read_layout
+
+    try:
+        return read_layout(path).text()
+    except LayoutError:
+        return "not a readable GGUF"
 
 
 def _size(n: float) -> str:
