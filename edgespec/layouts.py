@@ -82,6 +82,8 @@ class FileLayout:
     size: int
 
     def text(self) -> str:
+        if not self.tensor_types:
+            return f"{self.file_type}, no weights"
         counts = " ".join(f"{t}x{n}" for t, n in sorted(self.tensor_types.items(), key=lambda kv: -kv[1]))
         return f"{self.file_type} ({counts})"
 

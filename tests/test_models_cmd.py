@@ -58,7 +58,7 @@ def test_list_shows_present_files_and_user_pairs(run, user_config):
         result = run(*args)
         assert result.exit_code == 0, result.output
         assert "lookup" in result.output and "ngram" in result.output
-        assert "target present" in result.output and "all_f32 (f32x16)" in result.output  # the file's layout
+        assert "target present" in result.output and "unknown, no weights" in result.output  # the file's layout
 
 
 def test_pull_of_an_unknown_pair_is_one_line(run):
