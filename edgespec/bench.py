@@ -25,12 +25,14 @@ from rich.table import Table
 
 from edgespec.bench_hf_assisted import assisted_generate
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.events import Summary, Token
+from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
+from edgespec.divergence import DIFF, TIE, Parting, Round, explain_parting, first_divergence
 from edgespec.engine import Engine, GenerateSettings
-from edgespec.errors import UsageError
+from edgespec.errors import EdgespecError, UsageError
 from edgespec.figures import histogram_text
+from edgespec.noise_floor import NoiseFloor
 from edgespec.output_files import check_writable
 
 DEV_SET = Path(str(files("edgespec") / "data" / "dev.jsonl"))  # the development set shipped with edgespec
@@ -75,6 +77,14 @@ class Row:
     k_trace: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list, repr=False)
     repeat: int = 0  # which of the prompt's interleaved rounds
+    # Against ar: "exact", or where the output parted from it, TIE or DIFF (greedy modes of the
+    # engine, see divergence.py), or UNCHECKED (sampled output, or a peer's); None for ar itself.
+    vs_ar: str | None = None
+    parting: Parting | None = None
+    rounds: list[Round] = field(default_factory=list, repr=False)  # for explaining a parting
+
+
+EXACT, UNCHECKED = "exact", "unchecked"
 
 
 def load_suite(path: Path) -> list[BenchPrompt]:
@@ -167,15 +177,17 @@ def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
     return engine.target.tokenize(prompt.prompt, special=False)
 
 
-def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int]]:
-    """One generation; returns its summary (K of each target pass included) and output ids."""
-    ids, summary = [], Summary()
+def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int], list[Round]]:
+    """One generation; returns its summary (K of each target pass included), output ids and rounds."""
+    ids, rounds, summary = [], [], Summary()
     for e in engine.generate_tokens(prompt_ids(engine, prompt), settings):
         if isinstance(e, Token):
             ids.append(e.id)
+        elif isinstance(e, Step):  # yielded before the tokens it produced
+            rounds.append(Round(len(ids), e.drafted_ids))
         elif isinstance(e, Summary):
             summary = e
-    return summary, ids
+    return summary, ids, rounds
 
 
 def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingParams) -> Row:
@@ -184,9 +196,9 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
         r = assisted_generate(engine.target, engine.draft, prompt_ids(engine, prompt), prompt.max_tokens)
         return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,
                    r.target_passes, None, None, r.k_trace, r.ids)
-    summary, ids = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
+    summary, ids, rounds = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
     return Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s, summary.drafted,
-               summary.accepted, summary.target_passes, None, None, summary.k_series, ids)
+               summary.accepted, summary.target_passes, None, None, summary.k_series, ids, rounds=rounds)
 
 
 def check_modes(engine: Engine, modes: list[Mode], sampling: SamplingParams) -> None:
@@ -209,6 +221,9 @@ def run_bench(
     on_row: Callable[[Row], None] = lambda row: None,
     repeats: int = 1,
 ) -> list[Row]:
+    """Every prompt in every mode, interleaved. A greedy output of the engine that parts from `ar`
+    is explained right after its run, while the target still holds that run's cache (see
+    divergence.py); the first one measures the target's noise floor, unless an earlier run did."""
     check_modes(engine, modes, sampling)
     rows = []
     warm = BenchPrompt(**{**asdict(prompts[0]), "max_tokens": 8})
@@ -222,19 +237,39 @@ def run_bench(
                 row.repeat = repeat
                 if mode.name == "ar":
                     ar_ids = row.output_ids
+                elif ar_ids is not None:
+                    compare_with_ar(engine, prompt, row, ar_ids, sampling)
                 if ar_ids is not None:
-                    row.first_divergence = _first_divergence(row.output_ids, ar_ids)
                     row.matches_ar = row.first_divergence is None
                 rows.append(row)
                 on_row(row)
     return rows
 
 
-def _first_divergence(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+def compare_with_ar(engine: Engine, prompt: BenchPrompt, row: Row, ar_ids: list[int], sampling: SamplingParams) -> None:
+    """Set the row's first divergence from `ar_ids` and its `vs_ar`, explaining a greedy parting."""
+    row.first_divergence = first_divergence(row.output_ids, ar_ids)
+    if row.first_divergence is None:
+        row.vs_ar = EXACT
+    elif not sampling.greedy or row.mode == HF_ASSISTED:
+        row.vs_ar = UNCHECKED  # a sampled output parts by chance; a peer's cache is not ours to replay
+    else:
+        floor = engine.noise_floor().max
+        row.parting = explain_parting(engine.target, prompt_ids(engine, prompt), ar_ids, row.output_ids,
+                                      row.rounds, floor)
+        row.vs_ar = row.parting.verdict
+
+
+def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
+    """`--strict`: one line naming the outputs that parted from ar beyond the noise floor, if any."""
+    bad = [r for r in rows if r.vs_ar == DIFF]
+    if not bad:
+        return None
+    where = ", ".join(f"{r.id} {r.mode} at token {r.parting.position}" for r in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    floor = bad[0].parting.floor
+    return EdgespecError(f"{len(bad)} greedy output(s) parted from ar beyond the target's noise floor of {floor:.3g} "
+                         f"logits (DIFF, a bug): {where}{more}; --json has the gaps")
 
 
 def summarize(rows: Iterable[Row]) -> list[dict]:
@@ -260,6 +295,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
         drafted = sum(r.drafted for r in group)
         passes = sum(r.target_passes for r in group)
         matched = [r.matches_ar for r in group if r.matches_ar is not None]
+        verdicts = [r.vs_ar for r in group if r.vs_ar is not None]
         out.append({
             "suite": suite,
             "mode": mode,
@@ -270,6 +306,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
             "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
             "matches_ar": sum(matched) / len(matched) if matched else None,
+            "vs_ar": {v: verdicts.count(v) for v in (EXACT, TIE, DIFF, UNCHECKED)} if verdicts else None,
         })
     return out
 
@@ -282,8 +319,13 @@ def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
     }
 
 
-def table(summary: list[dict]):
-    t = Table(title="edgespec bench")
+def table(summary: list[dict], floor: NoiseFloor | None = None):
+    """The summary as a table; `= ar` counts outputs equal to plain decoding's, parted at a tie, and
+    parted beyond the noise floor `floor` (DIFF), in that order."""
+    caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
+    if floor is not None:
+        caption += f"\nnoise floor of the target: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
+    t = Table(title="edgespec bench", caption=caption)
     for col in ("suite", "mode", "tok/s", "speedup vs ar", "acceptance", "tokens/pass", "K histogram", "= ar"):
         # suite and mode names are kept whole on a narrow terminal; the figures' headers wrap instead
         t.add_column(col, justify="left" if col in ("suite", "mode", "K histogram") else "right",
@@ -294,9 +336,16 @@ def table(summary: list[dict]):
             s["suite"], s["mode"], f"{s['decode_tokens_per_s']:.1f}",
             "-" if s["speedup_vs_ar"] is None else f"{s['speedup_vs_ar']:.2f}x",
             f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist,
-            "-" if s["matches_ar"] is None else f"{s['matches_ar']:.0%}",
+            _vs_ar_text(s["vs_ar"]),
         )
     return t
+
+
+def _vs_ar_text(counts: dict | None) -> str:
+    if counts is None:
+        return "-"
+    text = f"{counts[EXACT]}/{counts[TIE]}/{counts[DIFF]}"
+    return text + (f" ({counts[UNCHECKED]} unchecked)" if counts[UNCHECKED] else "")
 
 
 def check_plot_path(path: Path) -> None:

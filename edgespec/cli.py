@@ -154,9 +154,16 @@ def stream_to_stdout(events, colored: bool) -> Summary:
 @sampling_option("--seed", int, default=0)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when a greedy output parts from ar beyond the target's noise floor (DIFF).")
 @error_boundary
-def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path):
-    """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K."""
+def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path,
+          strict):
+    """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K.
+
+    Where a greedy output parts from plain decoding (ar), the target's logits at the first differing
+    token are taken again as the verify pass and as single steps computed them: a tie (numerical
+    noise) or DIFF (a bug); the `= ar` column counts exact / tie / DIFF outputs."""
     from rich.console import Console
     from rich.progress import Progress
 
@@ -164,6 +171,8 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
     from edgespec.decoding.sampling import SamplingParams
     from edgespec.engine import find_pair, open_engine
 
+    if strict and temperature > 0:
+        raise UsageError("--strict checks greedy outputs against ar; use it with --temperature 0")
     path = suite_path or b.DEV_SET
     prompts = b.select(b.load_suite(path), limit, suites)
     pair_config = find_pair(pair, config)
@@ -175,9 +184,15 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
     engine = open_engine(pair_config)
     sampling = SamplingParams(temperature=temperature, seed=seed)
     rows: list = []
+    floor = None
     interrupted = False
     try:
         with Progress(console=Console(stderr=True), transient=True) as progress:
+            if sampling.greedy and any(m.name not in ("ar", b.HF_ASSISTED) for m in mode_list):
+                # what tells a parting from a bug; reported under the table
+                measuring = progress.add_task("measuring the target's noise floor (once per model)", total=None)
+                floor = engine.noise_floor()
+                progress.remove_task(measuring)
             task = progress.add_task("bench", total=len(prompts) * len(mode_list) * repeats)
 
             def on_row(row):
@@ -191,9 +206,10 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
         engine.close()
     if rows:
         summary = b.summarize(rows)
-        Console().print(b.table(summary))
+        Console().print(b.table(summary, floor))
         meta = {"pair": pair_config.name, "suite": str(path), "modes": [m.name for m in mode_list],
-                "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted}
+                "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted,
+                "noise_floor": floor and floor.to_dict()}
         if json_path:
             data = json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n"
             write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")
@@ -201,6 +217,9 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
             write_or_rescue(plot_path, lambda tmp: b.plot(tmp, rows, summary), "plot")
     if interrupted:
         raise KeyboardInterrupt
+    failure = b.strict_failure(rows) if strict else None
+    if failure:
+        raise failure
 
 
 def _register_subcommands() -> None:
