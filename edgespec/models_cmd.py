@@ -120,7 +120,7 @@ def _report_noise_floor(chosen: PairConfig) -> None:
     engine = open_engine(chosen, DraftChoice.NONE)
     try:
         if engine.saved_noise_floor() is None:
-            Console(stderr=True).print(f"measuring the noise floor of {chosen.target.name} (once per model file)")
+            click.echo(f"measuring the noise floor of {chosen.target.name} (once per model file and runtime)", err=True)
         floor = engine.noise_floor()
     finally:
         engine.close()
