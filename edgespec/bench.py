@@ -223,8 +223,11 @@ def run_bench(
 ) -> list[Row]:
     """Every prompt in every mode, interleaved. A greedy output of the engine that parts from `ar`
     is explained right after its run, while the target still holds that run's cache (see
-    divergence.py); the first one measures the target's noise floor, unless an earlier run did."""
+    divergence.py), against the target's noise floor (measured first, unless an earlier run did:
+    measuring empties the cache)."""
     check_modes(engine, modes, sampling)
+    if needs_noise_floor(modes, sampling):
+        engine.noise_floor()
     rows = []
     warm = BenchPrompt(**{**asdict(prompts[0]), "max_tokens": 8})
     for mode in modes:  # warm-up (calibration, first allocations): not measured
@@ -244,6 +247,11 @@ def run_bench(
                 rows.append(row)
                 on_row(row)
     return rows
+
+
+def needs_noise_floor(modes: list[Mode], sampling: SamplingParams) -> bool:
+    """Whether a parting from ar may need explaining: greedy runs of the engine's own modes."""
+    return sampling.greedy and any(m.name not in ("ar", HF_ASSISTED) for m in modes)
 
 
 def compare_with_ar(engine: Engine, prompt: BenchPrompt, row: Row, ar_ids: list[int], sampling: SamplingParams) -> None:
@@ -314,7 +322,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
 def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
     return {
         "meta": meta,
-        "rows": [{k: v for k, v in asdict(r).items() if k != "output_ids"} for r in rows],
+        "rows": [{k: v for k, v in asdict(r).items() if k not in ("output_ids", "rounds")} for r in rows],
         "summary": summary,
     }
 

@@ -188,8 +188,7 @@ def bench(suite_path, pair, config, modes, drafter, limit, suites, repeats, temp
     interrupted = False
     try:
         with Progress(console=Console(stderr=True), transient=True) as progress:
-            if sampling.greedy and any(m.name not in ("ar", b.HF_ASSISTED) for m in mode_list):
-                # what tells a parting from a bug; reported under the table
+            if b.needs_noise_floor(mode_list, sampling):  # what tells a parting from a bug; shown with the table
                 measuring = progress.add_task("measuring the target's noise floor (once per model)", total=None)
                 floor = engine.noise_floor()
                 progress.remove_task(measuring)
