@@ -27,13 +27,15 @@ from rich.table import Table
 
 from edgespec.bench_hf_assisted import assisted_generate
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.events import Summary, Token
+from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
+from edgespec.divergence import DIFF, TIE, Parting, Round, explain_parting, first_divergence
 from edgespec.engine import Engine, GenerateSettings
-from edgespec.errors import UsageError
+from edgespec.errors import EdgespecError, UsageError
 from edgespec.figures import histogram_text
 from edgespec.layouts import describe_loaded
+from edgespec.noise_floor import NoiseFloor
 from edgespec.output_files import check_writable
 
 DEV_SET = Path(str(files("edgespec") / "data" / "dev.jsonl"))  # the development set shipped with edgespec
@@ -79,6 +81,14 @@ class Row:
     output_ids: list[int] = field(default_factory=list, repr=False)
     repeat: int = 0  # which of the prompt's interleaved rounds
     pair: str = ""
+    # Against ar: "exact", or where the output parted from it, TIE or DIFF (greedy modes of the
+    # engine, see divergence.py), or UNCHECKED (sampled output, or a peer's); None for ar itself.
+    vs_ar: str | None = None
+    parting: Parting | None = None
+    rounds: list[Round] = field(default_factory=list, repr=False)  # for explaining a parting
+
+
+EXACT, UNCHECKED = "exact", "unchecked"
 
 
 def load_suite(path: Path) -> list[BenchPrompt]:
@@ -171,15 +181,17 @@ def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
     return engine.target.tokenize(prompt.prompt, special=False)
 
 
-def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int]]:
-    """One generation; returns its summary (K of each target pass included) and output ids."""
-    ids, summary = [], Summary()
+def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int], list[Round]]:
+    """One generation; returns its summary (K of each target pass included), output ids and rounds."""
+    ids, rounds, summary = [], [], Summary()
     for e in engine.generate_tokens(prompt_ids(engine, prompt), settings):
         if isinstance(e, Token):
             ids.append(e.id)
+        elif isinstance(e, Step):  # yielded before the tokens it produced
+            rounds.append(Round(len(ids), e.drafted_ids))
         elif isinstance(e, Summary):
             summary = e
-    return summary, ids
+    return summary, ids, rounds
 
 
 def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingParams) -> Row:
@@ -188,9 +200,9 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
         r = assisted_generate(engine.target, engine.draft, prompt_ids(engine, prompt), prompt.max_tokens)
         return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,
                    r.target_passes, None, None, r.k_trace, r.ids)
-    summary, ids = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
+    summary, ids, rounds = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
     return Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s, summary.drafted,
-               summary.accepted, summary.target_passes, None, None, summary.k_series, ids)
+               summary.accepted, summary.target_passes, None, None, summary.k_series, ids, rounds=rounds)
 
 
 def layout_lines(engine: Engine) -> list[str]:
@@ -224,8 +236,14 @@ def run_bench(
     on_row: Callable[[Row], None] = lambda row: None,
     repeats: int = 1,
 ) -> list[Row]:
+    """Every prompt in every mode of every engine, interleaved. A greedy output of an engine that
+    parts from its `ar` is explained right after its run, while the target still holds that run's
+    cache (see divergence.py), against the target's noise floor (measured first, unless an earlier
+    run did: measuring empties the cache)."""
     for engine in engines:
         check_modes(engine, modes, sampling)
+        if needs_noise_floor(modes, sampling):
+            engine.noise_floor()
     rows = []
     warm = BenchPrompt(**{**asdict(prompts[0]), "max_tokens": 8})
     for engine in engines:
@@ -240,19 +258,44 @@ def run_bench(
                     row.repeat, row.pair = repeat, engine.pair.name
                     if mode.name == "ar":
                         ar_ids = row.output_ids
+                    elif ar_ids is not None:
+                        compare_with_ar(engine, prompt, row, ar_ids, sampling)
                     if ar_ids is not None:
-                        row.first_divergence = _first_divergence(row.output_ids, ar_ids)
                         row.matches_ar = row.first_divergence is None
                     rows.append(row)
                     on_row(row)
     return rows
 
 
-def _first_divergence(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+def needs_noise_floor(modes: list[Mode], sampling: SamplingParams) -> bool:
+    """Whether a parting from ar may need explaining: greedy runs of the engine's own modes."""
+    return sampling.greedy and any(m.name not in ("ar", HF_ASSISTED) for m in modes)
+
+
+def compare_with_ar(engine: Engine, prompt: BenchPrompt, row: Row, ar_ids: list[int], sampling: SamplingParams) -> None:
+    """Set the row's first divergence from `ar_ids` and its `vs_ar`, explaining a greedy parting."""
+    row.first_divergence = first_divergence(row.output_ids, ar_ids)
+    if row.first_divergence is None:
+        row.vs_ar = EXACT
+    elif not sampling.greedy or row.mode == HF_ASSISTED:
+        row.vs_ar = UNCHECKED  # a sampled output parts by chance; a peer's cache is not ours to replay
+    else:
+        floor = engine.noise_floor().max
+        row.parting = explain_parting(engine.target, prompt_ids(engine, prompt), ar_ids, row.output_ids,
+                                      row.rounds, floor)
+        row.vs_ar = row.parting.verdict
+
+
+def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
+    """`--strict`: one line naming the outputs that parted from ar beyond the noise floor, if any."""
+    bad = [r for r in rows if r.vs_ar == DIFF]
+    if not bad:
+        return None
+    where = ", ".join(f"{r.id} {r.mode} at token {r.parting.position}" for r in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    floor = bad[0].parting.floor
+    return EdgespecError(f"{len(bad)} greedy output(s) parted from ar beyond the target's noise floor of {floor:.3g} "
+                         f"logits (DIFF, a bug): {where}{more}; --json has the gaps")
 
 
 def summarize(rows: Iterable[Row]) -> list[dict]:
@@ -277,6 +320,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
         drafted = sum(r.drafted for r in group)
         passes = sum(r.target_passes for r in group)
         matched = [r.matches_ar for r in group if r.matches_ar is not None]
+        verdicts = [r.vs_ar for r in group if r.vs_ar is not None]
         entry = {
             "pair": pair,
             "suite": suite,
@@ -288,6 +332,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
             "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
             "matches_ar": sum(matched) / len(matched) if matched else None,
+            "vs_ar": {v: verdicts.count(v) for v in (EXACT, TIE, DIFF, UNCHECKED)} if verdicts else None,
         }
         if len(pairs) > 1:
             entry["speedup_vs_first_ar"] = _median_ratio(per_prompt, ar, pairs[0], suite)
@@ -303,17 +348,23 @@ def _median_ratio(per_prompt: dict[str, float], ar: dict, pair: str, suite: str)
 def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
     return {
         "meta": meta,
-        "rows": [{k: v for k, v in asdict(r).items() if k != "output_ids"} for r in rows],
+        "rows": [{k: v for k, v in asdict(r).items() if k not in ("output_ids", "rounds")} for r in rows],
         "summary": summary,
     }
 
 
-def table(summary: list[dict]):
+def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None):
+    """The summary as a table; `= ar` counts outputs equal to plain decoding's, parted at a tie, and
+    parted beyond the target's noise floor (DIFF), in that order. With several pairs, a pair column
+    and each pair's speedup against the first pair's ar."""
+    caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
+    for pair, floor in (floors or {}).items():
+        caption += f"\nnoise floor of {pair}'s target: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
     several = any("speedup_vs_first_ar" in s for s in summary)
     first = summary[0]["pair"] if summary else ""
     columns = (("pair",) if several else ()) + ("suite", "mode", "tok/s", "speedup vs ar") \
         + ((f"vs {first} ar",) if several else ()) + ("acceptance", "tokens/pass", "K histogram", "= ar")
-    t = Table(title="edgespec bench")
+    t = Table(title="edgespec bench", caption=caption)
     for col in columns:
         # names are kept whole on a narrow terminal; the figures' headers wrap instead
         t.add_column(col, justify="left" if col in ("pair", "suite", "mode", "K histogram") else "right",
@@ -323,14 +374,20 @@ def table(summary: list[dict]):
         cells = [s["pair"]] if several else []
         cells += [s["suite"], s["mode"], f"{s['decode_tokens_per_s']:.1f}", _ratio(s["speedup_vs_ar"])]
         cells += [_ratio(s["speedup_vs_first_ar"])] if several else []
-        cells += [f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist,
-                  "-" if s["matches_ar"] is None else f"{s['matches_ar']:.0%}"]
+        cells += [f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist, _vs_ar_text(s["vs_ar"])]
         t.add_row(*cells)
     return t
 
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def _vs_ar_text(counts: dict | None) -> str:
+    if counts is None:
+        return "-"
+    text = f"{counts[EXACT]}/{counts[TIE]}/{counts[DIFF]}"
+    return text + (f" ({counts[UNCHECKED]} unchecked)" if counts[UNCHECKED] else "")
 
 
 def check_plot_path(path: Path) -> None:

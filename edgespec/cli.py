@@ -158,9 +158,16 @@ def stream_to_stdout(events, colored: bool) -> Summary:
 @sampling_option("--seed", int, default=0)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when a greedy output parts from ar beyond the target's noise floor (DIFF).")
 @error_boundary
-def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path):
-    """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K."""
+def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path,
+          strict):
+    """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K.
+
+    Where a greedy output parts from plain decoding (ar), the target's logits at the first differing
+    token are taken again as the verify pass and as single steps computed them: a tie (numerical
+    noise) or DIFF (a bug); the `= ar` column counts exact / tie / DIFF outputs."""
     from rich.console import Console
     from rich.progress import Progress
 
@@ -168,6 +175,8 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     from edgespec.decoding.sampling import SamplingParams
     from edgespec.engine import find_pair, open_engine
 
+    if strict and temperature > 0:
+        raise UsageError("--strict checks greedy outputs against ar; use it with --temperature 0")
     path = suite_path or b.DEV_SET
     prompts = b.select(b.load_suite(path), limit, suites)
     pair_configs = [find_pair(name, config) for name in dict.fromkeys(pairs or (None,))]
@@ -183,6 +192,7 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     engines: list = []
     sampling = SamplingParams(temperature=temperature, seed=seed)
     rows: list = []
+    floors: dict = {}
     interrupted = False
     err = Console(stderr=True)
     try:
@@ -191,6 +201,10 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
             for line in b.layout_lines(engines[-1]):
                 err.print(line, highlight=False)
         with Progress(console=err, transient=True) as progress:
+            if b.needs_noise_floor(mode_list, sampling):  # what tells a parting from a bug; shown with the table
+                measuring = progress.add_task("measuring the targets' noise floors (once per model)", total=None)
+                floors = {engine.pair.name: engine.noise_floor() for engine in engines}
+                progress.remove_task(measuring)
             task = progress.add_task("bench", total=len(prompts) * len(mode_list) * repeats * len(engines))
 
             def on_row(row):
@@ -205,9 +219,10 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
             engine.close()
     if rows:
         summary = b.summarize(rows)
-        Console().print(b.table(summary))
+        Console().print(b.table(summary, floors))
         meta = {"pairs": [p.name for p in pair_configs], "suite": str(path), "modes": [m.name for m in mode_list],
-                "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted}
+                "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted,
+                "noise_floors": {pair: floor.to_dict() for pair, floor in floors.items()}}
         if json_path:
             data = json.dumps(b.to_json(rows, summary, meta), indent=1) + "\n"
             write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")
@@ -215,6 +230,9 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
             write_or_rescue(plot_path, lambda tmp: b.plot(tmp, rows, summary), "plot")
     if interrupted:
         raise KeyboardInterrupt
+    failure = b.strict_failure(rows) if strict else None
+    if failure:
+        raise failure
 
 
 def _register_subcommands() -> None:

@@ -30,6 +30,7 @@ from edgespec.decoding.events import Event
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError, SettingError
+from edgespec.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
 from edgespec.store import Store, home
 from edgespec.vocab import check_loaded_pair, check_pair, read_vocabulary
 
@@ -58,6 +59,7 @@ class Engine:
         self._drafters: list[Drafter] = [NgramDrafter()] + ([ModelDrafter(draft)] if draft is not None else [])
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
+        self._noise_floor: NoiseFloor | None = None
 
     def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
         return self.generate_tokens(self.chat_tokens(messages), settings, cancel)
@@ -102,30 +104,30 @@ class Engine:
             self._policies[key] = make_policy(settings.k, settings.draft, self.costs)
         return self._policies[key]
 
-    def _calibration_key(self) -> str:
-        """What the cost curve depends on: the models, the runtime and how it is run (and how it
-        was calibrated, `CALIBRATION_VERSION`)."""
-        parts = [CALIBRATION_VERSION, self.pair.backend, str(self.pair.threads), self.pair.device_map]
+    def _runtime_key(self, backends: Sequence[Backend | None]) -> list[str]:
+        """What a measurement on these backends depends on: the runtime, how it is run (where each
+        model runs), and each model file (path and size)."""
+        parts = [self.pair.backend, str(self.pair.threads), self.pair.device_map]
         parts += [f"{p.device} {p.detail}" for p in self.placements().values()]
-        for backend in (self.target, self.draft):
+        for backend in backends:
             path = getattr(backend, "path", None)
             if path is not None:
                 st = Path(path).stat()
                 parts += [str(path), str(st.st_size)]
-        return "|".join(parts)
+        return parts
+
+    def _calibration_key(self) -> str:
+        """What the cost curve depends on: the models, the runtime and how it is run (and how it
+        was calibrated, `CALIBRATION_VERSION`)."""
+        return "|".join([CALIBRATION_VERSION, *self._runtime_key((self.target, self.draft))])
 
     def _load_or_calibrate(self) -> None:
         """The calibrated curve is kept between runs, so only the first run on a machine pays for
-        calibration (a second or two on a small CPU). What a reply learns online stays in that
+        calibration (a few seconds on a small CPU). What a reply learns online stays in that
         process: saving it would let one busy spell (another program running) set the costs of
         every later run, and draft sizes that then look too dear are never tried again to correct
         them. Delete EDGESPEC_HOME/calibration.json to measure again."""
-        cache = _calibration_file()
-        key = self._calibration_key()
-        try:
-            saved = json.loads(cache.read_text()).get(key)
-        except (OSError, ValueError):
-            saved = None
+        saved = _read_saved(_calibration_file(), self._calibration_key())
         if saved:
             self.costs.restore(saved)
             return
@@ -135,19 +137,30 @@ class Engine:
         """Time the target's verification at every length auto may draft, and a draft step; keep
         and save the curve (`models tune` measures each candidate layout this way)."""
         self.costs.calibrate(self.target, self.draft, max_n=LONGEST_DRAFT + 1)
-        self._save_costs()
+        _save(_calibration_file(), self._calibration_key(), self.costs.to_dict(), CALIBRATION_VERSION)
         return self.costs
 
-    def _save_costs(self) -> None:
-        cache = _calibration_file()
+    def _noise_floor_key(self) -> str:
+        return "|".join([NOISE_FLOOR_VERSION, *self._runtime_key((self.target,))])
+
+    def saved_noise_floor(self) -> NoiseFloor | None:
+        """The target's noise floor as measured by an earlier run, if any (a damaged entry is none)."""
+        saved = _read_saved(_noise_floor_file(), self._noise_floor_key())
         try:
-            data = json.loads(cache.read_text()) if cache.exists() else {}
-            data = {k: v for k, v in data.items() if k.startswith(CALIBRATION_VERSION + "|")}  # older ones go
-            data[self._calibration_key()] = self.costs.to_dict()
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(cache, json.dumps(data, indent=1))
-        except (OSError, ValueError):
-            pass  # a read-only or damaged cache only costs a calibration next time
+            return NoiseFloor.from_dict(saved) if saved else None
+        except ValueError:
+            return None
+
+    def noise_floor(self) -> NoiseFloor:
+        """How far the target's batched logits part from single steps (`noise_floor.py`). Measured
+        once per target file and runtime (about 10 s for the 1.5B target on a 2-core CPU) and kept
+        in EDGESPEC_HOME/noise_floor.json. Empties the target's cache when it measures."""
+        if self._noise_floor is None:
+            self._noise_floor = self.saved_noise_floor()
+        if self._noise_floor is None:
+            self._noise_floor = measure_noise_floor(self.target, calibration_tokens(self.target))
+            _save(_noise_floor_file(), self._noise_floor_key(), self._noise_floor.to_dict(), NOISE_FLOOR_VERSION)
+        return self._noise_floor
 
     def close(self) -> None:
         for backend in (self.target, self.draft):
@@ -158,10 +171,38 @@ class Engine:
 # Saved curves of another version are measured again: "v3" curves time every draft length the
 # controller may choose; "v2" ones timed 1, 2, 4, 8 and 16 tokens and interpolated between.
 CALIBRATION_VERSION = "v3"
+NOISE_FLOOR_VERSION = "floor-v1"
 
 
 def _calibration_file() -> Path:
     return home() / "calibration.json"
+
+
+def _noise_floor_file() -> Path:
+    """Next to the calibration (so whatever moves one moves both)."""
+    return _calibration_file().with_name("noise_floor.json")
+
+
+def _read_saved(path: Path, key: str) -> dict | None:
+    """The measurement saved under `key` in a JSON file of them, or None (no file, no entry, damaged)."""
+    try:
+        saved = json.loads(path.read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def _save(path: Path, key: str, value: dict, version: str) -> None:
+    """Save a measurement under `key`; entries of other versions (keys not starting with `version`)
+    go. A read-only or damaged file only costs a measurement next time."""
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data = {k: v for k, v in data.items() if k.startswith(version + "|")}
+        data[key] = value
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(data, indent=1))
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class EngineThread:

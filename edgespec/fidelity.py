@@ -9,7 +9,6 @@ a model's first different choice would otherwise make every later position incom
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from typing import Sequence
 
 import numpy as np
@@ -25,11 +24,6 @@ class Fidelity:
     mean_kl: float  # KL(original || derived) in nats, mean over positions
     p99_kl: float
     positions: int
-
-
-def calibration_text() -> str:
-    """The text shipped with the package for fidelity measurements: code, prose and a chat turn."""
-    return resources.files("edgespec").joinpath("data/calibration.txt").read_text(encoding="utf-8")
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

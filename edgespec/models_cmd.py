@@ -19,6 +19,7 @@ from rich.table import Table
 from edgespec.cli_common import config_option, error_boundary
 from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
 from edgespec.machine import pair_device, pair_fit
+from edgespec.decoding.drafters import DraftChoice
 from edgespec.store import Store
 from edgespec.tune_cmd import tune
 from edgespec.vocab import compare_vocabularies, read_vocabulary
@@ -81,19 +82,31 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
 
 @models.command("check")
 @click.argument("pair")
+@click.option("--noise-floor", "noise_floor", is_flag=True,
+              help="Also load the target and report how far its batched logits part from single steps.")
 @config_option
 @click.pass_context
 @error_boundary
-def check(ctx: click.Context, pair: str, config: Path | None) -> None:
+def check(ctx: click.Context, pair: str, noise_floor: bool, config: Path | None) -> None:
     """Check that a pair's tokenizers agree.
 
     Compares the draft's vocabulary with the target's (token texts, size, end and start tokens),
-    prints "compatible" or what differs, and exits 1 when they cannot be paired.
+    prints "compatible" or what differs, and exits 1 when they cannot be paired. With
+    --noise-floor, also reports the target's noise floor: the largest |batched - single step| logit
+    difference at each verify size, which tells a greedy output's parting from plain decoding at a
+    near-tie from a bug (measured once per model file and runtime, then kept).
     """
     chosen = _registry(ctx, config).pair(pair)
     if chosen.draft is None:
         click.echo(f"pair {chosen.name} has no draft model (drafter: {chosen.drafter}); nothing to compare")
-        return
+    elif not _vocabularies_agree(chosen):
+        ctx.exit(1)
+    if noise_floor:
+        _report_noise_floor(chosen)
+
+
+def _vocabularies_agree(chosen: PairConfig) -> bool:
+    """Print what the vocabulary check found; whether the pair can be used."""
     store = Store()
     target = read_vocabulary(chosen.target, store.ensure(chosen.target, chosen.name))
     draft = read_vocabulary(chosen.draft, store.ensure(chosen.draft, chosen.name))
@@ -103,8 +116,24 @@ def check(ctx: click.Context, pair: str, config: Path | None) -> None:
     for error in result.errors:
         click.echo(f"differs: {error}")
     click.echo("compatible" if result.compatible else "incompatible")
-    if not result.compatible:
-        ctx.exit(1)
+    return result.compatible
+
+
+def _report_noise_floor(chosen: PairConfig) -> None:
+    """The target's noise floor per verify size, from the saved measurement or measured now."""
+    from edgespec.engine import open_engine  # loads a runtime: only when asked
+
+    engine = open_engine(chosen, DraftChoice.NONE)
+    try:
+        if engine.saved_noise_floor() is None:
+            click.echo(f"measuring the noise floor of {chosen.target.name} (once per model file and runtime)", err=True)
+        floor = engine.noise_floor()
+    finally:
+        engine.close()
+    click.echo(f"noise floor of {chosen.target.name}: {floor.max:.3f} logits "
+               "(largest |batched - single step| logit difference)")
+    for n in sorted(floor.largest):
+        click.echo(f"  n={n:<2}  max {floor.largest[n]:.3f}  mean {floor.mean[n]:.4f}")
 
 
 models.add_command(tune)

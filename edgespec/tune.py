@@ -32,7 +32,8 @@ from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import Engine
 from edgespec.errors import EdgespecError
-from edgespec.fidelity import Fidelity, calibration_text, measure_fidelity
+from edgespec.fidelity import Fidelity, measure_fidelity
+from edgespec.noise_floor import calibration_tokens
 
 ORIGINAL = "original"
 AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
@@ -111,7 +112,7 @@ class Tuner:
         self.pair, self.source, self.on_step = pair, target_path, on_step
         self.original = self._load(target_path)
         self.draft = self._load(draft_path) if draft_path is not None else None
-        self.tokens = self.original.tokenize(calibration_text(), special=False)
+        self.tokens = calibration_tokens(self.original)
         self.engines: list[Engine] = []
         self.rows: list[Measured] = []
 

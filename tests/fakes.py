@@ -49,7 +49,8 @@ def simulated_time(clock: VirtualClock) -> Iterator[None]:
 class MarkovBackend:
     def __init__(self, n_vocab: int = 48, seed: int = 0, noise: float = 0.0, n_ctx: int = 512,
                  eos: int | None = None, base_s: float = 0.0, per_token_s: float = 0.0, sharp: float = 3.0,
-                 cost: Callable[[int], float] | None = None, clock: VirtualClock | None = None):
+                 cost: Callable[[int], float] | None = None, clock: VirtualClock | None = None,
+                 batch_noise: float = 0.0):
         rng = np.random.default_rng(seed)
         self.table = rng.normal(size=(n_vocab, n_vocab, n_vocab)).astype(np.float32) * sharp
         if noise:
@@ -61,6 +62,9 @@ class MarkovBackend:
         self.cost, self.clock = cost, clock  # cost(n): seconds to evaluate n tokens (overrides base/per-token)
         self.evals: list[int] = []  # tokens per eval call, for tests
         self.placement = Placement("cpu", "1 thread", 1)  # numpy on the calling thread
+        # Logits of a batch of 4 or more tokens move by up to this much, as llama.cpp's batched
+        # kernels move them: near-ties can then flip between a verify pass and a single step.
+        self.batch_noise = batch_noise
 
     def row(self, prev2: int, prev1: int) -> np.ndarray:
         return self.table[prev2, prev1]
@@ -77,7 +81,11 @@ class MarkovBackend:
         self.cached.extend(tokens)
         seq = self.cached
         n = len(seq)
-        return np.stack([self.row(seq[i - 1] if i >= 1 else 0, seq[i]) for i in range(n - n_logits, n)])
+        rows = np.stack([self.row(seq[i - 1] if i >= 1 else 0, seq[i]) for i in range(n - n_logits, n)])
+        if self.batch_noise and len(tokens) >= 4:
+            where = np.arange(n - n_logits, n)[:, None] * 0.7 + np.arange(self.n_vocab) * 1.3 + len(tokens)
+            rows = rows + (self.batch_noise * np.sin(where)).astype(np.float32)
+        return rows
 
     def truncate(self, n: int) -> None:
         del self.cached[n:]
@@ -138,11 +146,13 @@ class ArgmaxRecorder:
             assert self.argmax_after[pos] == tok, f"token {i} ({tok}) is not the target's argmax ({self.argmax_after[pos]})"
 
 
-def fake_engine(clock: VirtualClock | None = None, verify=None, draft_step: float = 0.0, noise: float = 1.0) -> Engine:
-    """An Engine around a deterministic fake pair (greedy output is exactly reproducible)."""
+def fake_engine(clock: VirtualClock | None = None, verify=None, draft_step: float = 0.0, noise: float = 1.0,
+                batch_noise: float = 0.0) -> Engine:
+    """An Engine around a deterministic fake pair (greedy output is exactly reproducible unless the
+    target's batches carry `batch_noise`)."""
     spec = ModelSpec("fake-target", "gguf")
     pair = PairConfig("fake", "llamacpp", spec, ModelSpec("fake-draft", "gguf"), "model", 512)
-    target = MarkovBackend(seed=21, n_ctx=512, cost=verify, clock=clock)
+    target = MarkovBackend(seed=21, n_ctx=512, cost=verify, clock=clock, batch_noise=batch_noise)
     draft = MarkovBackend(seed=21, noise=noise, n_ctx=512, cost=(lambda n: n * draft_step) if draft_step else None,
                           clock=clock)
     return Engine(pair, target, draft)

@@ -239,13 +239,6 @@ def test_run_bench_flags_outputs_that_differ_from_ar():
     assert k3.output_ids[:i] == ar.output_ids[:i] and k3.output_ids[i] != ar.output_ids[i]
 
 
-def test_first_divergence():
-    assert bench._first_divergence([1, 2, 3], [1, 2, 3]) is None
-    assert bench._first_divergence([1, 9, 3], [1, 2, 3]) == 1
-    assert bench._first_divergence([1, 2], [1, 2, 3]) == 2
-    assert bench._first_divergence([], [1]) == 0
-
-
 def test_every_mode_is_compared_with_ar_whatever_the_order_given():
     engine = fake_engine()
     rows = run_bench([engine], PROMPTS[:1], parse_modes("k2,ar", "model"), GREEDY)
@@ -333,7 +326,7 @@ def test_to_json_has_the_documented_schema(bench_run):
     assert doc["meta"] == {"pair": "fake"}
     assert len(doc["rows"]) == len(PROMPTS) * len(bench_run.modes)
     for r in doc["rows"]:
-        assert ROW_KEYS <= set(r) and "output_ids" not in r
+        assert ROW_KEYS <= set(r) and "output_ids" not in r and "rounds" not in r
         assert isinstance(r["tokens"], int) and isinstance(r["matches_ar"], bool)
     assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {(p.suite, m.name) for p in PROMPTS for m in bench_run.modes}
     for s in doc["summary"]:
@@ -435,3 +428,50 @@ def test_bench_command_reports_a_bad_suite_in_one_line(cli_env):
     assert "bad.jsonl:1" in r.stderr and "Traceback" not in r.stderr
     r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,turbo"])
     assert r.exit_code == 2 and "turbo" in r.stderr
+
+
+def test_bench_command_strict_passes_and_explains_every_parting(cli_env):
+    from click.testing import CliRunner
+
+    cli = _bench_command()
+    r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,k3,ngram-k2", "--strict",
+                                      "--json", "out.json"])
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert "exact / parted at a near-tie" in r.stdout and "noise floor of the target" in r.stdout
+    doc = json.loads((cli_env / "out.json").read_text())
+    assert set(doc["meta"]["noise_floor"]) == {str(n) for n in range(2, 17)}
+    for x in doc["rows"]:
+        if x["mode"] == "ar":
+            assert x["vs_ar"] is None and x["parting"] is None
+        elif x["vs_ar"] == "exact":
+            assert x["matches_ar"] is True and x["parting"] is None
+        else:
+            assert x["vs_ar"] == "tie" and x["parting"]["position"] == x["first_divergence"]
+            assert {"gap_batched", "gap_single", "batch", "floor", "token", "ar_token"} <= set(x["parting"])
+    for s in doc["summary"]:
+        assert s["mode"] == "ar" or sum(s["vs_ar"].values()) == s["prompts"] and s["vs_ar"]["DIFF"] == 0
+
+
+def test_bench_command_strict_fails_in_one_line_on_a_broken_verification(cli_env, monkeypatch):
+    from click.testing import CliRunner
+
+    from edgespec.decoding import decoder
+
+    def accept_every_draft(logits, draft_ids):
+        return len(draft_ids), int(logits[len(draft_ids)].argmax())
+
+    cli = _bench_command()
+    monkeypatch.setattr(decoder, "verify_greedy", accept_every_draft)
+    r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,k3", "--strict"])
+    assert r.exit_code == 1
+    assert "edgespec bench" in r.stdout  # the table still comes first
+    (line,) = [line for line in r.stderr.splitlines() if line.strip()]  # (the progress display leaves a newline)
+    assert line.startswith("edgespec: error: ") and "DIFF" in line and "c/0 k3 at token" in line
+
+
+def test_bench_command_strict_is_for_greedy_runs(cli_env):
+    from click.testing import CliRunner
+
+    cli = _bench_command()
+    r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--strict", "--temperature", "0.7"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--strict" in r.stderr  # before anything loads

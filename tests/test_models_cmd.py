@@ -175,3 +175,24 @@ def test_a_first_pull_without_a_published_sha256_warns_once(run, tmp_path, monke
                         f"({tmp_path / 'home' / 'models' / '.first-seen.json'})"]
     again = run("pull", "seven", "--config", str(config))
     assert again.exit_code == 0 and "warning" not in again.output and "present (7 B), verified" in again.output
+
+
+def test_check_reports_the_noise_floor_measured_once(run, tmp_path, tiny_gguf, tiny_draft_gguf):
+    config = tmp_path / "tiny.toml"
+    config.write_text(f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n[models.d]\nformat = "gguf"\n'
+                      f'path = "{tiny_draft_gguf}"\n[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\n'
+                      'drafter = "d"\ncontext = 256\n')
+    first = run("check", "tiny", "--noise-floor", "--config", str(config))
+    assert first.exit_code == 0, first.output
+    assert "compatible" in first.stdout and "measuring the noise floor of t" in first.stderr
+    lines = first.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("noise floor of t: "))
+    sizes = [line.split()[0] for line in lines[header + 1 :]]
+    assert sizes == [f"n={n}" for n in range(2, 17)]
+    again = run("check", "tiny", "--noise-floor", "--config", str(config))
+    assert again.exit_code == 0 and again.stdout == first.stdout and "measuring" not in again.stderr
+
+
+def test_check_of_a_pair_whose_tokenizers_differ_stops_before_the_noise_floor(run, user_config):
+    result = run("check", "different", "--noise-floor", "--config", str(user_config))
+    assert result.exit_code == 1 and "noise floor" not in result.output

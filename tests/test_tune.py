@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from edgespec import cli, layouts
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.config import load_registry
-from edgespec.fidelity import Fidelity, calibration_text, measure_fidelity
+from edgespec.fidelity import Fidelity, measure_fidelity
+from edgespec.noise_floor import calibration_tokens
 from edgespec.tune import ORIGINAL, Measured, TuneError, check_space, recommend
 from edgespec.vocab import read_vocabulary
 
@@ -149,7 +150,7 @@ def test_help_lists_every_candidate_layout():
 def test_fidelity_of_a_model_with_itself_is_perfect_and_of_another_is_not(tiny_gguf, tiny_draft_gguf):
     a, b, draft = LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_draft_gguf, 512)
     try:
-        tokens = a.tokenize(calibration_text(), special=False)[:300]
+        tokens = calibration_tokens(a)[:300]
         same = measure_fidelity(a, b, tokens)
         assert same.agreement == 1.0 and same.mean_kl == pytest.approx(0.0, abs=1e-6) and same.positions == 300
         assert len(a.cached) == 300  # left holding the text
