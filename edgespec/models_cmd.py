@@ -18,8 +18,8 @@ from rich.table import Table
 
 from edgespec.cli_common import config_option, error_boundary
 from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
-from edgespec.machine import pair_device, pair_fit
 from edgespec.decoding.drafters import DraftChoice
+from edgespec.machine import pair_device, pair_fit
 from edgespec.store import Store
 from edgespec.tune_cmd import tune
 from edgespec.vocab import compare_vocabularies, read_vocabulary
