@@ -87,6 +87,13 @@ def error_of(response: httpx.Response, status: int) -> dict:
     return error
 
 
+def wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
 @contextmanager
 def slow_engine(live, per_eval_s: float):
     """Every target pass takes at least `per_eval_s` while the block runs (set and undone on the
@@ -341,8 +348,7 @@ def test_a_client_that_leaves_mid_stream_cancels_its_generation(live, client):
                 if data == 3:
                     break
         left = time.monotonic()
-        while not summaries and time.monotonic() - left < 5:
-            time.sleep(0.01)
+        wait_until(lambda: summaries)
         cancelled_after = time.monotonic() - left
     assert summaries and summaries[0].stop_reason == "cancelled" and summaries[0].tokens < 200
     assert cancelled_after < 1.0
@@ -354,12 +360,12 @@ def test_a_client_that_leaves_while_queued_is_skipped(live):
     with slow_engine(live, 0.02), recorded_summaries(live) as summaries:
         first = threading.Thread(target=post, args=(live, "/chat/completions"), kwargs={"json": chat(max_tokens=40)})
         first.start()
-        time.sleep(0.3)
+        wait_until(lambda: live.worker._jobs)  # the first holds the engine for 40 slow passes
         with pytest.raises(httpx.ReadTimeout):
             post(live, "/chat/completions", json=chat(max_tokens=40), timeout=httpx.Timeout(5, read=0.2))
         first.join(timeout=30)
-        time.sleep(0.3)
-    assert len(summaries) == 1
+        wait_until(lambda: not live.worker._jobs)
+    assert len(summaries) == 1 and summaries[0].stop_reason != "cancelled"
 
 
 def _stream_one(url: str, prompt: str) -> dict:

@@ -42,6 +42,10 @@ class ClientGone(Exception):
     """The client closed the connection before its reply was ready."""
 
 
+async def client_gone(request: Request, error: ClientGone) -> Response:
+    return Response(status_code=499)  # nginx's "client closed request", for the access log; nobody reads it
+
+
 class BearerKey(AuthenticationBackend):
     """`--api-key`: every endpoint but /health wants `Authorization: Bearer KEY`; checked before the
     body is read."""
@@ -67,7 +71,7 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
     started = int(time.time())
     app = FastAPI(title="edgespec", max_body_size=MAX_BODY_BYTES, openapi_url=None)
     openai_errors.install(app)
-    app.add_exception_handler(ClientGone, lambda request, error: Response(status_code=499))  # nginx's "client closed"
+    app.add_exception_handler(ClientGone, client_gone)
     if api_key:
         app.add_middleware(AuthenticationMiddleware, backend=BearerKey(api_key),
                            on_error=lambda conn, error: unauthorized(str(error) == "wrong").response())

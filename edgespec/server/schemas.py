@@ -85,7 +85,7 @@ class GenerationRequest(_Strict):
     top_k: Annotated[int, _sampling_rule("top_k")] | None = None
     min_p: Annotated[float, _sampling_rule("min_p")] | None = None
     seed: Annotated[int, _sampling_rule("seed")] | None = None
-    stop: Stop | Annotated[list[Stop], Field(max_length=4)] | None = None
+    stop: Stop | Annotated[list[Stop], Field(max_length=16)] | None = None  # OpenAI takes 4; editors send more
     stream: bool = False
     stream_options: StreamOptions | None = None
     edgespec: EdgespecOptions = Field(default_factory=EdgespecOptions)
@@ -219,9 +219,13 @@ class TextChoice(BaseModel):
 
 
 class _Reply(BaseModel):
+    """The fields in the order OpenAI writes them; each kind of reply names its object and choices."""
+
     id: str
+    object: str
     created: int
     model: str
+    choices: list
     usage: Usage | None = _omitted_if_none()
     metrics: Metrics | None = _omitted_if_none()
     edgespec: TokenOrigins | None = _omitted_if_none()
