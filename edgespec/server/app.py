@@ -127,20 +127,20 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
 async def sent_tokens(job: Job, reply: Reply) -> AsyncIterator[list[Token]]:
     """The tokens to send, a batch per wake-up (what the engine produced meanwhile), until the job
     has finished; a stop string cancels the generation, and the rest is only counted."""
-    while True:
-        items = [await job.next(), *job.ready()]
+    finished = False
+    while not finished:
         out: list[Token] = []
-        for item in items:
+        for item in [await job.next(), *job.ready()]:
             if isinstance(item, Failed):
                 raise item.error
-            if item is not FINISHED:
+            if item is FINISHED:
+                finished = True
+            else:
                 out += reply.add(item)
         if reply.cut.met:
             job.cancel.set()
         if out:
             yield out
-        if FINISHED in items:
-            return
 
 
 def sse(body: BaseModel) -> bytes:
