@@ -1,4 +1,4 @@
-"""The `edgespec` command: run (pipes), chat (TUI), bench, models.
+"""The `edgespec` command: run (pipes), chat (TUI), serve (OpenAI API), bench, models, export.
 
 Unix contract of `run`: stdout carries only the model's text, streamed; stats, progress and errors
 go to stderr; exit 0 ok, 1 runtime error, 2 usage error, 130 on Ctrl-C (partial output flushed).
@@ -236,11 +236,15 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
 
 
 def _register_subcommands() -> None:
+    from edgespec.export_vllm import export
     from edgespec.models_cmd import models
+    from edgespec.server.command import serve
     from edgespec.tui.command import chat
 
     main.add_command(models)
     main.add_command(chat)
+    main.add_command(serve)
+    main.add_command(export)
 
 
 _register_subcommands()

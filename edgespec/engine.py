@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -99,10 +99,15 @@ class Engine:
         """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
         key = (settings.draft, settings.k)
         if key not in self._policies:
-            if settings.k.policy == "auto" and not self.costs.calibrated:
-                self._load_or_calibrate()
-            self._policies[key] = make_policy(settings.k, settings.draft, self.costs)
+            costs = self.cost_model() if settings.k.policy == "auto" else self.costs
+            self._policies[key] = make_policy(settings.k, settings.draft, costs)
         return self._policies[key]
+
+    def cost_model(self) -> CostModel:
+        """The cost curve of this pair on this machine: the saved calibration, or one measured now."""
+        if not self.costs.calibrated:
+            self._load_or_calibrate()
+        return self.costs
 
     def _runtime_key(self, backends: Sequence[Backend | None]) -> list[str]:
         """What a measurement on these backends depends on: the runtime, how it is run (where each
@@ -219,7 +224,11 @@ class EngineThread:
 
     def call(self, fn, *args, **kwargs):
         """Run fn(*args, **kwargs) on the engine thread and return (or raise) its result."""
-        return self._pool.submit(fn, *args, **kwargs).result()
+        return self.submit(fn, *args, **kwargs).result()
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        """Queue fn(*args, **kwargs) for the engine thread (first in, first out) without waiting."""
+        return self._pool.submit(fn, *args, **kwargs)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)

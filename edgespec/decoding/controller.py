@@ -190,6 +190,16 @@ class AutoK:
         acc = [r.mean for r in self._ngram.rates_for(g.match_len)[: min(len(g.ids), ctx.max_k, self.max_k_ngram)]]
         return best_k(acc, self._cost(DrafterKind.NGRAM))
 
+    def fixed_k(self, kind: DrafterKind, match_len: int = 0) -> int:
+        """The draft length this controller would choose for `kind` from what it believes now (its
+        acceptance estimates and the cost curve), for an engine that drafts the same K every round
+        (vLLM's `num_speculative_tokens`); for n-gram lookup, after a match of `match_len` tokens.
+        0 when drafting with `kind` does not pay here."""
+        if kind == DrafterKind.MODEL:
+            return self._model_option(RoundContext(None, True, self.max_k_model))[0]
+        proposal = Draft(ids=[0] * self.max_k_ngram, match_len=match_len)  # only its length is read
+        return self._ngram_option(RoundContext(proposal, False, self.max_k_ngram))[0]
+
     def may_use(self, kind: DrafterKind) -> bool:
         if kind == DrafterKind.MODEL:
             return kind in self.allowed and self._model_could_pay()

@@ -1,0 +1,206 @@
+"""The HTTP surface: OpenAI's chat and text completions, the model list and a health check.
+
+A request is checked (pydantic, before anything is queued), queued for the engine (503 when the
+queue is full), and answered once the engine has read its prompt: then the status is known (a
+prompt longer than the context is a 400, not a broken stream). Streamed replies are server-sent
+events ending in `data: [DONE]`; the figures (`usage`, `metrics.speculative_decoding`) come in the
+last chunk, as vLLM sends them. A client that goes away, while its request waits or while it
+streams, cancels its generation (within one target pass), so the next request is not kept waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from typing import AsyncIterator, Callable
+
+from fastapi import FastAPI, Request, Response
+from fastapi.sse import EventSourceResponse, format_sse_event
+from pydantic import BaseModel
+from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
+from starlette.middleware.authentication import AuthenticationMiddleware
+
+from edgespec.cli_common import sampling_from_flags
+from edgespec.decoding.events import Token
+from edgespec.engine import Engine, GenerateSettings
+from edgespec.server import openai_errors
+from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job
+from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
+from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
+from edgespec.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest, ModelCard, ModelList
+
+# An editor sends whole files, and a prompt longer than the context is refused anyway; this only
+# keeps a runaway client from filling memory (a 32k-token context is about 128 KB of text). Over it:
+# 413 (see openai_errors).
+MAX_BODY_BYTES = 4 * 1024 * 1024
+DONE = format_sse_event(data_str="[DONE]")
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its reply was ready."""
+
+
+async def client_gone(request: Request, error: ClientGone) -> Response:
+    return Response(status_code=499)  # nginx's "client closed request", for the access log; nobody reads it
+
+
+class BearerKey(AuthenticationBackend):
+    """`--api-key`: every endpoint but /health wants `Authorization: Bearer KEY`; checked before the
+    body is read."""
+
+    def __init__(self, key: str):
+        self._key = key.encode()
+
+    async def authenticate(self, conn):
+        if conn.url.path == "/health":
+            return None
+        scheme, _, sent = conn.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not sent:
+            raise AuthenticationError("missing")
+        if not secrets.compare_digest(sent.strip().encode(), self._key):
+            raise AuthenticationError("wrong")
+        return AuthCredentials(["authenticated"]), SimpleUser("client")
+
+
+def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | None = None) -> FastAPI:
+    """The app serving `worker`'s engine under its pair's name; `defaults` are the command line's
+    decoding settings, which a request's sampling fields override."""
+    served = worker.engine.pair.name
+    started = int(time.time())
+    app = FastAPI(title="edgespec", max_body_size=MAX_BODY_BYTES, openapi_url=None)
+    openai_errors.install(app)
+    app.add_exception_handler(ClientGone, client_gone)
+    if api_key:
+        app.add_middleware(AuthenticationMiddleware, backend=BearerKey(api_key),
+                           on_error=lambda conn, error: unauthorized(str(error) == "wrong").response())
+
+    def settings(body: GenerationRequest) -> GenerateSettings:
+        sampling = sampling_from_flags(defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p,
+                                       body.seed)
+        return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k)
+
+    async def answer(request: Request, body: GenerationRequest, fmt: ChatFormat | TextFormat,
+                     tokens: Callable[[Engine], list[int]], param: str) -> Response:
+        if body.model != served:
+            raise unknown_model(body.model, served)
+        job = Job(tokens, param, settings(body), body.token_limit)
+        worker.submit(job)
+        started_item = await while_connected(request, job, job.next())
+        if isinstance(started_item, Failed):
+            raise started_item.error
+        if started_item is FINISHED:  # skipped: cancelled while it waited
+            raise ClientGone
+        reply = Reply(body.stops, started_item.prompt_tokens)
+        if body.stream:
+            return EventSourceResponse(stream(job, reply, fmt, body))
+        whole = await while_connected(request, job, collect(job, reply, fmt, body))
+        return Response(whole.model_dump_json(), media_type="application/json")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        messages = body.chat_messages()
+        return await answer(request, body, ChatFormat(served), lambda engine: engine.chat_tokens(messages),
+                            "messages")
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        """Special tokens in the prompt are read as such (as llama.cpp's server does), so editors'
+        fill-in-the-middle prompts (<|fim_prefix|> ...) work."""
+        text = body.text
+        return await answer(request, body, TextFormat(served), lambda engine: engine.target.tokenize(text),
+                            "prompt")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        listing = ModelList(data=[ModelCard(id=served, created=started)])
+        return Response(listing.model_dump_json(), media_type="application/json")
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "model": served}
+
+    return app
+
+
+async def sent_tokens(job: Job, reply: Reply) -> AsyncIterator[list[Token]]:
+    """The tokens to send, a batch per wake-up (what the engine produced meanwhile), until the job
+    has finished; a stop string cancels the generation, and the rest is only counted."""
+    finished = False
+    while not finished:
+        out: list[Token] = []
+        for item in [await job.next(), *job.ready()]:
+            if isinstance(item, Failed):
+                raise item.error
+            if item is FINISHED:
+                finished = True
+            else:
+                out += reply.add(item)
+        if reply.cut.met:
+            job.cancel.set()
+        if out:
+            yield out
+
+
+def sse(body: BaseModel) -> bytes:
+    return format_sse_event(data_str=body.model_dump_json())
+
+
+async def stream(job: Job, reply: Reply, fmt: ChatFormat | TextFormat, body: GenerationRequest) -> AsyncIterator[bytes]:
+    """Server-sent events: an opening chunk (chat), the text as it comes, a chunk with the finish
+    reason, the usage chunk when asked for, `[DONE]`. The figures go in the last chunk before
+    `[DONE]`. When the client goes away, Starlette cancels this generator and `finally` cancels
+    the generation."""
+    try:
+        opening = fmt.opening()
+        if opening is not None:
+            yield sse(opening)
+        try:
+            async for tokens in sent_tokens(job, reply):
+                text = "".join(t.text for t in tokens)
+                if text or body.edgespec.sources:  # a token may end mid-character: no text yet
+                    yield sse(fmt.piece(text, origins(tokens) if body.edgespec.sources else None))
+        except APIError as error:  # the 200 has been sent: the error is a chunk of its own
+            yield format_sse_event(data_str=json.dumps(error.body()))
+            yield DONE
+            return
+        if body.include_usage:
+            yield sse(fmt.ending(reply.finish_reason))
+            yield sse(fmt.usage_chunk(usage=reply.usage(), metrics=reply.metrics()))
+        else:
+            yield sse(fmt.ending(reply.finish_reason, metrics=reply.metrics()))
+        yield DONE
+    finally:
+        job.cancel.set()
+
+
+async def collect(job: Job, reply: Reply, fmt: ChatFormat | TextFormat, body: GenerationRequest) -> BaseModel:
+    """The whole reply as one body."""
+    sent: list[Token] = []
+    async for tokens in sent_tokens(job, reply):
+        sent += tokens
+    return fmt.whole("".join(t.text for t in sent), reply.finish_reason, usage=reply.usage(), metrics=reply.metrics(),
+                     edgespec=origins(sent) if body.edgespec.sources else None)
+
+
+async def while_connected(request: Request, job: Job, work):
+    """Await `work`; if the client closes the connection first, cancel the job and raise ClientGone.
+    (The body has been read, so the next ASGI message can only be the disconnect.)"""
+
+    async def disconnect() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(disconnect())
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        left = not task.done()
+        if left:  # the client left, or the server is stopping: stop the generation
+            task.cancel()
+            job.cancel.set()
+    if left:
+        raise ClientGone
+    return task.result()

@@ -1,0 +1,91 @@
+"""`edgespec serve`: the click command that loads the pair and runs the server (registered in cli.py).
+
+The address is bound before the model loads, so a port in use or a bad --host is a one-line error
+at once; uvicorn then serves on that socket. Only the request line of each request is logged
+(uvicorn's access log), never a prompt.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import click
+
+from edgespec.cli_common import decoding_options, error_boundary, pair_options, sampling_from_flags
+from edgespec.errors import UsageError
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (port 0: any free port), or a one-line UsageError."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise UsageError(f"--host {host}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def uvicorn_server(app, log_level: str = "info"):
+    """uvicorn as edgespec runs it. Stopping waits at most 2 s for replies in flight: a long reply
+    would otherwise hold Ctrl-C up; what is cut short is cancelled like a client that left."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, lifespan="off", timeout_graceful_shutdown=2, server_header=False,
+                                         log_level=log_level))
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+
+@click.command("serve")
+@pair_options
+@decoding_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback lets other machines use the model.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8800, show_default=True, help="0 = any free port.")
+@click.option("--api-key", envvar="EDGESPEC_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' on every endpoint but /health (or $EDGESPEC_API_KEY).")
+@click.option("--queue", "queue_size", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Requests that may wait while the engine serves one; beyond that, 503 with Retry-After.")
+@error_boundary
+def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, port, api_key, queue_size):
+    """Serve the pair over OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models) for
+    editors, agents and the openai SDK; responses carry speculative metrics and, on request, every
+    token's origin."""
+    from edgespec.engine import EngineThread, GenerateSettings, find_pair, open_engine
+    from edgespec.server.app import create_app
+    from edgespec.server.engine_worker import EngineWorker
+
+    pair_config = find_pair(pair, config, draft)
+    sock = listen(host, port)
+    try:
+        if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback and not api_key:
+            click.echo(f"edgespec: warning: listening on {host} without --api-key: anyone who can reach this port "
+                       "can use the model", err=True)
+        click.echo("edgespec: loading the model pair…", err=True)
+        engine_thread = EngineThread()  # loads the engine and runs every generation (see EngineThread)
+        try:
+            engine = engine_thread.call(open_engine, pair_config, draft)
+        except BaseException:
+            engine_thread.shutdown()
+            raise
+        worker = EngineWorker(engine, engine_thread, queue_size)
+        try:
+            sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
+            app = create_app(worker, GenerateSettings(sampling=sampling, draft=draft, k=k), api_key)
+            click.echo(f"edgespec: serving {pair_config.name!r} at {base_url(sock)} (model name "
+                       f"{pair_config.name!r}); Ctrl-C stops", err=True)
+            uvicorn_server(app).run(sockets=[sock])
+        finally:
+            worker.close()
+    finally:
+        sock.close()

@@ -1,0 +1,133 @@
+"""The one engine behind the server: all of its work on one thread, and a bounded FIFO in front of it.
+
+llama.cpp runs every call of a loaded pair on the thread that loaded it (see EngineThread), so
+requests take turns: each is queued as it arrives and runs once those before it are done. One runs
+and at most `queue_size` wait; a request beyond that is refused at once (503 with Retry-After)
+instead of waiting for minutes. The prompt is tokenized on the engine thread too, so a prompt
+longer than the context is found when its turn comes.
+
+A job's events (Started, then the engine's Token / Step / Summary, or Failed; always Finished last)
+come back to the event loop one by one through an asyncio queue, so a reply streams while it is
+generated. `cancel` stops a generation within one target pass; a job cancelled while it waited
+(its client left) is skipped without reading its prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from edgespec.engine import Engine, EngineThread, GenerateSettings
+from edgespec.server.openai_errors import APIError, context_length_exceeded, engine_failure, queue_full
+
+
+@dataclass(frozen=True)
+class Started:
+    """The prompt fits the context; generation begins (the HTTP status can now be sent)."""
+
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: APIError
+
+
+class Finished:
+    """The job is over: nothing more will come from the engine thread."""
+
+
+FINISHED = Finished()
+
+
+class Job:
+    """One request's generation: its prompt (token ids made from the engine), settings, cancel flag,
+    and the queue its events come back on. Made on the event loop's thread."""
+
+    def __init__(self, tokens: Callable[[Engine], list[int]], param: str, settings: GenerateSettings,
+                 max_tokens: int | None):
+        self.tokens, self.param, self.settings, self.max_tokens = tokens, param, settings, max_tokens
+        self.cancel = threading.Event()
+        self._loop = asyncio.get_running_loop()
+        self._events: asyncio.Queue = asyncio.Queue()
+
+    def put(self, item) -> None:
+        """From the engine thread: hand an item to the event loop."""
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, item)
+        except RuntimeError:  # the event loop has closed (the server stopped): nobody is listening
+            self.cancel.set()
+
+    async def next(self):
+        return await self._events.get()
+
+    def ready(self) -> list:
+        """The items already waiting, without waiting for more."""
+        items = []
+        while not self._events.empty():
+            items.append(self._events.get_nowait())
+        return items
+
+
+class EngineWorker:
+    """Owns the engine and its thread; `submit` queues a job or refuses it when the queue is full."""
+
+    def __init__(self, engine: Engine, engine_thread: EngineThread, queue_size: int):
+        self.engine, self.queue_size = engine, queue_size
+        self._thread = engine_thread
+        self._lock = threading.Lock()
+        self._jobs: set[Job] = set()  # queued or running
+        self._mean_job_s = 2.0  # running mean of how long a job holds the engine, for Retry-After
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            if len(self._jobs) > self.queue_size:  # one running, queue_size waiting
+                raise queue_full(self.retry_after())
+            self._jobs.add(job)
+        self._thread.submit(self._run, job)
+
+    def retry_after(self) -> int:
+        """Seconds until the engine is likely to take another request: about one request's time."""
+        return max(1, math.ceil(self._mean_job_s))
+
+    def _run(self, job: Job) -> None:
+        start = time.perf_counter()
+        try:
+            if not job.cancel.is_set():
+                self._generate(job)
+        except APIError as e:
+            job.put(Failed(e))
+        except Exception as e:  # a failure of the engine fails this request, not the server
+            job.put(Failed(engine_failure(e)))
+        finally:
+            job.put(FINISHED)
+            with self._lock:
+                self._jobs.discard(job)
+                self._mean_job_s += 0.3 * (time.perf_counter() - start - self._mean_job_s)
+
+    def _generate(self, job: Job) -> None:
+        engine = self.engine
+        ids = job.tokens(engine)
+        if not ids:
+            raise APIError(400, "the prompt is empty", param=job.param)
+        room = engine.n_ctx - len(ids)
+        if room <= 0:
+            raise context_length_exceeded(len(ids), engine.n_ctx, job.param)
+        job.put(Started(len(ids)))
+        settings = replace(job.settings, max_tokens=job.max_tokens or room)
+        for event in engine.generate_tokens(ids, settings, job.cancel):
+            job.put(event)
+
+    def close(self) -> None:
+        """Cancel what is queued or running, then free the engine on its own thread."""
+        with self._lock:
+            for job in self._jobs:
+                job.cancel.set()
+        try:
+            self._thread.call(self.engine.close)
+        finally:
+            self._thread.shutdown()

@@ -1,0 +1,146 @@
+"""One request's reply: the engine's events folded into what its client is sent, and how that is
+worded for each endpoint.
+
+`Reply` keeps the one `Tally` of what was sent (the tokens released past the stop strings, and
+every target pass), so `usage`, the per-source counts and the speculative figures all come from
+the same count; the engine's Summary adds only its timings (TTFT, decode tokens/s). `ChatFormat`
+and `TextFormat` word a reply as chat.completion(.chunk) or text_completion bodies.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from edgespec.decoding.events import Step, Summary, Tally, Token
+from edgespec.server.schemas import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatMessage,
+    Delta,
+    FinishReason,
+    Metrics,
+    SpeculativeDecoding,
+    TextChoice,
+    TextCompletion,
+    TokenOrigin,
+    TokenOrigins,
+    Usage,
+)
+from edgespec.server.stop_strings import StopCut
+
+
+class Reply:
+    def __init__(self, stops: tuple[str, ...], prompt_tokens: int):
+        self.cut = StopCut(stops)
+        self.sent = Tally()
+        self.summary = Summary()
+        self.prompt_tokens = prompt_tokens
+
+    def add(self, event: Token | Step | Summary) -> list[Token]:
+        """Fold one engine event; returns the tokens to send now."""
+        if isinstance(event, Summary):
+            self.summary = event
+            out = self.cut.flush()
+        elif isinstance(event, Step):
+            self.sent.add(event)
+            return []
+        else:
+            out = self.cut.feed(event)
+        for token in out:
+            self.sent.add(token)
+        return out
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        """"stop" at the end of the text or a stop string; "length" at max_tokens or a full context."""
+        return "stop" if self.cut.met or self.summary.stop_reason == "eos" else "length"
+
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.sent.tokens,
+                     total_tokens=self.prompt_tokens + self.sent.tokens)
+
+    def metrics(self) -> Metrics:
+        t = self.sent
+        spec_ks = [k for k in t.k_series if k]  # acceptance_series has one entry per pass with K > 0
+        histogram = [0] * (max(spec_ks, default=0) + 1)
+        for rate, k in zip(t.acceptance_series, spec_ks):
+            histogram[round(rate * k)] += 1
+        steps = len(spec_ks)
+        spec = SpeculativeDecoding(
+            num_spec_steps=steps,
+            num_draft_tokens=t.drafted,
+            num_accepted_draft_tokens=t.accepted,
+            draft_acceptance_rate=t.acceptance if t.drafted else None,
+            mean_acceptance_length=1 + t.accepted / steps if steps else None,
+            acceptance_histogram=histogram,
+            target_passes=t.target_passes,
+            tokens_per_target_pass=t.tokens_per_pass,
+            k_histogram={str(k): n for k, n in sorted(t.k_histogram.items())},
+        )
+        return Metrics(speculative_decoding=spec, decode_tokens_per_s=self.summary.decode_tokens_per_s,
+                       ttft_s=self.summary.ttft_s, sources=dict(t.sources))
+
+
+def origins(tokens: list[Token]) -> TokenOrigins:
+    return TokenOrigins(tokens=[TokenOrigin(id=t.id, text=t.text, source=t.source.value) for t in tokens])
+
+
+@dataclass
+class _Format:
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+@dataclass
+class ChatFormat(_Format):
+    """POST /v1/chat/completions: a message, or deltas after one that names the assistant's role."""
+
+    id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+
+    def _chunk(self, choices: list[ChatChunkChoice], **extra) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=self.id, created=self.created, model=self.model, choices=choices, **extra)
+
+    def opening(self) -> ChatCompletionChunk | None:
+        return self._chunk([ChatChunkChoice(delta=Delta(role="assistant", content=""))])
+
+    def piece(self, text: str, sent: TokenOrigins | None) -> ChatCompletionChunk:
+        return self._chunk([ChatChunkChoice(delta=Delta(content=text))], edgespec=sent)
+
+    def ending(self, finish: FinishReason, **extra) -> ChatCompletionChunk:
+        return self._chunk([ChatChunkChoice(delta=Delta(), finish_reason=finish)], **extra)
+
+    def usage_chunk(self, **extra) -> ChatCompletionChunk:
+        return self._chunk([], **extra)
+
+    def whole(self, text: str, finish: FinishReason, **extra) -> ChatCompletion:
+        choice = ChatChoice(message=ChatMessage(content=text), finish_reason=finish)
+        return ChatCompletion(id=self.id, created=self.created, model=self.model, choices=[choice], **extra)
+
+
+@dataclass
+class TextFormat(_Format):
+    """POST /v1/completions: the same text_completion body whole or in pieces."""
+
+    id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
+
+    def _body(self, choices: list[TextChoice], **extra) -> TextCompletion:
+        return TextCompletion(id=self.id, created=self.created, model=self.model, choices=choices, **extra)
+
+    def opening(self) -> None:
+        return None
+
+    def piece(self, text: str, sent: TokenOrigins | None) -> TextCompletion:
+        return self._body([TextChoice(text=text)], edgespec=sent)
+
+    def ending(self, finish: FinishReason, **extra) -> TextCompletion:
+        return self._body([TextChoice(text="", finish_reason=finish)], **extra)
+
+    def usage_chunk(self, **extra) -> TextCompletion:
+        return self._body([], **extra)
+
+    def whole(self, text: str, finish: FinishReason, **extra) -> TextCompletion:
+        return self._body([TextChoice(text=text, finish_reason=finish)], **extra)

@@ -1,0 +1,60 @@
+"""A live `edgespec serve` app for tests: uvicorn in a thread on 127.0.0.1 at a free port, over an
+engine loaded on its own engine thread, started and stopped by the test (every wait is bounded)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from edgespec.config import PairConfig
+from edgespec.engine import EngineThread, GenerateSettings, open_engine
+from edgespec.server.app import create_app
+from edgespec.server.command import base_url, listen, uvicorn_server
+from edgespec.server.engine_worker import EngineWorker
+
+START_TIMEOUT_S = 20
+
+
+@dataclass
+class Live:
+    url: str  # the API's base URL, ending in /v1
+    worker: EngineWorker
+
+    @property
+    def root(self) -> str:
+        return self.url.removesuffix("/v1")
+
+
+@contextlib.contextmanager
+def serving_app(worker: EngineWorker, settings: GenerateSettings, api_key: str | None = None) -> Iterator[Live]:
+    """Serve `worker`'s engine until the block ends (the worker stays open)."""
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn_server(create_app(worker, settings, api_key), log_level="warning")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield Live(base_url(sock), worker)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=START_TIMEOUT_S)
+        sock.close()
+
+
+@contextlib.contextmanager
+def serving(pair: PairConfig, settings: GenerateSettings, queue_size: int = 8) -> Iterator[Live]:
+    """Load `pair` on an engine thread and serve it, as `edgespec serve` does."""
+    engine_thread = EngineThread()
+    engine = engine_thread.call(open_engine, pair, settings.draft)
+    worker = EngineWorker(engine, engine_thread, queue_size)
+    try:
+        with serving_app(worker, settings) as live:
+            yield live
+    finally:
+        worker.close()
