@@ -76,6 +76,7 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     source_layout = layouts.read_layout(source).text()  # refuses a file that is not a GGUF, before loading
     click.echo(f"tuning {chosen.name}: target {display_path(source)}, {source_layout}", err=True)
     err = Console(stderr=True)
+    interrupted = False
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                   transient=True) as progress:
         task = progress.add_task("loading the pair")
@@ -94,17 +95,25 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
                                                   f"{row.pair} {row.mode} {row.decode_tokens_per_s:.1f} tok/s")
 
             tuner.bench(suite, on_row)
+        except KeyboardInterrupt:
+            interrupted = True  # the layouts measured so far are still reported, and nothing is registered
         finally:
             tuner.close()
 
     rows = tuner.rows
+    if interrupted and not rows:
+        raise KeyboardInterrupt
     best = recommend(rows, min_agreement / 100)
     Console(width=None if sys.stdout.isatty() else 200).print(_table(rows))
     if json_path:
         data = json.dumps({"pair": chosen.name, "min_agreement": min_agreement, "prompts": len(suite),
+                           "interrupted": interrupted,
                            "recommended": best.layout if best else None,
                            "layouts": [m.to_dict() for m in rows]}, indent=1) + "\n"
         write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "tune results")
+    if interrupted:
+        click.echo("edgespec: interrupted; the layouts above were measured, nothing was registered", err=True)
+        raise KeyboardInterrupt
     if best is None:
         click.echo(f"recommendation: keep the original (no layout with >= {min_agreement:g}% top-1 agreement "
                    "is clearly faster here)")
