@@ -14,10 +14,13 @@ Which batch is "the verify pass": the one the speculative decoder ran. The bench
 round's first output index and drafted tokens, so the pass is replayed exactly: the same tokens,
 the same batch size, on the speculative run's own cache, which still holds the very entries that
 pass read (rounds only ever cut the cache back past the committed text). The single-token steps
-start from that same cache and evaluate the round's tokens one by one, as plain decoding would:
-the two evaluations then differ only in how the target was asked, which is what the noise floor
-measures, and a cache the speculative run spoiled shows up as a single step that cannot explain
-plain decoding's token, instead of hiding behind a fresh evaluation.
+start from that same cache and evaluate the round's tokens one by one, as plain decoding would, so
+a cache the speculative run spoiled shows up as a single step that cannot explain plain decoding's
+token, instead of hiding behind a fresh evaluation. That cache was written by the run's earlier
+passes, not by plain decoding's single steps, and this moves the logits too: on the dev set 5 of 9
+partings came from passes of 1-3 tokens, whose rows llama.cpp computes exactly like single steps,
+and there the single step prefers the speculative token by a few hundredths. The noise floor is
+measured over a window that batches fill (`measure_noise_floor`), so it covers this.
 """
 
 from __future__ import annotations
