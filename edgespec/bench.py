@@ -358,8 +358,10 @@ def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None):
     parted beyond the target's noise floor (DIFF), in that order. With several pairs, a pair column
     and each pair's speedup against the first pair's ar."""
     caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
-    for pair, floor in (floors or {}).items():
-        caption += f"\nnoise floor of {pair}'s target: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
+    floors = floors or {}
+    for pair, floor in floors.items():
+        whose = "the target" if len(floors) == 1 else f"{pair}'s target"
+        caption += f"\nnoise floor of {whose}: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
     several = any("speedup_vs_first_ar" in s for s in summary)
     first = summary[0]["pair"] if summary else ""
     columns = (("pair",) if several else ()) + ("suite", "mode", "tok/s", "speedup vs ar") \

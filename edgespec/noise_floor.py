@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from edgespec.backends.base import Backend
+from edgespec.errors import SettingError
 
 CALIBRATION_TEXT = files("edgespec") / "data" / "calibration.txt"  # code, prose and a chat turn, ~1,300 tokens
 SIZES = range(2, 17)  # the batch sizes a verify pass uses (K = 1..15 drafted tokens plus the pending one)
@@ -73,7 +74,9 @@ def measure_noise_floor(backend: Backend, tokens: Sequence[int], sizes: Sequence
     """
     window = tokens[PREFIX : PREFIX + WINDOW]
     if len(window) < WINDOW or PREFIX + WINDOW > backend.n_ctx:
-        raise ValueError(f"the calibration text needs {PREFIX + WINDOW} tokens in the context")
+        raise SettingError(f"a {backend.n_ctx}-token context is too small to measure the target's noise floor "
+                           f"({PREFIX + WINDOW} tokens), which tells a near-tie from a bug; use a longer context "
+                           "or a temperature above 0")
     backend.truncate(0)
     backend.eval(tokens[:PREFIX], 1)
     single = np.stack([np.array(backend.eval([t], 1)[0]) for t in window])

@@ -219,8 +219,9 @@ def test_bench_interleaves_several_pairs_and_compares_each_with_the_first_ones_a
     suite = env / "suite.jsonl"
     suite.write_text("".join(f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", '
                              f'"max_tokens": 8}}\n' for i in range(2)))
+    # sampled: the 32-token context of "short" has no room to measure a noise floor (greedy only)
     r = invoke("bench", "-m", "tiny", "-m", "short", "--modes", "ar,k2", "--suite", str(suite),
-               "--json", str(env / "b.json"))
+               "--temperature", "0.5", "--json", str(env / "b.json"))
     assert r.exit_code == 0, r.stderr
     saved = json.loads((env / "b.json").read_text())
     assert saved["meta"]["pairs"] == ["tiny", "short"]
@@ -230,6 +231,14 @@ def test_bench_interleaves_several_pairs_and_compares_each_with_the_first_ones_a
     assert summary[("tiny", "ar")]["speedup_vs_first_ar"] == 1.0
     assert summary[("short", "k2")]["speedup_vs_first_ar"] is not None
     assert "short" in r.stdout and "tiny" in r.stdout  # a pair column
+
+
+def test_a_greedy_bench_of_a_context_too_short_for_the_noise_floor_is_one_line(env):
+    suite = env / "suite.jsonl"
+    suite.write_text('{"id": "p0", "suite": "s", "mode": "completion", "prompt": "the weather", "max_tokens": 4}\n')
+    r = invoke("bench", "-m", "short", "--modes", "ar,k2", "--suite", str(suite))
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert "too small to measure the target's noise floor" in r.stderr.strip().splitlines()[-1]
 
 
 def test_a_reply_cut_by_the_full_context_says_so(env):
