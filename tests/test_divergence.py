@@ -113,7 +113,7 @@ def test_the_engine_measures_the_noise_floor_once_and_keeps_it(own_calibration_f
 
 def test_partings_on_a_target_with_noisy_batches_are_ties():
     engine = fake_engine(batch_noise=0.3, noise=0.3)
-    rows = bench.run_bench(engine, PROMPTS, bench.parse_modes("ar,k3,k6,auto", "model"), GREEDY)
+    rows = bench.run_bench([engine], PROMPTS, bench.parse_modes("ar,k3,k6,auto", "model"), GREEDY)
     ar = {r.id: r.output_ids for r in rows if r.mode == "ar"}
     parted = [r for r in rows if r.mode != "ar" and r.vs_ar != "exact"]
     assert parted and all(r.vs_ar == TIE for r in parted)
@@ -135,7 +135,7 @@ def test_partings_on_a_target_with_noisy_batches_are_ties():
 def test_a_broken_verification_is_a_DIFF(monkeypatch):
     monkeypatch.setattr(decoder, "verify_greedy", accept_every_draft)
     engine = fake_engine(batch_noise=0.3)
-    rows = bench.run_bench(engine, PROMPTS, bench.parse_modes("ar,k3", "model"), GREEDY)
+    rows = bench.run_bench([engine], PROMPTS, bench.parse_modes("ar,k3", "model"), GREEDY)
     diffs = [r for r in rows if r.vs_ar == DIFF]
     assert diffs
     for r in diffs:
@@ -147,7 +147,7 @@ def test_a_broken_verification_is_a_DIFF(monkeypatch):
 
 def test_sampled_and_peer_outputs_that_part_are_left_unchecked():
     engine = fake_engine(noise=0.5)
-    rows = bench.run_bench(engine, PROMPTS[:1], bench.parse_modes("ar,k3", "model"), SamplingParams(1.0, seed=1))
+    rows = bench.run_bench([engine], PROMPTS[:1], bench.parse_modes("ar,k3", "model"), SamplingParams(1.0, seed=1))
     k3 = rows[1]
     assert k3.vs_ar == bench.UNCHECKED and k3.parting is None
     assert bench.summarize(rows)[1]["vs_ar"] == {"exact": 0, "tie": 0, "DIFF": 0, "unchecked": 1}
