@@ -66,8 +66,11 @@ def stream_once(client: openai.OpenAI, model: str, messages: list[dict], max_tok
             arrivals.append(time.perf_counter())
         last = chunk
     tokens = last.usage.completion_tokens
-    return {"tokens": tokens, "rate": (tokens - 1) / (arrivals[-1] - arrivals[0]), "client_ttft": arrivals[0] - start,
-            "engine_ttft": last.model_extra["metrics"]["ttft_s"], "prompt_tokens": last.usage.prompt_tokens}
+    metrics = last.model_extra["metrics"]
+    span = arrivals[-1] - arrivals[0]
+    return {"tokens": tokens, "rate": (tokens - 1) / span if span else 0.0, "client_ttft": arrivals[0] - start,
+            "engine_ttft": metrics["ttft_s"], "engine_rate": metrics["decode_tokens_per_s"],
+            "prompt_tokens": last.usage.prompt_tokens}
 
 
 def burst(url: str, model: str, clients: int) -> list[tuple[int, str | None]]:
@@ -87,8 +90,10 @@ def burst(url: str, model: str, clients: int) -> list[tuple[int, str | None]]:
 @click.option("--prompts", "n_prompts", default=2, show_default=True,
               help="Chat prompts of each of the dev set's chat suites (mtbench, code-edit).")
 @click.option("--max-tokens", default=96, show_default=True)
+@click.option("--rounds", default=2, show_default=True, help="Interleaved rounds per prompt (medians).")
 @click.option("--clients", default=16, show_default=True)
-def main(pair, n_prompts, max_tokens, clients):
+def main(pair, n_prompts, max_tokens, rounds, clients):
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` stops the server too (finally)
     chats = bench.load_suite(bench.DEV_SET)
     texts = {p.id: p.messages[-1]["content"] for suite in ("mtbench", "code-edit")  # single user messages
              for p in [p for p in chats if p.suite == suite][:n_prompts]}
@@ -97,15 +102,22 @@ def main(pair, n_prompts, max_tokens, clients):
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
         model = client.models.list().data[0].id
         stream_once(client, model, [{"role": "user", "content": "Say hi."}], 8)  # warm-up
-        ratios, added = [], []
-        for id, text in texts.items():
-            ran = run_once(pair, text, max_tokens)
-            served = stream_once(client, model, [{"role": "user", "content": text}], max_tokens)
-            ratios.append(served["rate"] / ran["decode_tokens_per_s"])
-            added.append(served["client_ttft"] - served["engine_ttft"])
-            print(f"{id}: run {ran['decode_tokens_per_s']:.1f} tok/s ({ran['tokens']} tokens, TTFT "
-                  f"{ran['ttft_s'] * 1000:.0f} ms); served {served['rate']:.1f} tok/s ({served['tokens']} tokens, "
-                  f"client TTFT {served['client_ttft'] * 1000:.0f} ms, engine {served['engine_ttft'] * 1000:.0f} ms)")
+        runs, served = {id: [] for id in texts}, {id: [] for id in texts}
+        added = []
+        for _ in range(rounds):  # interleaved: a busy spell on this machine hits both sides alike
+            for id, text in texts.items():
+                runs[id].append(run_once(pair, text, max_tokens)["decode_tokens_per_s"])
+                one = stream_once(client, model, [{"role": "user", "content": text}], max_tokens)
+                served[id].append(one)
+                added.append(one["client_ttft"] - one["engine_ttft"])
+        ratios = []
+        for id in texts:
+            run_rate = statistics.median(runs[id])
+            client_rate = statistics.median(o["rate"] for o in served[id])
+            engine_rate = statistics.median(o["engine_rate"] for o in served[id])
+            ratios.append(client_rate / run_rate)
+            print(f"{id}: run {run_rate:.1f} tok/s; served {client_rate:.1f} tok/s at the client, {engine_rate:.1f} "
+                  f"in the server's engine ({served[id][0]['tokens']} tokens, medians of {rounds})")
         print(f"served / run tokens/s: median {statistics.median(ratios):.3f} ({', '.join(f'{r:.3f}' for r in ratios)})")
         print(f"TTFT added by the server: median {statistics.median(added) * 1000:.1f} ms, max {max(added) * 1000:.1f} ms")
 

@@ -105,11 +105,11 @@ def slow_engine(live, per_eval_s: float):
         time.sleep(per_eval_s)
         return real_eval(tokens, n_logits)
 
-    live.worker._thread.call(setattr, target, "eval", eval_slowly)
+    live.worker.engine_thread.call(setattr, target, "eval", eval_slowly)
     try:
         yield
     finally:
-        live.worker._thread.call(delattr, target, "eval")
+        live.worker.engine_thread.call(delattr, target, "eval")
 
 
 @contextmanager
@@ -144,7 +144,7 @@ def test_chat_reply_with_usage_and_speculative_metrics(live, client):
     choice = reply.choices[0]
     assert choice.message.role == "assistant" and choice.message.content
     assert choice.finish_reason in ("stop", "length")
-    prompt_tokens = live.worker._thread.call(live.worker.engine.count_tokens, HELLO)
+    prompt_tokens = live.worker.engine_thread.call(live.worker.engine.count_tokens, HELLO)
     assert reply.usage.prompt_tokens == prompt_tokens
     assert 0 < reply.usage.completion_tokens <= 16
     spec = reply.model_extra["metrics"]["speculative_decoding"]
@@ -389,7 +389,7 @@ def _burst(live, prompts: list[str]) -> list[dict]:
 
 def test_sixteen_clients_each_complete_or_get_503_with_retry_after(live):
     prompts = [f"question {'x' * i}" for i in range(16)]  # distinct lengths tell the replies apart
-    counts = {p: live.worker._thread.call(live.worker.engine.count_tokens, [{"role": "user", "content": p}])
+    counts = {p: live.worker.engine_thread.call(live.worker.engine.count_tokens, [{"role": "user", "content": p}])
               for p in prompts}
     process = psutil.Process()
     with slow_engine(live, 0.03):

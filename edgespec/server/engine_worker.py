@@ -74,11 +74,12 @@ class Job:
 
 
 class EngineWorker:
-    """Owns the engine and its thread; `submit` queues a job or refuses it when the queue is full."""
+    """Owns the engine and its thread (anything else that touches the engine runs there too);
+    `submit` queues a job or refuses it when the queue is full."""
 
     def __init__(self, engine: Engine, engine_thread: EngineThread, queue_size: int):
         self.engine, self.queue_size = engine, queue_size
-        self._thread = engine_thread
+        self.engine_thread = engine_thread
         self._lock = threading.Lock()
         self._jobs: set[Job] = set()  # queued or running
         self._mean_job_s = 2.0  # running mean of how long a job holds the engine, for Retry-After
@@ -88,7 +89,7 @@ class EngineWorker:
             if len(self._jobs) > self.queue_size:  # one running, queue_size waiting
                 raise queue_full(self.retry_after())
             self._jobs.add(job)
-        self._thread.submit(self._run, job)
+        self.engine_thread.submit(self._run, job)
 
     def retry_after(self) -> int:
         """Seconds until the engine is likely to take another request: about one request's time."""
@@ -128,6 +129,6 @@ class EngineWorker:
             for job in self._jobs:
                 job.cancel.set()
         try:
-            self._thread.call(self.engine.close)
+            self.engine_thread.call(self.engine.close)
         finally:
-            self._thread.shutdown()
+            self.engine_thread.shutdown()
