@@ -458,8 +458,8 @@ def test_bench_command_strict_fails_in_one_line_on_a_broken_verification(cli_env
 
     from edgespec.decoding import decoder
 
-    def accept_every_draft(logits, draft_ids):
-        return len(draft_ids), int(logits[len(draft_ids)].argmax())
+    def accept_every_draft(logits, draft_ids, parents):
+        return list(range(len(draft_ids))), int(logits[len(draft_ids)].argmax())
 
     cli = _bench_command()
     monkeypatch.setattr(decoder, "verify_greedy", accept_every_draft)

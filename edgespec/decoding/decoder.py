@@ -142,10 +142,12 @@ class SpeculativeDecoder:
 
         n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
         logits = self.target.eval([context[-1], *draft.ids], len(draft.ids) + 1)
+        parents = draft.parent_list()
         if params.greedy:
-            accepted, next_id = verify_greedy(logits, draft.ids)
+            path, next_id = verify_greedy(logits, draft.ids, parents)
         else:
-            accepted, next_id = verify_sampled(logits, draft.ids, draft.dists, params, rng)
+            path, next_id = verify_sampled(logits, draft.ids, parents, draft.dists, params, rng)
+        accepted = len(path)
         self.target.truncate(n_committed + accepted)
         if drafter is not None:
             drafter.accept(n_committed + accepted)

@@ -28,6 +28,7 @@ import numpy as np
 
 from edgespec.backends.base import Backend, common_prefix, sync_cache
 from edgespec.decoding.sampling import Dist, SamplingParams, softmax_max, warp
+from edgespec.decoding.tree import chain, subtree
 
 StopRule = Callable[[int, float], bool]  # (tokens drafted so far, confidence of the next) -> stop
 
@@ -56,17 +57,28 @@ class DraftChoice(str, Enum):
 
 @dataclass(slots=True)
 class Draft:
-    """Proposed tokens; `dists[i]` is the warped q token i was sampled from (None: point mass)."""
+    """A proposed tree of tokens (`tree.py`), nodes in drafting order; `dists[i]` is the warped q
+    node i was sampled from (None: point mass). `parents` None is a chain, the common case."""
 
     ids: list[int] = field(default_factory=list)
     dists: list[Dist | None] = field(default_factory=list)
     confidence: list[float] = field(default_factory=list)  # drafter's probability of each token
     match_len: int = 0  # n-gram drafter: length of the matched suffix
     catch_up_s: float = 0.0  # model drafter: seconds spent reading committed text it had not seen
+    parents: list[int] | None = None  # each node's parent (tree.ROOT for the root's children)
+
+    def parent_list(self) -> list[int]:
+        return chain(len(self.ids)) if self.parents is None else self.parents
 
     def head(self, k: int) -> Draft:
-        """The first k proposed tokens."""
-        return Draft(self.ids[:k], self.dists[:k], self.confidence[:k], self.match_len, self.catch_up_s)
+        """The first k nodes (a tree too: parents come before their children)."""
+        return self.subtree(range(min(k, len(self.ids))))
+
+    def subtree(self, keep: Sequence[int]) -> Draft:
+        """The nodes `keep` (ascending, each with its parent: of a chain, a prefix), renumbered."""
+        return Draft([self.ids[i] for i in keep], [self.dists[i] for i in keep],
+                     [self.confidence[i] for i in keep], self.match_len, self.catch_up_s,
+                     None if self.parents is None else subtree(self.parents, keep))
 
 
 class Drafter(Protocol):
