@@ -21,7 +21,7 @@ from edgespec.decoding.sampling import (
     SamplingParams,
     choose,
     residual,
-    softmax_max,
+    softmax_top,
     verify_greedy,
     verify_sampled,
     warp,
@@ -388,7 +388,7 @@ def test_warp_handles_masked_logits() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Dist, residual, verify_greedy, softmax_max.
+# Dist, residual, verify_greedy, softmax_top.
 
 
 def test_dist_prob_and_on() -> None:
@@ -461,9 +461,19 @@ def test_verify_greedy() -> None:
     assert verify_greedy(rows[:3], np.array([3, 1]), chain(2)) == ([0, 1], 4)
 
 
-def test_softmax_max() -> None:
+def test_softmax_top() -> None:
     logits = np.array([1.0, 3.0, 2.0], dtype=np.float32)
-    i, conf = softmax_max(logits)
+    (i, conf), = softmax_top(logits, 1)
     assert i == 1
     assert conf == pytest.approx(np.exp(3) / np.exp([1.0, 3.0, 2.0]).sum())
-    assert softmax_max(np.array([1000.0, -1000.0]))[1] == pytest.approx(1.0)
+    assert softmax_top(np.array([1000.0, -1000.0]), 1)[0][1] == pytest.approx(1.0)
+    top = softmax_top(logits, 3)
+    assert [t for t, _ in top] == [1, 2, 0]
+    assert [c for _, c in top] == pytest.approx(np.exp([3.0, 2.0, 1.0]) / np.exp([1.0, 3.0, 2.0]).sum())
+
+
+def test_dist_without() -> None:
+    d = Dist(np.array([1, 3, 4], dtype=np.int64), np.array([0.5, 0.3, 0.2]))
+    w = d.without([1])
+    assert w.ids.tolist() == [3, 4] and w.probs.tolist() == pytest.approx([0.6, 0.4])
+    assert d.without([1, 3, 4]) is None

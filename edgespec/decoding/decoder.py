@@ -36,6 +36,7 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
+from edgespec.decoding.tree import first_branch
 
 
 class IncrementalText:
@@ -134,9 +135,12 @@ class SpeculativeDecoder:
         if drafter is None:
             draft = Draft()
         elif drafter.kind in free:
-            draft = free[drafter.kind].head(k)
+            proposal = free[drafter.kind]
+            keep = plan.nodes if plan.nodes is not None else first_branch(proposal.parent_list())
+            draft = proposal.subtree(keep[:k])
         else:
-            draft = drafter.propose(context, k, params, rng, plan.stop)
+            # k bounds the chain; a tree's alternatives must still fit the budget
+            draft = drafter.propose(context, k, params, rng, plan.stop, plan.branch).head(max_k)
         t1 = time.perf_counter()
 
         n_committed = len(context)  # the target's cache holds n_committed - 1 tokens

@@ -91,6 +91,13 @@ class Dist:
     def sample(self, rng: np.random.Generator) -> int:
         return int(self.ids[_sample_index(self.probs, rng)])
 
+    def without(self, tokens: Sequence[int]) -> Dist | None:
+        """This distribution with `tokens` removed, renormalised (what a sibling drawn without
+        replacement is drawn from); None when nothing is left."""
+        keep = ~np.isin(self.ids, tokens) & (self.probs > 0.0)
+        total = self.probs[keep].sum()
+        return Dist(self.ids[keep], self.probs[keep] / total) if total > 0.0 else None
+
 
 def _sample_index(weights: np.ndarray, rng: np.random.Generator) -> int:
     cdf = np.cumsum(weights)
@@ -159,10 +166,14 @@ def _nucleus(ids: np.ndarray, w: np.ndarray, total: float, top_p: float) -> tupl
     return ids[best], w[best]
 
 
-def softmax_max(logits: np.ndarray) -> tuple[int, float]:
-    """Argmax of one row and its softmax probability (a greedy drafter's confidence)."""
-    i = int(np.argmax(logits))
-    return i, float(1.0 / np.exp(logits.astype(np.float64) - logits[i]).sum())
+def softmax_top(logits: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """The n likeliest tokens of one row, best first, with their softmax probabilities (a greedy
+    drafter's confidence in its token and in its alternatives)."""
+    ids = _top_k_ids(logits, n) if n > 1 else np.array([int(np.argmax(logits))])
+    ids = ids[np.argsort(-logits[ids], kind="stable")]
+    best = logits[ids[0]]
+    total = np.exp(logits.astype(np.float64) - best).sum()
+    return [(int(i), float(np.exp(float(logits[i]) - best) / total)) for i in ids]
 
 
 def verify_greedy(target_logits: np.ndarray, ids: Sequence[int], parents: Sequence[int]) -> tuple[list[int], int]:

@@ -91,3 +91,26 @@ def subtree(parents: Sequence[int], keep: Sequence[int]) -> list[int]:
     """The parents of the nodes `keep` (ascending, each one's parent kept too), renumbered."""
     where = {old: new for new, old in enumerate(keep)}
     return [ROOT if parents[old] == ROOT else where[parents[old]] for old in keep]
+
+
+def first_branch(parents: Sequence[int]) -> list[int]:
+    """The nodes reached by always taking the first child from the root: the drafter's own first
+    choice at every step (the chain a chain-only drafter would have proposed)."""
+    below = children(parents)
+    out: list[int] = []
+    row = 0
+    while below[row]:
+        node = below[row][0]
+        out.append(node)
+        row = node + 1
+    return out
+
+
+def ranks(parents: Sequence[int]) -> list[int]:
+    """Each node's place among its siblings (0: its parent's first child)."""
+    seen: dict[int, int] = {}
+    out = []
+    for parent in parents:
+        out.append(seen.get(parent, 0))
+        seen[parent] = out[-1] + 1
+    return out
