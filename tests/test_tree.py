@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgespec.decoding.events import Source, Step
 from edgespec.decoding.sampling import Dist, SamplingParams, verify_greedy, verify_sampled, warp
 from edgespec.decoding.tree import (
     ROOT,
@@ -164,3 +165,18 @@ def test_greedy_params_make_sampled_tree_verification_greedy():
             if rng.random() < 0.6:
                 rows[row, ids[node]] = 5.0
         assert verify_sampled(rows, ids, TREE, [None] * len(ids), SamplingParams(), rng) == verify_greedy(rows, ids, TREE)
+
+
+def test_a_step_names_its_rejected_branches_and_the_source_of_each_token():
+    ids = (7, 3, 5, 1, 2, 4)  # TREE's tokens
+    # accepted: node 1 then node 5 (a leaf): a bonus; branches 0-2-4 and 1-3 were left
+    step = Step(6, 2, ids, (7, 5, 1, 2), 0.0, 0.0, "ngram", parents=tuple(TREE), path=(1, 5))
+    assert step.rejected_branches() == [(1,), (7, 5, 2)]
+    assert step.sources() == [Source.DRAFT, Source.DRAFT, Source.BONUS]
+    # accepted: node 0 only (node 2 under it was wrong): a correction
+    step = Step(6, 1, ids, (3, 5, 1, 2, 4), 0.0, 0.0, "ngram", parents=tuple(TREE), path=(0,))
+    assert step.rejected_branches() == [(3, 1), (5, 2), (3, 4)]
+    assert step.sources() == [Source.DRAFT, Source.CORRECTION]
+    chain_step = Step(3, 1, (7, 8, 9), (8, 9), 0.0, 0.0, "model")  # a chain, as older code builds it
+    assert chain_step.rejected_branches() == [(8, 9)] and chain_step.sources() == [Source.DRAFT, Source.CORRECTION]
+    assert Step(0, 0, (), (), 0.0, 0.0).sources() == [Source.TARGET]

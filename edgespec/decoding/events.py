@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
-from edgespec.decoding.tree import ROOT, chain
+from edgespec.decoding.tree import ROOT, chain, leaves, path_to
 
 
 class Source(str, Enum):
@@ -67,6 +67,18 @@ class Step:
         """(parents, path), a chain's spelled out."""
         parents = chain(self.k) if self.parents is None else list(self.parents)
         return parents, list(range(self.accepted)) if self.path is None else list(self.path)
+
+    def rejected_branches(self) -> list[tuple[int, ...]]:
+        """The drafted tokens thrown away, one tuple per branch the target left (from where it
+        leaves the accepted path down to its leaf, in node order); a chain's is its rejected tail."""
+        parents, path = self.tree()
+        accepted = set(path)
+        out = []
+        for leaf in leaves(parents):
+            branch = [n for n in path_to(parents, leaf) if n not in accepted]
+            if branch:
+                out.append(tuple(self.drafted_ids[n] for n in branch))
+        return out
 
     def sources(self) -> list[Source]:
         """The source of each token this pass emitted: the accepted drafts, then the target's token,
