@@ -53,8 +53,9 @@ class BenchPrompt:
 
 @dataclass(frozen=True)
 class Mode:
-    """A named decoding setup: `ar` (plain), `kN`, `ngram-kN`, `model-kN`, `heuristic`, `auto`, or
-    `hf-assisted` (transformers' generate with the draft model as assistant; k is None)."""
+    """A named decoding setup: `ar` (plain), `kN`, `ngram-kN`, `model-kN`, `heuristic`, `auto`,
+    `auto-chain` (auto drafting chains only: the baseline for its trees), or `hf-assisted`
+    (transformers' generate with the draft model as assistant; k is None)."""
 
     name: str
     draft: DraftChoice
@@ -156,8 +157,8 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
     for name in (m.strip() for m in text.split(",") if m.strip()):
         if name == "ar":
             modes.append(AR)
-        elif name == "auto":
-            modes.append(Mode(name, DraftChoice.AUTO, KSetting("auto")))
+        elif name in ("auto", "auto-chain"):
+            modes.append(Mode(name, DraftChoice.AUTO, KSetting(name)))
         elif name == "heuristic":
             modes.append(Mode(name, default_drafter, KSetting("heuristic")))
         elif name == HF_ASSISTED:
@@ -167,7 +168,7 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
             modes.append(Mode(name, drafter, KSetting("fixed", int(m.group(2)))))
         else:
             raise UsageError(f"unknown bench mode {name!r}: use ar, kN (N <= {KSetting.MAX}), ngram-kN, model-kN, "
-                             "heuristic, auto, hf-assisted")
+                             "heuristic, auto, auto-chain, hf-assisted")
     if not modes:
         raise UsageError("no bench modes given")
     # every ratio and output check is against plain decoding, so it runs first for each prompt
@@ -188,7 +189,7 @@ def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) ->
         if isinstance(e, Token):
             ids.append(e.id)
         elif isinstance(e, Step):  # yielded before the tokens it produced
-            rounds.append(Round(len(ids), e.drafted_ids))
+            rounds.append(Round(len(ids), e.drafted_ids, *map(tuple, e.tree())))
         elif isinstance(e, Summary):
             summary = e
     return summary, ids, rounds
@@ -319,6 +320,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
                 hist[str(k)] = hist.get(str(k), 0) + 1
         drafted = sum(r.drafted for r in group)
         passes = sum(r.target_passes for r in group)
+        drafting = sum(1 for r in group for k in r.k_trace if k)  # passes that verified a draft
         matched = [r.matches_ar for r in group if r.matches_ar is not None]
         verdicts = [r.vs_ar for r in group if r.vs_ar is not None]
         entry = {
@@ -330,6 +332,9 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "speedup_vs_ar": _median_ratio(per_prompt, ar, pair, suite),
             "acceptance": sum(r.accepted for r in group) / drafted if drafted else 0.0,
             "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
+            # per pass that verified a draft: its nodes (a chain's K) and the accepted path's length
+            "tree_size": sum(k for r in group for k in r.k_trace) / drafting if drafting else 0.0,
+            "accepted_length": sum(r.accepted for r in group) / drafting if drafting else 0.0,
             "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
             "matches_ar": sum(matched) / len(matched) if matched else None,
             "vs_ar": {v: verdicts.count(v) for v in (EXACT, TIE, DIFF, UNCHECKED)} if verdicts else None,
@@ -355,17 +360,23 @@ def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
 
 def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None):
     """The summary as a table; `= ar` counts outputs equal to plain decoding's, parted at a tie, and
-    parted beyond the target's noise floor (DIFF), in that order. With several pairs, a pair column
+    parted beyond the target's noise floor (DIFF), in that order. The caption gives the auto modes'
+    mean accepted path over their mean tree size (nodes) per drafting pass. With several pairs, a pair column
     and each pair's speedup against the first pair's ar."""
     caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
     floors = floors or {}
     for pair, floor in floors.items():
         whose = "the target" if len(floors) == 1 else f"{pair}'s target"
         caption += f"\nnoise floor of {whose}: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
+    trees = [s for s in summary if s["mode"].startswith("auto") and s["tree_size"]]
+    if trees:  # the modes whose drafts may branch; every row's figures are in --json
+        caption += "\naccepted path / tree size per drafting pass: " + ", ".join(
+            f"{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees)
     several = any("speedup_vs_first_ar" in s for s in summary)
     first = summary[0]["pair"] if summary else ""
     columns = (("pair",) if several else ()) + ("suite", "mode", "tok/s", "speedup vs ar") \
-        + ((f"vs {first} ar",) if several else ()) + ("acceptance", "tokens/pass", "K histogram", "= ar")
+        + ((f"vs {first} ar",) if several else ()) \
+        + ("acceptance", "tokens/pass", "K histogram", "= ar")
     t = Table(title="edgespec bench", caption=caption)
     for col in columns:
         # names are kept whole on a narrow terminal; the figures' headers wrap instead

@@ -57,7 +57,7 @@ def sampling_option(flag: str, kind: type, help: str | None = None, default=None
 class KSettingParam(click.ParamType):
     """--k as a typed KSetting, so a bad value is refused while the flags are parsed."""
 
-    name = "auto|heuristic|N"
+    name = "auto|auto-chain|heuristic|N"
 
     def convert(self, value, param, ctx) -> KSetting:
         if isinstance(value, KSetting):
@@ -75,7 +75,8 @@ def decoding_options(f: Callable) -> Callable:
                      callback=lambda ctx, param, value: DraftChoice(value),
                      help="Drafter: the draft model, n-gram lookup in the context, none (plain decoding), or auto."),
         click.option("--k", "k", type=KSettingParam(), default="auto", show_default=True,
-                     help="Draft length: auto (cost-aware controller), heuristic (+2/-1), or a fixed number."),
+                     help="Draft length: auto (cost-aware controller, trees where they pay), auto-chain (chains "
+                          "only), heuristic (+2/-1), or a fixed number."),
         sampling_option("--temperature", float, "0 = greedy."),
         sampling_option("--top-p", float),
         sampling_option("--top-k", int),

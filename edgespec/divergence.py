@@ -31,17 +31,27 @@ from typing import Sequence
 import numpy as np
 
 from edgespec.backends.base import Backend, common_prefix
+from edgespec.decoding.tree import chain
 
 TIE, DIFF = "tie", "DIFF"
 
 
 @dataclass(frozen=True)
 class Round:
-    """A speculative round as the bench saw it: the output index of its first new token and the
-    tokens it drafted (its target pass evaluated the previous token and these)."""
+    """A speculative round as the bench saw it: the output index of its first new token, the tokens
+    it drafted (its target pass evaluated the previous token and these) as a tree (`tree.py`), and
+    the path it accepted."""
 
     start: int
     drafted: tuple[int, ...]
+    parents: tuple[int, ...] = ()  # () with drafted tokens: a chain
+    path: tuple[int, ...] = ()
+
+    def tree(self) -> tuple[list[int], list[int]]:
+        """(parents, path), a chain's spelled out."""
+        if self.parents or not self.drafted:
+            return list(self.parents), list(self.path)
+        return chain(len(self.drafted)), list(self.path)
 
 
 @dataclass(frozen=True)
@@ -91,14 +101,16 @@ def explain_parting(target: Backend, prompt: Sequence[int], ar_ids: Sequence[int
     # last token (both runs read the prompt from a cache that held all of it but that token).
     r = next((r for r in reversed(rounds) if r.start <= i), None)
     if r is None:
-        start, tokens = len(prompt) - 1, [prompt[-1]]
+        start, drafted, parents, path = len(prompt) - 1, [], [], []
     else:
         start = len(prompt) + r.start - 1  # the round's pending token, then its drafts
-        tokens = [seq[start], *r.drafted]
-    row = len(seq) - 1 - start  # the pass's row that predicts token i
+        drafted, (parents, path) = list(r.drafted), r.tree()
+    depth = len(seq) - 1 - start  # token i follows the pending token and depth accepted nodes
+    row = 0 if depth == 0 else path[depth - 1] + 1  # the pass's row that predicts token i
 
     _hold(target, seq[:start])
-    batched = np.array(target.eval(tokens, len(tokens))[row])
+    batched = np.array(target.eval_tree(seq[start], drafted, parents)[row])
+    target.keep_path(path[:depth])
     _hold(target, seq[:start])
     for t in seq[start:-1]:
         target.eval([t], 1)
@@ -109,7 +121,7 @@ def explain_parting(target: Backend, prompt: Sequence[int], ar_ids: Sequence[int
     ar_token = ar_ids[i] if i < len(ar_ids) else _best(single, ends)
     gap_b = float(batched[token] - batched[ar_token])
     gap_s = float(single[token] - single[ar_token])
-    return Parting(i, int(token), int(ar_token), len(tokens), gap_b, gap_s, floor, verdict(gap_b, gap_s, floor))
+    return Parting(i, int(token), int(ar_token), len(drafted) + 1, gap_b, gap_s, floor, verdict(gap_b, gap_s, floor))
 
 
 def _hold(target: Backend, tokens: Sequence[int]) -> None:

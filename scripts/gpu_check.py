@@ -146,22 +146,28 @@ def measure_verify(backend, prompt: list[int], ns, reps: int) -> dict[int, float
 
 
 class TimedEval:
-    """Wraps a backend's eval to add up the seconds spent in model passes."""
+    """Wraps a backend's passes (eval, and eval_tree for verification) to add up their seconds."""
+
+    PASSES = ("eval", "eval_tree")
 
     def __init__(self, backend):
         self.backend, self.seconds = backend, 0.0
-        self._eval = backend.eval
-        backend.eval = self
+        for name in self.PASSES:
+            setattr(backend, name, self._timed(getattr(backend, name)))
 
-    def __call__(self, tokens, n_logits):
-        t0 = time.perf_counter()
-        try:
-            return self._eval(tokens, n_logits)
-        finally:
-            self.seconds += time.perf_counter() - t0
+    def _timed(self, call):
+        def timed(*args):
+            t0 = time.perf_counter()
+            try:
+                return call(*args)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        return timed
 
     def detach(self):
-        del self.backend.eval
+        for name in self.PASSES:
+            delattr(self.backend, name)
 
 
 @dataclass

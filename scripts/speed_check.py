@@ -117,6 +117,13 @@ class ZeroCostBackend:
         self.cached.extend(tokens)
         return self.rows[:n_logits]
 
+    def eval_tree(self, pending, ids, parents):
+        self._path_start = len(self.cached) + 1
+        return self.eval([pending, *ids], len(ids) + 1)
+
+    def keep_path(self, path):
+        del self.cached[self._path_start + len(path) :]
+
     def truncate(self, n):
         del self.cached[n:]
 

@@ -20,6 +20,7 @@ import numpy as np
 from edgespec.backends.base import ContextOverflow, Placement, Vocabulary
 from edgespec.config import ModelSpec, PairConfig
 from edgespec.decoding import costs, decoder, drafters
+from edgespec.decoding.tree import depths
 from edgespec.engine import Engine
 
 
@@ -58,6 +59,7 @@ class MarkovBackend:
         self.n_vocab, self.n_ctx = n_vocab, n_ctx
         self.eos_ids = frozenset() if eos is None else frozenset({eos})
         self.cached: list[int] = []
+        self._tree: list[int] | None = None  # eval_tree's nodes until keep_path
         self.base_s, self.per_token_s = base_s, per_token_s
         self.cost, self.clock = cost, clock  # cost(n): seconds to evaluate n tokens (overrides base/per-token)
         self.evals: list[int] = []  # tokens per eval call, for tests
@@ -70,20 +72,43 @@ class MarkovBackend:
         return self.table[prev2, prev1]
 
     def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
-        if len(self.cached) + len(tokens) > self.n_ctx:
+        self._spend(len(tokens))
+        self.cached.extend(tokens)
+        seq = self.cached
+        n = len(seq)
+        where = range(n - n_logits, n)
+        return self._rows([(seq[i - 1] if i >= 1 else 0, seq[i]) for i in where], where, len(tokens))
+
+    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Each node's row from the two tokens ending at it on its own branch; nodes sit at the
+        position of their depth, so a chain gets exactly `eval`'s rows (batch noise included)."""
+        self._spend(len(ids) + 1)
+        start = len(self.cached)
+        last2 = [(self.cached[-1] if self.cached else 0, pending)]
+        for node, parent in enumerate(parents):
+            last2.append((last2[parent + 1][1], ids[node]))
+        self.cached.append(pending)
+        self._tree = list(ids)
+        return self._rows(last2, [start] + [start + d for d in depths(parents)], len(ids) + 1)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        self.cached.extend(self._tree[node] for node in path)
+        self._tree = None
+
+    def _spend(self, n_tokens: int) -> None:
+        if len(self.cached) + n_tokens > self.n_ctx:
             raise ContextOverflow("context full")
-        seconds = self.cost(len(tokens)) if self.cost else self.base_s + self.per_token_s * len(tokens)
+        seconds = self.cost(n_tokens) if self.cost else self.base_s + self.per_token_s * n_tokens
         if seconds and self.clock is not None:
             self.clock.advance(seconds)
         elif seconds:
             time.sleep(seconds)
-        self.evals.append(len(tokens))
-        self.cached.extend(tokens)
-        seq = self.cached
-        n = len(seq)
-        rows = np.stack([self.row(seq[i - 1] if i >= 1 else 0, seq[i]) for i in range(n - n_logits, n)])
-        if self.batch_noise and len(tokens) >= 4:
-            where = np.arange(n - n_logits, n)[:, None] * 0.7 + np.arange(self.n_vocab) * 1.3 + len(tokens)
+        self.evals.append(n_tokens)
+
+    def _rows(self, last2: Sequence[tuple[int, int]], positions: Sequence[int], n_tokens: int) -> np.ndarray:
+        rows = np.stack([self.row(a, b) for a, b in last2])
+        if self.batch_noise and n_tokens >= 4:
+            where = np.asarray(positions)[:, None] * 0.7 + np.arange(self.n_vocab) * 1.3 + n_tokens
             rows = rows + (self.batch_noise * np.sin(where)).astype(np.float32)
         return rows
 
@@ -136,6 +161,18 @@ class ArgmaxRecorder:
             self.argmax_after[first + j] = int(np.argmax(out[j]))
             self.rows[first + j] = np.array(out[j])
         return out
+
+    def eval_tree(self, pending, ids, parents):
+        self._tree_start = len(self._b.cached)
+        self._tree_rows = np.array(self._b.eval_tree(pending, ids, parents))
+        return self._tree_rows
+
+    def keep_path(self, path):
+        """The rows that predicted the committed tokens: the pending token's, then the path's."""
+        self._b.keep_path(path)
+        for depth, row in enumerate([0, *(node + 1 for node in path)]):
+            self.argmax_after[self._tree_start + depth] = int(np.argmax(self._tree_rows[row]))
+            self.rows[self._tree_start + depth] = self._tree_rows[row]
 
     def truncate(self, n):
         self._b.truncate(n)

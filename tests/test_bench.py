@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +27,7 @@ from edgespec.bench import (
     summarize,
     to_json,
 )
+from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import UsageError
@@ -276,11 +278,14 @@ def test_summarize_computes_medians_of_per_prompt_ratios_and_totals():
     assert k2["tokens_per_pass"] == pytest.approx((300 - 3) / 120)  # the prefill token of each of 3 prompts is no pass
     assert k2["k_histogram"] == {"0": 1, "2": 4, "10": 1}
     assert list(k2["k_histogram"]) == ["0", "2", "10"]  # numeric order, not text order
+    # per pass that verified a draft (5 of the traces' 6): its nodes, and the accepted path
+    assert k2["tree_size"] == pytest.approx(18 / 5) and k2["accepted_length"] == pytest.approx(24 / 5)
     assert k2["matches_ar"] == pytest.approx(2 / 3) and k2["prompts"] == 3
     ar = summary["a", "ar"]
     assert ar["speedup_vs_ar"] == pytest.approx(1.0) and ar["acceptance"] == 0.0
     assert ar["decode_tokens_per_s"] == pytest.approx(10.0)
     assert ar["k_histogram"] == {"0": 4} and ar["tokens_per_pass"] == pytest.approx(1.0)
+    assert ar["tree_size"] == ar["accepted_length"] == 0.0
     assert summary["b", "k2"]["speedup_vs_ar"] == pytest.approx(0.5)
     assert summary["b", "k2"]["acceptance"] == 0.0
 
@@ -345,6 +350,15 @@ def test_table_lists_every_suite_and_mode():
     console.print(bench.table(summarize(HAND_ROWS)))
     text = console.export_text()
     assert "1.50x" in text and "0.50x" in text and "60%" in text and "0:1 2:4 10:1" in text
+    assert "accepted path / tree size" not in text  # no auto mode: every draft was a chain of K
+    auto = [replace(r, mode="auto") for r in HAND_ROWS if r.mode == "k2"] + [r for r in HAND_ROWS if r.mode == "ar"]
+    console.print(bench.table(summarize(auto)))
+    assert "accepted path / tree size per drafting pass: auto a 4.8/3.6, auto b 0.0/2.0" in console.export_text()
+
+
+def test_auto_chain_is_a_bench_mode():
+    assert parse_modes("auto-chain,auto", "model")[1:] == [Mode("auto-chain", DraftChoice.AUTO, KSetting("auto-chain")),
+                                                          Mode("auto", DraftChoice.AUTO, KSetting("auto"))]
 
 
 def test_plot_writes_a_png(tmp_path, bench_run):
@@ -458,8 +472,8 @@ def test_bench_command_strict_fails_in_one_line_on_a_broken_verification(cli_env
 
     from edgespec.decoding import decoder
 
-    def accept_every_draft(logits, draft_ids):
-        return len(draft_ids), int(logits[len(draft_ids)].argmax())
+    def accept_every_draft(logits, draft_ids, parents):
+        return list(range(len(draft_ids))), int(logits[len(draft_ids)].argmax())
 
     cli = _bench_command()
     monkeypatch.setattr(decoder, "verify_greedy", accept_every_draft)

@@ -26,11 +26,12 @@ import pytest
 from edgespec.decoding.controller import AutoK, Rate, make_policy
 from edgespec.decoding.costs import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import Draft, DrafterKind, ModelDrafter
+from edgespec.decoding.drafters import Draft, DrafterKind, ModelDrafter, NgramDrafter
 from edgespec.decoding.events import ControllerState, Step, Summary, Token
 from edgespec.decoding.plan import KSetting, Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
+from edgespec.decoding.tree import children, first_branch, is_chain
 from edgespec.errors import SettingError
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
@@ -662,7 +663,63 @@ def test_decode_loop_with_auto_on_a_cpu_is_not_slower_than_plain():
 
 def test_decode_loop_with_auto_on_a_gpu_speculates():
     plain = _decode(GPU, FixedK(0, "none"), None)
-    adaptive = _decode(GPU, AutoK("model", CostModel()), 0.3)
+    adaptive = _decode(GPU, AutoK("model", CostModel(), trees=False), 0.3)
     assert adaptive.acceptance > 0.7
     assert adaptive.decode_tokens_per_s >= 1.5 * plain.decode_tokens_per_s
     assert sum(v for k, v in adaptive.k_histogram.items() if k >= 2) >= 0.8 * adaptive.target_passes
+
+
+@pytest.mark.parametrize("noise", [0.3, 1.0])
+def test_draft_model_trees_pay_where_verifying_is_flat_and_stay_chains_where_it_is_steep(noise):
+    """Through the real decode loop (greedy output checked in _decode): on the GPU curve the draft
+    model's alternatives are verified and decoding is faster than with chains, most where the draft
+    agrees less; on the CPU curve nothing changes."""
+    chains = _decode(GPU, AutoK("model", CostModel(), trees=False), noise)
+    trees = _decode(GPU, AutoK("model", CostModel()), noise)
+    assert trees.drafted > 1.5 * chains.drafted  # alternatives beside the chain
+    assert trees.tokens_per_pass > chains.tokens_per_pass
+    assert trees.decode_tokens_per_s > (1.0 if noise < 1 else 1.1) * chains.decode_tokens_per_s
+    cpu_chains = _decode(CPU, AutoK("model", CostModel(), trees=False), noise)
+    cpu_trees = _decode(CPU, AutoK("model", CostModel()), noise)
+    assert cpu_trees.decode_tokens_per_s == pytest.approx(cpu_chains.decode_tokens_per_s, rel=0.01)
+
+
+# -- tree shapes ------------------------------------------------------------------------------------
+
+
+def _trie_round(hw: Hardware) -> tuple[Draft, Plan]:
+    """The n-gram drafter's trie after a text where its last four tokens were followed three times,
+    each time differently, and the controller's plan for it."""
+    text = [5, 6, 1, 2, 10, 11, 12, 13, 14, 9, 5, 6, 1, 2, 20, 21, 22, 23, 9, 5, 6, 1, 2, 30, 31, 32, 33, 9, 7,
+            5, 6, 1, 2]
+    proposal = NgramDrafter().propose(text, 8)
+    plan = AutoK("ngram", calibrated(hw, with_draft=False)).plan(RoundContext(proposal, False, 64, text))
+    return proposal, plan
+
+
+def test_the_ngram_trie_holds_every_earlier_match_with_the_latest_first():
+    proposal, _ = _trie_round(GPU)
+    parents = proposal.parent_list()
+    assert [proposal.ids[n] for n in first_branch(parents)] == [30, 31, 32, 33, 9, 7, 5, 6]
+    assert [proposal.ids[n] for n in children(parents)[0]] == [30, 20, 10]  # siblings at the root
+
+
+def test_the_controller_verifies_a_chain_on_a_steep_curve_and_a_tree_on_a_flat_one():
+    proposal, steep = _trie_round(CPU)
+    assert steep.drafter == "ngram" and steep.k >= 1
+    assert set(steep.nodes) <= set(first_branch(proposal.parent_list()))  # a chain: the latest copy
+    proposal, flat = _trie_round(GPU)
+    kept = proposal.subtree(flat.nodes).parent_list()
+    assert not is_chain(kept) and len(children(kept)[0]) == 3  # every copy is tried at the root
+    assert flat.k == len(flat.nodes) > steep.k
+
+
+def test_model_alternatives_are_added_where_verifying_is_flat_only():
+    """The draft model's branch rule at the start of a round, for a 0.3-likely alternative."""
+    gpu = AutoK("model", calibrated(GPU)).plan(RoundContext(None, True, 64))
+    assert gpu.drafter == "model" and gpu.branch(0.3, 1) is True
+    cheap_draft = Hardware("cpu, a draft step 14 times cheaper", CPU.verify, 0.002)  # drafting pays here
+    plan = AutoK("model", calibrated(cheap_draft)).plan(RoundContext(None, True, 64))
+    assert plan.drafter == "model" and plan.k >= 1 and plan.branch(0.3, 1) is False
+    chains = AutoK("model", calibrated(GPU), trees=False).plan(RoundContext(None, True, 64))
+    assert chains.drafter == "model" and chains.branch is None

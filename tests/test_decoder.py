@@ -14,6 +14,7 @@ from edgespec.decoding.drafters import ModelDrafter, NgramDrafter
 from edgespec.decoding.events import Source, Step, Summary, Token
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
+from edgespec.decoding.tree import ROOT, first_branch, is_chain
 from tests.fakes import MarkovBackend, plain_greedy
 
 GREEDY = SamplingParams()
@@ -173,12 +174,47 @@ def test_ngram_drafter_proposes_continuation_of_most_recent_match():
     #            0  1  2  3  4  5  6  7  8  9
     context = [7, 8, 9, 1, 7, 8, 2, 3, 7, 8]
     d = ng.propose(context, 3)
-    # suffix [7, 8] last occurred at 4..5 (not 0..1): its continuation is 2, 3, 7
-    assert d.ids == [2, 3, 7] and d.match_len == 2
+    # suffix [7, 8] last occurred at 4..5: its continuation 2, 3, 7 is the first branch; the
+    # earlier occurrence at 0..1 adds 9, 1, 7 beside it
+    assert d.first_branch().ids == [2, 3, 7] and d.match_len == 2
+    assert d.ids == [2, 3, 7, 9, 1, 7] and d.parent_list() == [ROOT, 0, 1, ROOT, 3, 4]
     assert all(q is None for q in d.dists)
     assert ng.propose([1, 2, 3, 4], 3).ids == []  # no earlier occurrence of any suffix
-    # incremental: appending keeps the index, and a longer suffix match wins
+    # incremental: appending keeps the index, and a longer suffix match wins (it occurred once)
     context += [2, 3]
     assert ng.propose(context, 2).ids == [7, 8]
     # a different conversation rebuilds the index
     assert ng.propose([5, 6, 5], 2).ids == [6, 5]
+
+
+def _flat_costs() -> CostModel:
+    """Verifying 17 tokens costs what verifying one does (a GPU): every useful node pays."""
+    costs = CostModel()
+    for n in range(1, 18):
+        costs.observe_verify(n, 0.01)
+    return costs
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=0.7, seed=3)])
+def test_ngram_trees_go_through_the_same_loop_and_a_later_branch_can_win(params):
+    """The prompt holds the start of the target's continuation twice: first followed by the rest of
+    it, then (more recently) by other text. The most recent copy is the trie's first branch, and
+    the target takes the older one."""
+    target = MarkovBackend(seed=1)
+    truth = plain_greedy(target, PROMPT, 40)
+    prompt = [40, 41, *truth[:12], 42, *truth[:3], 43, 44, 45, 46, *PROMPT]
+    decoder = SpeculativeDecoder(target, AutoK("ngram", _flat_costs()), [NgramDrafter()])
+    tokens, steps, summary = run(decoder, prompt=prompt, n=40, params=params)
+    if params.greedy:
+        assert [t.id for t in tokens] == plain_greedy(target, prompt, 40)
+    trees = [s for s in steps if s.parents is not None and not is_chain(s.parents)]
+    assert trees
+    if params.greedy:
+        assert any(set(s.path) - set(first_branch(list(s.parents))) for s in trees)
+    for s in steps:  # what each Step says is what was emitted, and the cache holds exactly the text
+        parents, path = s.tree()
+        assert list(s.rejected_ids) == [t for n, t in enumerate(s.drafted_ids) if n not in path]
+        assert all(parents[b] == a for a, b in zip([ROOT, *path], path))
+    assert target.cached == (prompt + [t.id for t in tokens])[:-1]
+    sources = [t.source for t in tokens]
+    assert Source.DRAFT in sources and sources.count(Source.DRAFT) == summary.accepted

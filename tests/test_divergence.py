@@ -27,9 +27,9 @@ TEXTS = ["def add(a, b):\n    return a + b\n\ndef add(", "for i in range(10): pr
 PROMPTS = [bench.BenchPrompt(f"c/{i}", "code", "completion", 40, prompt=text) for i, text in enumerate(TEXTS)]
 
 
-def accept_every_draft(logits, draft_ids):
-    """A broken greedy verification: every drafted token is kept."""
-    return len(draft_ids), int(np.argmax(logits[len(draft_ids)]))
+def accept_every_draft(logits, draft_ids, parents):
+    """A broken greedy verification: every drafted token of a chain is kept."""
+    return list(range(len(draft_ids))), int(np.argmax(logits[len(draft_ids)]))
 
 
 # -- the rule ------------------------------------------------------------------------------------

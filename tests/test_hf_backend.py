@@ -19,6 +19,7 @@ from edgespec.backends.hf import HFBackend  # noqa: E402
 from edgespec.backends.hf_loading import load_hf_backend, read_hf_vocabulary  # noqa: E402
 from edgespec.backends.hf_tokens import token_tables  # noqa: E402
 from edgespec.config import ModelSpec  # noqa: E402
+from edgespec.decoding.tree import ROOT, chain  # noqa: E402
 from edgespec.testing.tiny_hf import (  # noqa: E402
     ARCHS,
     REMOTE_CODE_SENTINEL,
@@ -561,3 +562,49 @@ def test_real_qwen_gguf_through_transformers():
     assert shown == prompt.replace("<|im_start|>", "").replace("<|im_end|>", "")  # control tokens print nothing
     rows = b.eval(ids, 1)
     assert b.token_bytes(int(rows[0].argmax()))  # a real token, not padding or a control token
+
+
+# -- draft trees: one forward with a 4D mask, then the accepted path moved into place -------------
+
+TREE = [ROOT, 0, 1, ROOT, 3, ROOT]  # branches: 0-1-2, 3-4, 5
+
+
+def test_a_tree_pass_gives_each_node_the_logits_of_its_own_branch(backend):
+    ids = prompt_ids(backend)[:16]
+    nodes = prompt_ids(backend)[16:22]
+    backend.eval(ids[:-1], 1)
+    rows = backend.eval_tree(ids[-1], nodes, TREE)
+    assert rows.shape == (len(TREE) + 1, backend.n_vocab) and backend.cached == ids
+    fresh = load(backend.path)
+    for branch in ([0, 1, 2], [3, 4], [5]):
+        fresh.truncate(0)
+        want = fresh.eval(ids + [nodes[n] for n in branch], len(branch) + 1)
+        np.testing.assert_allclose(rows[[0, *(n + 1 for n in branch)]], want, atol=ATOL, rtol=0)
+    backend.keep_path([])
+    assert backend.cached == ids and cache_len(backend) == len(ids)
+
+
+@pytest.mark.parametrize("path", [[3, 4], [5], [0, 1], []])
+def test_after_a_branch_wins_the_cache_holds_exactly_the_committed_text(backend, path):
+    """A path that is not the first nodes is moved up behind the pending token: the next pass gives
+    a fresh evaluation's logits."""
+    ids = prompt_ids(backend)[:16]
+    nodes = prompt_ids(backend)[16:22]
+    committed = ids + [nodes[n] for n in path]
+    backend.eval(ids[:-1], 1)
+    backend.eval_tree(ids[-1], nodes, TREE)
+    backend.keep_path(path)
+    assert backend.cached == committed and cache_len(backend) == len(committed)
+    got = backend.eval([5, 6], 2)
+    want = load(backend.path).eval(committed + [5, 6], 2)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+
+
+def test_a_chain_is_verified_as_eval_verifies_it(backend):
+    ids = prompt_ids(backend)[:16]
+    backend.eval(ids[:-1], 1)
+    rows = backend.eval_tree(ids[-1], [7, 8, 9], chain(3))
+    backend.keep_path([0, 1])
+    assert backend.cached == ids + [7, 8] and cache_len(backend) == len(ids) + 2
+    backend.truncate(len(ids) - 1)
+    np.testing.assert_array_equal(rows, backend.eval([ids[-1], 7, 8, 9], 4))

@@ -15,6 +15,7 @@ from edgespec.decoding.drafters import ModelDrafter, NgramDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK
+from edgespec.decoding.tree import ROOT, chain
 from edgespec.testing.tiny_gguf import FOREIGN_TOKENS, write_tiny_gguf
 from tests.fakes import ArgmaxRecorder
 
@@ -158,3 +159,60 @@ def test_warnings_are_never_quoted_as_the_cause(tmp_path):
         LlamaCppBackend(path, 256)
     assert "wrong shape" in str(e.value)
     assert "control-looking" not in str(e.value) and "special_eos_id" not in str(e.value)
+
+
+# -- draft trees: one batch, one sequence per branch -------------------------------------------------
+
+TREE_IDS = [104, 101, 108, 119, 111, 32]  # "h" "e" "l" under it; "w" "o" under that; " "
+TREE = [ROOT, 0, 1, ROOT, 3, ROOT]  # branches: 0-1-2, 3-4, 5
+
+
+def _fresh_rows(path, tokens: list[int], n_logits: int) -> np.ndarray:
+    b = LlamaCppBackend(path, 256, threads=2)
+    try:
+        return np.array(b.eval(tokens, n_logits))
+    finally:
+        b.close()
+
+
+def test_a_tree_pass_gives_each_node_the_logits_of_its_own_branch(target, tiny_gguf):
+    ids = target.tokenize(PROMPT_TEXT)
+    target.eval(ids[:-1], 1)
+    rows = np.array(target.eval_tree(ids[-1], TREE_IDS, TREE))
+    assert rows.shape == (len(TREE) + 1, target.n_vocab) and target.cached == ids
+    for branch in ([0, 1, 2], [3, 4], [5]):
+        want = _fresh_rows(tiny_gguf, ids + [TREE_IDS[n] for n in branch], len(branch) + 1)
+        np.testing.assert_allclose(rows[[0, *(n + 1 for n in branch)]], want, atol=5e-3)
+    target.keep_path([])
+    assert target.cached == ids
+
+
+@pytest.mark.parametrize("path", [[3, 4], [5], [0, 1], []])
+def test_after_a_branch_wins_the_cache_holds_exactly_the_committed_text(target, tiny_gguf, path):
+    """The next pass reads the committed text and the accepted path only: it gives a fresh
+    evaluation's logits (within the batch noise), and bit for bit the same whatever the rejected
+    branches held."""
+    ids = target.tokenize(PROMPT_TEXT)
+    committed = ids + [TREE_IDS[n] for n in path]
+    after = []
+    for other in (0, 7):  # the same accepted path, different rejected branches
+        target.truncate(0)
+        target.eval(ids[:-1], 1)
+        tree_ids = [t if n in path else t + other for n, t in enumerate(TREE_IDS)]
+        target.eval_tree(ids[-1], tree_ids, TREE)
+        target.keep_path(path)
+        assert target.cached == committed
+        after.append(np.array(target.eval([97, 98], 2)))
+    np.testing.assert_array_equal(after[0], after[1])
+    np.testing.assert_allclose(after[0], _fresh_rows(tiny_gguf, committed + [97, 98], 2), atol=5e-3)
+    target.truncate(len(ids))  # and rolling back within the kept path works as for any text
+    np.testing.assert_allclose(target.eval([97], 1), _fresh_rows(tiny_gguf, ids + [97], 1), atol=5e-3)
+
+
+def test_a_chain_is_verified_by_the_same_batch_as_eval(target):
+    ids = target.tokenize(PROMPT_TEXT)
+    target.eval(ids[:-1], 1)
+    rows = np.array(target.eval_tree(ids[-1], TREE_IDS[:3], chain(3)))
+    target.keep_path([0, 1, 2])
+    target.truncate(len(ids) - 1)
+    np.testing.assert_array_equal(rows, target.eval([ids[-1], *TREE_IDS[:3]], 4))

@@ -62,6 +62,14 @@ class MemoBackend:
         self.last = self._memo[key]
         return self.last
 
+    def eval_tree(self, pending, ids, parents):
+        """The rounds here draft chains (FixedK): one memoised eval, cut back by keep_path."""
+        self._path_start = len(self.cached) + 1
+        return self.eval([pending, *ids], len(ids) + 1)
+
+    def keep_path(self, path):
+        del self.cached[self._path_start + len(path) :]
+
     def truncate(self, n):
         del self.cached[n:]
 

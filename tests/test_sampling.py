@@ -20,12 +20,13 @@ from edgespec.decoding.sampling import (
     Dist,
     SamplingParams,
     choose,
-    residual_sample,
-    softmax_max,
+    residual,
+    softmax_top,
     verify_greedy,
     verify_sampled,
     warp,
 )
+from edgespec.decoding.tree import chain
 
 # --------------------------------------------------------------------------------------------------
 # A straightforward reference of the warping: dense, full sort, no shortcuts.
@@ -154,7 +155,7 @@ def emit_first_tokens(p: Dist, q: Dist | None, proposal: int | None, n: int, rng
     """n independent runs of "x ~ q; verify with K=1; take the first emitted token", vectorised.
 
     This mirrors verify_sampled's first position (accept x with probability min(1, p(x)/q(x)), else
-    residual_sample) with the real Dist and residual_sample; verify_sampled itself is checked
+    sample the residual) with the real Dist and residual; verify_sampled itself is checked
     end-to-end at a smaller sample count in test_verify_sampled_end_to_end and through the K-round
     simulations below. One verify_sampled call costs ~50 us, too slow for 100k samples in every case.
     """
@@ -167,7 +168,7 @@ def emit_first_tokens(p: Dist, q: Dist | None, proposal: int | None, n: int, rng
     accept = rng.random(n) * q_x < p.on(x)
     out = x.copy()
     for i in np.nonzero(~accept)[0]:
-        out[i] = residual_sample(p, q, int(x[i]), rng)
+        out[i] = residual(p, q, int(x[i])).sample(rng)
     return out
 
 
@@ -203,8 +204,8 @@ def test_verify_sampled_end_to_end(name: str) -> None:
         drafts = rng.choice(q.ids, size=n, p=q.probs)
     samples = np.empty(n, dtype=np.int64)
     for i in range(n):
-        accepted, next_id = verify_sampled(rows, [int(drafts[i])], [q], params, rng)
-        samples[i] = drafts[i] if accepted else next_id
+        path, next_id = verify_sampled(rows, [int(drafts[i])], chain(1), [q], params, rng)
+        samples[i] = drafts[i] if path else next_id
     empirical = np.bincount(samples, minlength=len(expected)) / n
     assert tvd(empirical, expected) < 0.015
     assert goodness_of_fit(samples, expected) > 0.001
@@ -248,7 +249,8 @@ def test_tokens_per_target_pass(k: int, a: float | str) -> None:
     stream: list[int] = []
     for _ in range(rounds):
         drafts = [proposal] * k if q is None else [int(t) for t in rng.choice(q.ids, size=k, p=q.probs)]
-        accepted, next_id = verify_sampled(rows, drafts, [q] * k, params, rng)
+        path, next_id = verify_sampled(rows, drafts, chain(k), [q] * k, params, rng)
+        accepted = len(path)
         passes_tokens += accepted + 1
         stream.extend(drafts[:accepted])
         stream.append(next_id)
@@ -283,7 +285,7 @@ def test_verify_sampled_with_greedy_params_is_greedy_verification() -> None:
         rows = rng.normal(size=(k + 1, 12))
         best = rows.argmax(axis=1)
         drafts = [int(best[i]) if rng.random() < 0.7 else int(rng.integers(12)) for i in range(k)]
-        assert verify_sampled(rows, drafts, [None] * k, SamplingParams(), rng) == verify_greedy(rows, drafts)
+        assert verify_sampled(rows, drafts, chain(k), [None] * k, SamplingParams(), rng) == verify_greedy(rows, drafts, chain(k))
 
 
 @pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
@@ -386,7 +388,7 @@ def test_warp_handles_masked_logits() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Dist, residual, verify_greedy, softmax_max.
+# Dist, residual, verify_greedy, softmax_top.
 
 
 def test_dist_prob_and_on() -> None:
@@ -407,18 +409,18 @@ def test_dist_sample_follows_probs_and_skips_zero_mass() -> None:
         assert (draws == t).mean() == pytest.approx(pr, abs=0.01)
 
 
-def test_residual_sample_support() -> None:
+def test_residual_support() -> None:
     rng = np.random.default_rng(8)
     p = Dist(np.array([0, 1, 2, 3], dtype=np.int64), np.array([0.4, 0.3, 0.2, 0.1]))
     # Point-mass drafter: the rejected token is never the correction.
-    assert 1 not in {residual_sample(p, None, 1, rng) for _ in range(2000)}
+    assert 1 not in residual(p, None, 1).ids.tolist()
     # Only tokens where p exceeds q; here max(0, p - q) = [0.4, 0, 0.1, 0, 0] normalised to [0.8, 0.2].
     q = Dist(np.array([1, 2, 3, 5], dtype=np.int64), np.array([0.4, 0.1, 0.3, 0.2]))
-    draws = np.array([residual_sample(p, q, 1, rng) for _ in range(20_000)])
+    draws = np.array([residual(p, q, 1).sample(rng) for _ in range(20_000)])
     assert set(draws.tolist()) <= {0, 2}
     assert (draws == 0).mean() == pytest.approx(0.8, abs=0.015)
     # p == q: the residual is empty and p itself is the fallback.
-    assert residual_sample(p, p, 0, rng) in {0, 1, 2, 3}
+    assert residual(p, p, 0) is p
 
 
 def test_verify_sampled_accepts_everything_when_q_equals_p() -> None:
@@ -429,8 +431,8 @@ def test_verify_sampled_accepts_everything_when_q_equals_p() -> None:
     q = warp(logits, params)
     for _ in range(300):
         drafts = [q.sample(rng) for _ in range(4)]
-        accepted, next_id = verify_sampled(rows, drafts, [q] * 4, params, rng)
-        assert accepted == 4
+        path, next_id = verify_sampled(rows, drafts, chain(4), [q] * 4, params, rng)
+        assert path == [0, 1, 2, 3]
         assert next_id in q.ids
 
 
@@ -439,8 +441,8 @@ def test_verify_sampled_rejects_drafts_outside_the_target_support() -> None:
     params = SamplingParams(temperature=1.0, top_k=3)
     rows = np.tile(np.arange(10.0), (3, 1))  # support {7, 8, 9}
     for _ in range(100):
-        accepted, next_id = verify_sampled(rows, [0, 9], [None, None], params, rng)
-        assert accepted == 0 and next_id in (7, 8, 9)
+        path, next_id = verify_sampled(rows, [0, 9], chain(2), [None, None], params, rng)
+        assert path == [] and next_id in (7, 8, 9)
 
 
 def _rows(argmaxes: list[int], v: int = 10) -> np.ndarray:
@@ -452,16 +454,26 @@ def _rows(argmaxes: list[int], v: int = 10) -> np.ndarray:
 
 def test_verify_greedy() -> None:
     rows = _rows([3, 1, 4, 1, 5])
-    assert verify_greedy(rows, [3, 1, 4, 1]) == (4, 5)  # all accepted: bonus from the last row
-    assert verify_greedy(rows, [3, 1, 7, 1]) == (2, 4)  # correction at the first mismatch
-    assert verify_greedy(rows, [0, 1, 4, 1]) == (0, 3)  # later matches do not count
-    assert verify_greedy(rows[:1], []) == (0, 3)  # K = 0: plain decoding
-    assert verify_greedy(rows[:3], np.array([3, 1])) == (2, 4)
+    assert verify_greedy(rows, [3, 1, 4, 1], chain(4)) == ([0, 1, 2, 3], 5)  # all accepted: bonus from the last row
+    assert verify_greedy(rows, [3, 1, 7, 1], chain(4)) == ([0, 1], 4)  # correction at the first mismatch
+    assert verify_greedy(rows, [0, 1, 4, 1], chain(4)) == ([], 3)  # later matches do not count
+    assert verify_greedy(rows[:1], [], []) == ([], 3)  # K = 0: plain decoding
+    assert verify_greedy(rows[:3], np.array([3, 1]), chain(2)) == ([0, 1], 4)
 
 
-def test_softmax_max() -> None:
+def test_softmax_top() -> None:
     logits = np.array([1.0, 3.0, 2.0], dtype=np.float32)
-    i, conf = softmax_max(logits)
+    (i, conf), = softmax_top(logits, 1)
     assert i == 1
     assert conf == pytest.approx(np.exp(3) / np.exp([1.0, 3.0, 2.0]).sum())
-    assert softmax_max(np.array([1000.0, -1000.0]))[1] == pytest.approx(1.0)
+    assert softmax_top(np.array([1000.0, -1000.0]), 1)[0][1] == pytest.approx(1.0)
+    top = softmax_top(logits, 3)
+    assert [t for t, _ in top] == [1, 2, 0]
+    assert [c for _, c in top] == pytest.approx(np.exp([3.0, 2.0, 1.0]) / np.exp([1.0, 3.0, 2.0]).sum())
+
+
+def test_dist_without() -> None:
+    d = Dist(np.array([1, 3, 4], dtype=np.int64), np.array([0.5, 0.3, 0.2]))
+    w = d.without([1])
+    assert w.ids.tolist() == [3, 4] and w.probs.tolist() == pytest.approx([0.6, 0.4])
+    assert d.without([1, 3, 4]) is None

@@ -99,17 +99,23 @@ def slow_engine(live, per_eval_s: float):
     """Every target pass takes at least `per_eval_s` while the block runs (set and undone on the
     engine thread, which is the only one using the target)."""
     target = live.worker.engine.target
-    real_eval = target.eval
 
-    def eval_slowly(tokens, n_logits):
-        time.sleep(per_eval_s)
-        return real_eval(tokens, n_logits)
+    def slowly(name):
+        real = getattr(target, name)
 
-    live.worker.engine_thread.call(setattr, target, "eval", eval_slowly)
+        def slow(*args):
+            time.sleep(per_eval_s)
+            return real(*args)
+
+        return slow
+
+    for name in ("eval", "eval_tree"):  # prefill and verify passes
+        live.worker.engine_thread.call(setattr, target, name, slowly(name))
     try:
         yield
     finally:
-        live.worker.engine_thread.call(delattr, target, "eval")
+        for name in ("eval", "eval_tree"):
+            live.worker.engine_thread.call(delattr, target, name)
 
 
 @contextmanager

@@ -1,8 +1,9 @@
 """The protocol every runtime implements, and the bookkeeping they share.
 
 A backend owns one model and one KV cache. The decoder talks to it only through `eval` (append
-tokens, get logits at the positions asked for) and `truncate` (roll the cache back), so the
-speculative loop never knows which runtime it drives. `cached` mirrors the token ids in the cache,
+tokens, get logits at the positions asked for), `truncate` (roll the cache back), and `eval_tree` /
+`keep_path` (verify a draft tree in one pass, then keep the accepted path), so the speculative loop
+never knows which runtime it drives. `cached` mirrors the token ids in the cache,
 which lets callers reuse a shared prefix (a chat's earlier turns) instead of re-evaluating it.
 """
 
@@ -78,6 +79,18 @@ class Backend(Protocol):
 
     def truncate(self, n: int) -> None:
         """Drop everything in the cache after the first `n` tokens."""
+        ...
+
+    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Evaluate `pending` and a draft tree after it in one pass (`decoding/tree.py`: node i is
+        `ids[i]` under `parents[i]`); logits (n + 1, n_vocab), row 0 after `pending`, row i + 1 after
+        node i, each as if the tokens from `pending` down to it were all that followed the cache.
+        `cached` then ends in `pending`; `keep_path` must come next."""
+        ...
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After `eval_tree`: the cache holds what it held, `pending`, and the nodes of `path` (root
+        to leaf) as if evaluated in a row; every other node is dropped."""
         ...
 
     def vocabulary(self) -> Vocabulary: ...

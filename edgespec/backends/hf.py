@@ -5,6 +5,12 @@ back by cropping it (`DynamicLayer.crop` with a negative count), and a pass comp
 projection only for the positions the caller asked for (`logits_to_keep`): for a 151936-token
 vocabulary the full projection of a 500-token prompt would be 300 MB of logits nobody reads.
 
+A draft tree (`decoding/tree.py`) is verified in one forward: a 4D attention mask lets each token
+see the committed text and its own ancestors, and explicit position ids put each node at its
+depth. The cache then holds every node; `keep_path` moves the accepted path's entries up behind
+the pending token (when the path is not the first nodes) and crops the rest. A chain needs neither:
+its ancestry is the causal mask the model builds from the cache length, so it runs as `eval` does.
+
 The backend takes a model and tokenizer already loaded: `hf_loading.load_hf_backend` decides where
 and in what precision, and what may be loaded at all; `hf_tokens` says what each token id stands for.
 """
@@ -19,6 +25,7 @@ import numpy as np
 from edgespec.backends.base import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.backends.hf_quiet import first_line
 from edgespec.backends.hf_tokens import end_of_generation_ids, token_tables
+from edgespec.decoding.tree import ancestry, depths, is_chain
 
 # Prompts longer than this are evaluated in chunks: the attention scores of one pass grow with
 # chunk x context, and a long prompt in one pass can need gigabytes for nothing.
@@ -56,6 +63,7 @@ class HFBackend:
         # the config, sliding-window layers would keep only their window and refuse a rollback.
         self._cache = DynamicCache()
         self.cached: list[int] = []
+        self._tree: list[int] | None = None  # the tree's tokens, from eval_tree until keep_path
 
     # -- the Backend protocol ---------------------------------------------------------------
 
@@ -68,24 +76,63 @@ class HFBackend:
             raise ContextOverflow(f"{len(self.cached) + n} tokens do not fit the {self.n_ctx}-token context")
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        torch = self._torch
         start = len(self.cached)
-        try:
-            with torch.inference_mode():
-                for a, b in _chunks(n, n_logits, PREFILL_CHUNK):
-                    ids = torch.tensor([list(tokens[a:b])], dtype=torch.long, device=self.device)
-                    # logits_to_keep=0 would mean "all": a pass that needs none computes one.
-                    keep = max(1, n_logits) if b == n else 1
-                    out = self.model(input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=keep)
-                rows = out.logits[0, out.logits.shape[1] - n_logits :] if n_logits else out.logits[0, :0]
-                logits = rows.to(device="cpu", dtype=torch.float32).numpy()
-        except BaseException:
-            self._crop_to(start)  # a failed or interrupted pass may have filled some layers only
-            raise
+        for a, b in _chunks(n, n_logits, PREFILL_CHUNK):
+            # logits_to_keep=0 would mean "all": a pass that needs none computes one.
+            logits = self._forward(start, tokens[a:b], max(1, n_logits) if b == n else 1)
         self.cached.extend(tokens)
+        return logits[len(logits) - n_logits :] if n_logits else logits[:0]
+
+    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Evaluate the pending token and a draft tree in one forward (module docstring); float32
+        logits (n + 1, n_vocab), row i + 1 after node i. `keep_path` must follow."""
+        torch = self._torch
+        start, n = len(self.cached), len(ids) + 1
+        if start + n > self.n_ctx:
+            raise ContextOverflow(f"{start + n} tokens do not fit the {self.n_ctx}-token context")
+        tree = {}
+        if not is_chain(parents):
+            dtype = self.model.get_input_embeddings().weight.dtype
+            mask = torch.zeros((1, 1, n, start + n), dtype=dtype, device=self.device)
+            seen = torch.from_numpy(ancestry(parents)).to(self.device)
+            mask[0, 0, :, start:].masked_fill_(~seen, torch.finfo(dtype).min)
+            positions = [start] + [start + d for d in depths(parents)]
+            tree = {"attention_mask": mask, "position_ids": torch.tensor([positions], device=self.device)}
+        logits = self._forward(start, [pending, *ids], n, **tree)
+        self.cached.append(pending)
+        self._tree = list(ids)
         return logits
 
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After `eval_tree`: keep the pending token and the nodes of `path` (root to leaf)."""
+        ids, self._tree = self._tree, None
+        start = len(self.cached)  # the first node's cache entry
+        end = start + len(path)
+        if list(path) != list(range(len(path))):  # the path is not the first nodes: move it up
+            where = self._torch.tensor([start + node for node in path], device=self.device)
+            with self._torch.inference_mode():
+                for layer in self._cache.layers:
+                    layer.keys[..., start:end, :] = layer.keys.index_select(-2, where)
+                    layer.values[..., start:end, :] = layer.values.index_select(-2, where)
+        self._crop_to(end)
+        self.cached.extend(ids[node] for node in path)
+
+    def _forward(self, start: int, tokens: Sequence[int], keep: int, **tree) -> np.ndarray:
+        """One pass over `tokens` after `start` cached ones; float32 logits of the last `keep`. A
+        failed or interrupted pass may have filled some layers only: they are cut back to `start`."""
+        torch = self._torch
+        try:
+            with torch.inference_mode():
+                ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+                out = self.model(input_ids=ids, cache=self._cache, use_cache=True, logits_to_keep=keep, **tree)
+                return out.logits[0].to(device="cpu", dtype=torch.float32).numpy()
+        except BaseException:
+            self._crop_to(start)
+            raise
+
     def truncate(self, n: int) -> None:
+        if self._tree is not None:  # a tree pass that never reached keep_path (interrupted)
+            self.keep_path([])
         if n < 0:
             raise ValueError(f"truncate({n})")
         if n >= len(self.cached):

@@ -4,6 +4,13 @@ Why the low-level API rather than `Llama`: `Llama(logits_all=True)` keeps n_ctx 
 (1.2 GB at n_ctx=2048 for a 151936-token vocabulary); here a batch asks for logits only at the
 positions being verified, and the cache is rolled back with `llama_memory_seq_rm`, not by
 resetting a counter.
+
+Draft trees (`decoding/tree.py`) are verified in one batch with one cache sequence per branch: a
+token carries the seq id of every branch through it, at the position of its depth, and each
+branch's sequence first shares the committed text with sequence 0 (`llama_memory_seq_cp`, which
+in a unified cache only tags the cells). Once verified, the accepted branch's cells are kept
+(`llama_memory_seq_keep`) and become sequence 0 again. A chain is one branch, sequence 0: the
+same batch as a plain `eval`, and no copies.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import numpy as np
 from edgespec import interrupts
 from edgespec.backends.base import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.backends.chat_template import render_chat
+from edgespec.decoding.tree import branches_through, depths, leaves
 from edgespec.machine import physical_cores
 
 _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
@@ -28,6 +36,9 @@ _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in ch
 # is at most 17 tokens) are not: the abort check is a Python call per graph node, about 600 a pass
 # for a 1.5B model, a few percent of a draft pass, and such a batch ends soon anyway.
 _ABORTABLE_BATCH = 32
+_SEQUENCE_0 = (0,)  # the committed text's sequence (and a chain's)
+# The most branches one verify pass may hold (the context's n_seq_max; one cache sequence each).
+MAX_BRANCHES = 16
 _LOG_ERROR = 4  # GGML_LOG_LEVEL_ERROR in ggml.h (DEBUG 1, INFO 2, WARN 3, CONT 5)
 _error_lines: list[str] = []  # what llama.cpp logged as errors since the current operation began
 _REPACK = re.compile(r"repack tensor (\S+) with (\S+)")
@@ -210,7 +221,10 @@ class LlamaCppBackend:
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = _BATCH
         cparams.n_ubatch = _BATCH
-        cparams.n_seq_max = 1
+        # Branches of a draft tree share the committed text's cells: one unified cache of n_ctx
+        # cells for every sequence (split per sequence, the tree's sequences could not share cells).
+        cparams.n_seq_max = MAX_BRANCHES
+        cparams.kv_unified = True
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         _error_lines.clear()
@@ -219,8 +233,9 @@ class LlamaCppBackend:
         if not self._ctx:
             raise BackendError(_failure(f"llama.cpp could not create a {self.n_ctx}-token context for {path}"))
         self._mem = lc.llama_get_memory(self._ctx)
-        self._batch = lc.llama_batch_init(_BATCH, 0, 1)
+        self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
+        self._tree = None  # what eval_tree left for keep_path: nodes' branches, tokens, branch count
         self.eos_ids = frozenset(t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t))
         self._pieces: dict[int, bytes] = {}
 
@@ -234,35 +249,92 @@ class LlamaCppBackend:
             raise ContextOverflow(f"{len(self.cached) + len(tokens)} tokens do not fit the {self.n_ctx}-token context")
         if not 0 < n_logits <= len(tokens):
             raise ValueError(f"n_logits={n_logits} with {len(tokens)} tokens")
-        lc, batch = self._lc, self._batch
         first_logit = len(tokens) - n_logits
         for start in range(0, len(tokens), _BATCH):
             chunk = tokens[start : start + _BATCH]
             pos0 = len(self.cached)
-            batch.n_tokens = len(chunk)
             n_out = 0
             for i, tok in enumerate(chunk):
-                batch.token[i] = tok
-                batch.pos[i] = pos0 + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
                 want = start + i >= first_logit
-                batch.logits[i] = want
+                self._put(i, tok, pos0 + i, _SEQUENCE_0, want)
                 n_out += want
-            rc = self._decode(batch, abortable=len(chunk) >= _ABORTABLE_BATCH)
+            rc = self._run(len(chunk), n_branches=1)
             if rc == 0:
                 self.cached.extend(chunk)
-            else:  # drop whatever part of the chunk reached the cache
-                lc.llama_memory_seq_rm(self._mem, 0, pos0, -1)
-            interrupts.raise_pending()
-            if rc != 0:
-                raise BackendError(_failure(f"llama_decode failed (code {rc}) at position {pos0}"))
+            self._raise_on(rc)
         # logits of the last chunk only: n_logits never spans chunks for the decoder's calls
         if n_logits > n_out:
             raise ValueError("n_logits larger than the last batch chunk")
-        ptr = lc.llama_get_logits(self._ctx)
-        rows = np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
-        return rows[n_out - n_logits :]
+        return self._logits(n_out)[n_out - n_logits :]
+
+    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Evaluate the pending token and a draft tree in one batch, one sequence per branch (module
+        docstring); logits for every token. `keep_path` must follow."""
+        n, start = len(ids), len(self.cached)
+        if start + n + 1 > self.n_ctx:
+            raise ContextOverflow(f"{start + n + 1} tokens do not fit the {self.n_ctx}-token context")
+        on = branches_through(parents)
+        n_branches = max(1, len(leaves(parents)))
+        if n_branches > MAX_BRANCHES or n + 1 > _BATCH:
+            raise ValueError(f"a tree of {n} nodes and {n_branches} branches is too large to verify in one pass")
+        for branch in range(1, n_branches):
+            self._lc.llama_memory_seq_cp(self._mem, 0, branch, -1, -1)
+        self._put(0, pending, start, range(n_branches), True)
+        for i, (tok, depth, branches) in enumerate(zip(ids, depths(parents), on), start=1):
+            self._put(i, tok, start + depth, branches, True)
+        rc = self._run(n + 1, n_branches)
+        if rc == 0:
+            self.cached.append(pending)
+            self._tree = (on, list(ids), n_branches)
+        self._raise_on(rc)
+        return self._logits(n + 1)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After `eval_tree`: keep the pending token and the nodes of `path` (root to leaf) as
+        sequence 0; every other branch's cells are freed."""
+        on, ids, n_branches = self._tree
+        self._tree = None
+        lc, mem = self._lc, self._mem
+        if n_branches > 1:
+            winner = on[path[-1]][0] if path else 0
+            lc.llama_memory_seq_keep(mem, winner)
+            if winner != 0:
+                lc.llama_memory_seq_cp(mem, winner, 0, -1, -1)
+                lc.llama_memory_seq_rm(mem, winner, -1, -1)
+        # the kept branch may reach deeper than the accepted path: positions are depths
+        lc.llama_memory_seq_rm(mem, 0, len(self.cached) + len(path), -1)
+        self.cached.extend(ids[node] for node in path)
+
+    def _put(self, i: int, token: int, pos: int, seqs: Sequence[int], logits: bool) -> None:
+        """Slot i of the batch: a token at a position, in sequences `seqs`, with or without logits."""
+        batch = self._batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = len(seqs)
+        for j, seq in enumerate(seqs):
+            batch.seq_id[i][j] = seq
+        batch.logits[i] = logits
+
+    def _run(self, n_tokens: int, n_branches: int) -> int:
+        """Decode the first n_tokens slots of the batch after the cached text; on failure, drop
+        whatever part of them reached the cache (every branch's sequence included). llama_decode's
+        return code."""
+        self._batch.n_tokens = n_tokens
+        rc = self._decode(self._batch, abortable=n_tokens >= _ABORTABLE_BATCH)
+        if rc != 0:
+            for branch in range(1, n_branches):
+                self._lc.llama_memory_seq_rm(self._mem, branch, -1, -1)
+            self._lc.llama_memory_seq_rm(self._mem, 0, len(self.cached), -1)
+        return rc
+
+    def _raise_on(self, rc: int) -> None:
+        interrupts.raise_pending()
+        if rc != 0:
+            raise BackendError(_failure(f"llama_decode failed (code {rc}) at position {len(self.cached)}"))
+
+    def _logits(self, n_out: int) -> np.ndarray:
+        """The latest decode's n_out rows of logits, as a view of llama.cpp's buffer."""
+        return np.ctypeslib.as_array(self._lc.llama_get_logits(self._ctx), shape=(n_out, self.n_vocab))
 
     def _decode(self, batch, abortable: bool) -> int:
         lc = self._lc
@@ -277,6 +349,8 @@ class LlamaCppBackend:
             lc.llama_set_abort_callback(self._ctx, calls.no_abort, None)
 
     def truncate(self, n: int) -> None:
+        if self._tree is not None:  # a tree pass that never reached keep_path (interrupted)
+            self.keep_path([])
         if n < len(self.cached):
             self._lc.llama_memory_seq_rm(self._mem, 0, n, -1)
             del self.cached[n:]

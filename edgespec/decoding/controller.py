@@ -15,7 +15,16 @@ with `observe`. Three policies:
       E(K) / cost(K),   E(K) = 1 + sum_j prod_{i<=j} a_i   (Leviathan et al. 2023, sec. 3.5),
   against plain decoding's 1 / t_verify(1). Inside a round the draft model stops early when
   P(all drafted so far survive) * P(next survives | its confidence) no longer pays for the extra
-  verification it costs at the plan's rate. A drafter that is not worth using is probed now and
+  verification it costs at the plan's rate.
+
+  Trees (`tree.py`) are weighed the same way: a node's value is the chance it is accepted (its
+  parent's, times its own after the siblings before it missed), the best m nodes are a tree
+  (`best_tree`), and E = 1 + the sum of their values against verify(m + 1). The n-gram drafter's
+  trie of every earlier match is cut to its best m nodes; the draft model adds an alternative
+  beside a drafted token when P(reaching it) * P(the target takes it) pays for its verification.
+  On a steep CPU curve that is seldom and the drafts stay chains; where verifying more tokens
+  costs little (a GPU, torch bf16, a repacked layout's cheap n = 4) trees grow. `auto-chain`
+  weighs only the first branch: the chain baseline. A drafter that is not worth using is probed now and
   then (one or two tokens, with exponential back-off) so a change in the text is noticed; n-gram
   proposals need no probes, as they are scored against the text whether drafted or not.
 """
@@ -25,11 +34,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from edgespec.decoding.costs import CostModel, best_k
-from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind, StopRule
+from edgespec.decoding.costs import CostModel, best_k, best_tree
+from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.plan import KSetting, Plan, Policy, RoundContext
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
+from edgespec.decoding.tree import ROOT, children, depths, first_branch, ranks
 
 
 class Rate:
@@ -77,32 +87,65 @@ class NgramScores:
     FIRST = (0.2, 0.4, 0.55, 0.7, 0.8, 0.9, 0.95, 0.98)  # per match bucket, first position
     RISE = 0.85  # the miss rate shrinks by this factor per position
 
+    # After the copies before it were wrong, another earlier occurrence's copy is right this often
+    # (per place among the siblings: second, third and later); learnt from the text like the rest.
+    OTHER = (0.3, 0.2)
+
     def __init__(self, max_k: int):
         self.rates = [[Rate(1.0 - (1.0 - first) * self.RISE**i, prior_weight=3.0) for i in range(max_k)]
                       for first in self.FIRST]
-        self._pending: list[tuple[int, list[int], list[Rate]]] = []  # (position, proposal, rates)
+        self.others = [Rate(a, prior_weight=3.0) for a in self.OTHER]
+        self._pending: list[tuple[int, Draft, list[Rate]]] = []  # (position, proposal, rates)
 
     def rates_for(self, match_len: int) -> list[Rate]:
         return self.rates[_bucket(match_len, _MATCH_BUCKETS[1:])]
 
+    def rate(self, rates: list[Rate], depth: int, rank: int) -> Rate | None:
+        """The rate of a node at `depth` (1 for the root's children) and `rank` among its siblings:
+        the first child's by position, the others' by rank; None beyond the positions tracked."""
+        if rank:
+            return self.others[min(rank, len(self.others)) - 1]
+        return rates[depth - 1] if depth <= len(rates) else None
+
     def remember(self, position: int, proposal: Draft) -> None:
-        self._pending.append((position, list(proposal.ids), self.rates_for(proposal.match_len)))
+        self._pending.append((position, proposal, self.rates_for(proposal.match_len)))
         del self._pending[: -self.MAX_PENDING]
 
     def score(self, context: Sequence[int]) -> None:
-        """Settle every proposal whose fate the committed text now shows."""
+        """Settle every proposal whose fate the committed text now shows: walk the text down the
+        proposal's tree; at each node reached, its children were right or wrong in turn."""
         still = []
-        for position, ids, rates in self._pending:
-            seen = context[position : position + len(ids)]
-            hits = 0
-            while hits < len(seen) and seen[hits] == ids[hits]:
-                hits += 1
-            if hits == len(seen) and len(seen) < len(ids):
-                still.append((position, ids, rates))  # all seen so far match: not settled yet
+        for position, proposal, rates in self._pending:
+            outcomes = self._walk(context, position, proposal, rates)
+            if outcomes is None:
+                still.append((position, proposal, rates))  # all seen so far match: not settled yet
                 continue
-            for i in range(min(hits + 1, len(ids), len(rates))):
-                rates[i].update(i < hits)
+            for rate, hit in outcomes:
+                rate.update(hit)
         self._pending = still
+
+    def _walk(self, context: Sequence[int], position: int, proposal: Draft,
+              rates: list[Rate]) -> list[tuple[Rate, bool]] | None:
+        below = children(proposal.parent_list())
+        outcomes: list[tuple[Rate, bool]] = []
+        row, depth = 0, 1
+        while below[row]:
+            if position + depth > len(context):
+                return None
+            token = context[position + depth - 1]
+            taken = None
+            for rank, node in enumerate(below[row]):
+                hit = proposal.ids[node] == token
+                rate = self.rate(rates, depth, rank)
+                if rate is not None:
+                    outcomes.append((rate, hit))
+                if hit:
+                    taken = node
+                    break
+            if taken is None:
+                break
+            row, depth = taken + 1, depth + 1
+        return outcomes
 
 
 @dataclass
@@ -137,6 +180,7 @@ class AutoK:
     costs: CostModel
     max_k_model: int = 8
     max_k_ngram: int = LONGEST_DRAFT
+    trees: bool = True  # draft trees where they pay; False: chains only (auto-chain)
     _pos: list[Rate] = field(init=False)
     _conf: list[Rate] = field(init=False)
     _ngram: NgramScores = field(init=False)
@@ -185,10 +229,28 @@ class AutoK:
         acc = [r.mean for r in self._pos[: min(self.max_k_model, ctx.max_k)]]
         return best_k(acc, self._cost(DrafterKind.MODEL))
 
-    def _ngram_option(self, ctx: RoundContext) -> tuple[int, float]:
-        g = ctx.ngram
-        acc = [r.mean for r in self._ngram.rates_for(g.match_len)[: min(len(g.ids), ctx.max_k, self.max_k_ngram)]]
-        return best_k(acc, self._cost(DrafterKind.NGRAM))
+    def _ngram_option(self, ctx: RoundContext) -> tuple[int, float, tuple[int, ...] | None]:
+        """(nodes to verify, tokens per second, which nodes of the proposal: None for the first ones
+        of its first branch). Each node's chance is its parent's times its own: by position for a
+        first child, by rank for a later one, after the siblings before it missed (`best_tree`)."""
+        g = self._ngram_proposal(ctx)
+        parents = g.parent_list()
+        rates = self._ngram.rates_for(g.match_len)
+        values: list[float] = []
+        missed: dict[int, float] = {}  # per parent: the chance all its children so far were wrong
+        for parent, depth, rank in zip(parents, depths(parents), ranks(parents)):
+            rate = self._ngram.rate(rates, depth, rank)
+            a = rate.mean if rate is not None else 0.0
+            before = missed.get(parent, 1.0)
+            values.append((1.0 if parent == ROOT else values[parent]) * before * a)
+            missed[parent] = before * (1.0 - a)
+        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: min(ctx.max_k, self.max_k_ngram)]
+        m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM))
+        return m, rate, tuple(sorted(order[:m])) if self.trees else None
+
+    def _ngram_proposal(self, ctx: RoundContext) -> Draft:
+        """The n-gram proposal this controller weighs: all of it, or with trees off its first branch."""
+        return ctx.ngram if self.trees else ctx.ngram.first_branch()
 
     def fixed_k(self, kind: DrafterKind, match_len: int = 0) -> int:
         """The draft length this controller would choose for `kind` from what it believes now (its
@@ -197,7 +259,7 @@ class AutoK:
         0 when drafting with `kind` does not pay here."""
         if kind == DrafterKind.MODEL:
             return self._model_option(RoundContext(None, True, self.max_k_model))[0]
-        proposal = Draft(ids=[0] * self.max_k_ngram, match_len=match_len)  # only its length is read
+        proposal = Draft(ids=[0] * self.max_k_ngram, match_len=match_len)  # a chain: only its length is read
         return self._ngram_option(RoundContext(proposal, False, self.max_k_ngram))[0]
 
     def may_use(self, kind: DrafterKind) -> bool:
@@ -213,16 +275,16 @@ class AutoK:
         if use_ngram:
             self._ngram.score(ctx.context)
             if ctx.ngram.ids:
-                self._ngram.remember(len(ctx.context), ctx.ngram)
+                self._ngram.remember(len(ctx.context), self._ngram_proposal(ctx))
         plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
-        options: dict[DrafterKind | None, tuple[int, float]] = {None: (0, plain_rate)}
+        options: dict[DrafterKind | None, tuple[int, float, tuple[int, ...] | None]] = {None: (0, plain_rate, None)}
         if ctx.has_model and DrafterKind.MODEL in self.allowed:
-            options[DrafterKind.MODEL] = self._model_option(ctx)
+            options[DrafterKind.MODEL] = (*self._model_option(ctx), None)
         if use_ngram and ctx.ngram.ids:
             options[DrafterKind.NGRAM] = self._ngram_option(ctx)
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
-        k, rate = options[which]
+        k, rate, nodes = options[which]
         self._probing = False
         if k == 0:
             which = None
@@ -237,7 +299,10 @@ class AutoK:
             self._probe.used(self._probing)
         state = ControllerState("auto", k, which, self._first_acceptance(which, ctx), rate / plain_rate,
                                 self._measured * self.costs.verify(1))
-        return Plan(which, k, self._stop_rule(rate) if which == DrafterKind.MODEL else None, state)
+        if which != DrafterKind.MODEL:
+            return Plan(which, k, state=state, nodes=nodes if which == DrafterKind.NGRAM else None)
+        rules = _ModelRound(self, rate)
+        return Plan(which, k, rules.stop, state, rules.branch if self.trees and not self._probing else None)
 
     def _probe_cap(self) -> int:
         """Rounds between model probes at which their extra time is PROBE_BUDGET of plain decoding."""
@@ -252,20 +317,9 @@ class AutoK:
             return self._ngram.rates_for(ctx.ngram.match_len)[0].mean
         return 0.0
 
-    def _stop_rule(self, rate: float) -> StopRule:
-        """Stop drafting before token j+1 when the tokens it is expected to add, P(1..j survive) *
-        P(j+1 survives | confidence), are worth less than the extra verification time at `rate`."""
-        survive = [1.0]
-
-        def stop(j: int, confidence: float) -> bool:
-            a = self._conf[_bucket(confidence, _CONF_BINS)].mean
-            extra = self.costs.verify(j + 2) - self.costs.verify(j + 1)
-            if survive[0] * a < rate * extra:
-                return True
-            survive[0] *= a
-            return False
-
-        return stop
+    def _calibrated(self, confidence: float) -> float:
+        """How often the target takes a token the draft model gave this probability."""
+        return self._conf[_bucket(confidence, _CONF_BINS)].mean
 
     # -- learning -------------------------------------------------------------------------
 
@@ -278,15 +332,23 @@ class AutoK:
             self.costs.observe_lookup(step.draft_s)
             return
         self._check_surprise(step)
+        parents, path = step.tree()
+        chain = first_branch(parents)  # one draft step each; the alternatives beside them were free
         if not draft.catch_up_s:
-            self.costs.observe_draft(step.k, step.draft_s)
-        elif step.k > 1:
-            self.costs.observe_draft(step.k - 1, step.draft_s - draft.catch_up_s)
-        for i in range(min(step.k, step.accepted + 1)):
-            hit = i < step.accepted
-            if i < len(self._pos):
+            self.costs.observe_draft(len(chain), step.draft_s)
+        elif len(chain) > 1:
+            self.costs.observe_draft(len(chain) - 1, step.draft_s - draft.catch_up_s)
+        # Every node whose parent was reached was tried: a hit if the target took it.
+        position = {node: i for i, node in enumerate(chain)}
+        accepted = set(path)
+        for node, parent in enumerate(parents):
+            if parent != ROOT and parent not in accepted:
+                continue
+            hit = node in accepted
+            i = position.get(node)
+            if i is not None and i < len(self._pos):
                 self._pos[i].update(hit)
-            self._conf[_bucket(draft.confidence[i], _CONF_BINS)].update(hit)
+            self._conf[_bucket(draft.confidence[node], _CONF_BINS)].update(hit)
 
     def _check_surprise(self, step: Step) -> None:
         """After fully accepted probes in a row: was that unlikely under the estimates? Then forget them."""
@@ -301,10 +363,40 @@ class AutoK:
             self._probe.reset()
 
 
+class _ModelRound:
+    """A draft-model round's rules, at the plan's rate (tokens per second): adding a node pays when
+    the tokens it is expected to add are worth its extra verification time at that rate.
+
+    `stop(j, confidence)` before the chain's next token, j nodes drafted so far: it would add
+    P(the chain so far survives) * P(it survives | its confidence). `branch(confidence, nodes)` for
+    an alternative beside the latest chain token: it would add P(that position is reached) *
+    P(the target takes it | its confidence), EAGLE-2's value of a node."""
+
+    def __init__(self, controller: AutoK, rate: float):
+        self._ctl, self._rate = controller, rate
+        self._survive = 1.0  # P(the chain drafted so far survives)
+        self._reach = 1.0  # P(the latest chain token's position is reached)
+
+    def _pays(self, value: float, nodes: int) -> bool:
+        verify = self._ctl.costs.verify
+        return value >= self._rate * (verify(nodes + 2) - verify(nodes + 1))
+
+    def stop(self, j: int, confidence: float) -> bool:
+        a = self._ctl._calibrated(confidence)
+        if not self._pays(self._survive * a, j):
+            return True
+        self._reach = self._survive
+        self._survive *= a
+        return False
+
+    def branch(self, confidence: float, nodes: int) -> bool:
+        return self._pays(self._reach * self._ctl._calibrated(confidence), nodes)
+
+
 def make_policy(k: KSetting, drafter: DraftChoice, costs: CostModel) -> Policy:
     """The policy a K setting names."""
-    if k.policy == "auto":
-        return AutoK(drafter, costs)
+    if k.policy in ("auto", "auto-chain"):
+        return AutoK(drafter, costs, trees=k.policy == "auto")
     if k.policy == "heuristic":
         return HeuristicK(drafter)
     return FixedK(k.k, drafter)

@@ -113,16 +113,29 @@ class CostModel:
 
 
 def best_k(acceptance: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
-    """The K in 0..len(acceptance) maximising E(K)/cost(K); returns (K, tokens per second)."""
-    best, rate = 0, 1.0 / cost(0)
-    expected, survive = 1.0, 1.0
-    for k, a in enumerate(acceptance, start=1):
+    """The K in 0..len(acceptance) maximising E(K)/cost(K) for a chain with per-position acceptance
+    `acceptance` (each given the ones before survived); returns (K, tokens per second)."""
+    survive, values = 1.0, []
+    for a in acceptance:
         survive *= a
-        expected += survive
-        r = expected / cost(k)
+        values.append(survive)
+    return best_tree(values, cost)
+
+
+def best_tree(values: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
+    """How many of a draft's candidate nodes to verify: `values` are the nodes' chances of being
+    accepted (the path down to them survives), best first; the m best, verified in one pass, emit
+    1 + sum(values[:m]) tokens on average (each accepted node, then the target's own). Returns the m
+    in 0..len(values) maximising that over cost(m), and its tokens per second.
+
+    Taking the best m nodes is taking a tree: a node is never likelier than its parent, so the
+    parent of every node taken was taken before it (EAGLE-2's reranking). A chain's values are
+    the running products of its acceptances, already in order."""
+    best, rate = 0, 1.0 / cost(0)
+    expected = 1.0
+    for m, v in enumerate(values, start=1):
+        expected += v
+        r = expected / cost(m)
         if r > rate:
-            best, rate = k, r
+            best, rate = m, r
     return best, rate
-
-
-# n-gram match lengths that predict acceptance differently (a longer copy survives longer)

@@ -3,11 +3,13 @@
 One round, top to bottom (`_round`):
   1. the policy picks a drafter and K (K = 0: a plain target step), having seen what the free
      drafters (n-gram lookup) propose;
-  2. the drafter proposes up to K tokens after the committed text;
-  3. the target evaluates [pending, d1..dK] in one pass, with logits at all K+1 positions;
-  4. verification keeps a prefix d1..dn and adds one target token (a correction, or a bonus when
-     n = K);
-  5. the target's cache is cut back to the committed text minus the new pending token.
+  2. the drafter proposes a tree of up to K tokens after the committed text (`tree.py`; a chain
+     is a tree with one branch, and takes the same path);
+  3. the target evaluates [pending, d1..dK] in one pass, each token seeing its ancestors, with
+     logits at all K+1 positions;
+  4. verification accepts a path d1..dn down the tree and adds one target token (a correction, or
+     a bonus after a leaf);
+  5. the target's cache keeps the committed text and that path, minus the new pending token.
 
 Cache invariant between rounds: the target's cache holds every committed token but the last one
 (the "pending" token, whose logits the next pass computes anyway). The draft model syncs its own
@@ -34,6 +36,7 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
+from edgespec.decoding.tree import first_branch
 
 
 class IncrementalText:
@@ -106,10 +109,7 @@ class SpeculativeDecoder:
             step, new_ids = self._round(context, room - 1, params, rng)
             summary.add(step)
             yield step
-            sources = [Source.DRAFT] * step.accepted + [
-                Source.TARGET if step.k == 0 else Source.CORRECTION if step.accepted < step.k else Source.BONUS
-            ]
-            for token_id, source in zip(new_ids, sources):
+            for token_id, source in zip(new_ids, step.sources()):
                 if token_id in self.target.eos_ids:
                     stop = "eos"
                     break
@@ -135,33 +135,41 @@ class SpeculativeDecoder:
         if drafter is None:
             draft = Draft()
         elif drafter.kind in free:
-            draft = free[drafter.kind].head(k)
+            proposal = free[drafter.kind]
+            keep = plan.nodes if plan.nodes is not None else first_branch(proposal.parent_list())
+            draft = proposal.subtree(keep[:k])
         else:
-            draft = drafter.propose(context, k, params, rng, plan.stop)
+            # k bounds the chain; a tree's alternatives must still fit the budget
+            draft = drafter.propose(context, k, params, rng, plan.stop, plan.branch).head(max_k)
         t1 = time.perf_counter()
 
         n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
-        logits = self.target.eval([context[-1], *draft.ids], len(draft.ids) + 1)
+        parents = draft.parent_list()
+        logits = self.target.eval_tree(context[-1], draft.ids, parents)
         if params.greedy:
-            accepted, next_id = verify_greedy(logits, draft.ids)
+            path, next_id = verify_greedy(logits, draft.ids, parents)
         else:
-            accepted, next_id = verify_sampled(logits, draft.ids, draft.dists, params, rng)
-        self.target.truncate(n_committed + accepted)
+            path, next_id = verify_sampled(logits, draft.ids, parents, draft.dists, params, rng)
+        self.target.keep_path(path)
+        accepted = len(path)
         if drafter is not None:
             drafter.accept(n_committed + accepted)
         t2 = time.perf_counter()
 
-        new_ids = [*draft.ids[:accepted], next_id]
+        new_ids = [*(draft.ids[node] for node in path), next_id]
         context.extend(new_ids)
+        on_path = set(path)
         step = Step(
             k=len(draft.ids),
             accepted=accepted,
             drafted_ids=tuple(draft.ids),
-            rejected_ids=tuple(draft.ids[accepted:]),
+            rejected_ids=tuple(t for node, t in enumerate(draft.ids) if node not in on_path),
             draft_s=t1 - t0,
             verify_s=t2 - t1,
             drafter=drafter.kind if draft.ids else None,
             controller=plan.state,
+            parents=tuple(parents),
+            path=tuple(path),
         )
         self.policy.observe(step, draft)
         return step, new_ids

@@ -9,12 +9,18 @@ layer does it), so the decode loop never asks which one it has:
 A drafter that is `free` costs nothing to ask, so the decoder asks it before planning and the
 policy sees its proposal (its length, how far its match reaches) when choosing K.
 
-Two kinds, both with the same result type (`Draft`):
+Two kinds, both with the same result type (`Draft`, a tree of tokens; a chain is a tree with one
+branch, see `tree.py`):
 - `ModelDrafter` runs a small model of the same vocabulary; its cache is kept in step with the
-  committed text by `sync_cache`, so rolled-back tokens are dropped before the next round.
-- `NgramDrafter` (prompt lookup) copies what followed the most recent earlier occurrence of the
-  text's last few tokens. It costs nothing to run, and how far the match reaches back
-  (`match_len`) tells the controller how much of the copy is likely to survive.
+  committed text by `sync_cache`, so rolled-back tokens are dropped before the next round. Its
+  chain follows its own first choice; where the policy's `branch` rule says an alternative is
+  worth verifying (a low-confidence position, as in EAGLE-2's dynamic tree), its next choices at
+  that position hang beside the chosen token as leaves: they come from logits the model computed
+  anyway, so they cost no draft step, only verification.
+- `NgramDrafter` (prompt lookup) copies what followed earlier occurrences of the text's last few
+  tokens, every one of them merged into a trie whose first branch is the most recent match's copy.
+  It costs nothing to run, and how far the match reaches back (`match_len`) tells the controller
+  how much of the copy is likely to survive.
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from edgespec.backends.base import Backend, common_prefix, sync_cache
-from edgespec.decoding.sampling import Dist, SamplingParams, softmax_max, warp
+from edgespec.decoding.sampling import Dist, SamplingParams, softmax_top, warp
+from edgespec.decoding.tree import ROOT, chain, first_branch, subtree
 
 StopRule = Callable[[int, float], bool]  # (tokens drafted so far, confidence of the next) -> stop
+# (drafter probability of an alternative beside the latest drafted token, nodes drafted so far) -> add it
+BranchRule = Callable[[float, int], bool]
 
 
 class DrafterKind(str, Enum):
@@ -56,17 +65,42 @@ class DraftChoice(str, Enum):
 
 @dataclass(slots=True)
 class Draft:
-    """Proposed tokens; `dists[i]` is the warped q token i was sampled from (None: point mass)."""
+    """A proposed tree of tokens (`tree.py`), nodes in drafting order; `dists[i]` is the warped q
+    node i was sampled from (None: point mass). `parents` None is a chain, the common case."""
 
     ids: list[int] = field(default_factory=list)
     dists: list[Dist | None] = field(default_factory=list)
     confidence: list[float] = field(default_factory=list)  # drafter's probability of each token
     match_len: int = 0  # n-gram drafter: length of the matched suffix
     catch_up_s: float = 0.0  # model drafter: seconds spent reading committed text it had not seen
+    parents: list[int] | None = None  # each node's parent (tree.ROOT for the root's children)
+
+    def parent_list(self) -> list[int]:
+        return chain(len(self.ids)) if self.parents is None else self.parents
 
     def head(self, k: int) -> Draft:
-        """The first k proposed tokens."""
-        return Draft(self.ids[:k], self.dists[:k], self.confidence[:k], self.match_len, self.catch_up_s)
+        """The first k nodes (a tree too: parents come before their children)."""
+        return self.subtree(range(min(k, len(self.ids))))
+
+    def first_branch(self) -> Draft:
+        """The chain of the drafter's first choices (`tree.first_branch`)."""
+        return self if self.parents is None else self.subtree(first_branch(self.parents))
+
+    def add(self, token: int, parent: int, dist: Dist | None, confidence: float) -> int:
+        """Append a node under `parent` (ROOT or an earlier node); its index."""
+        if self.parents is None:
+            self.parents = chain(len(self.ids))
+        self.ids.append(token)
+        self.parents.append(parent)
+        self.dists.append(dist)
+        self.confidence.append(confidence)
+        return len(self.ids) - 1
+
+    def subtree(self, keep: Sequence[int]) -> Draft:
+        """The nodes `keep` (ascending, each with its parent: of a chain, a prefix), renumbered."""
+        return Draft([self.ids[i] for i in keep], [self.dists[i] for i in keep],
+                     [self.confidence[i] for i in keep], self.match_len, self.catch_up_s,
+                     None if self.parents is None else subtree(self.parents, keep))
 
 
 class Drafter(Protocol):
@@ -78,8 +112,9 @@ class Drafter(Protocol):
         ...
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
-                stop: StopRule | None = None) -> Draft:
-        """Up to k tokens after `context`; `stop(j, confidence)` may end the draft before token j+1."""
+                stop: StopRule | None = None, branch: BranchRule | None = None) -> Draft:
+        """A tree of up to k tokens deep after `context`; `stop(j, confidence)` may end the draft
+        before token j+1, `branch(confidence, nodes)` adds an alternative beside the latest token."""
         ...
 
     def accept(self, n_committed: int) -> None:
@@ -96,6 +131,9 @@ class ModelDrafter:
     def __init__(self, backend: Backend):
         self.backend = backend
 
+    ALTERNATIVES = 2  # the most alternatives beside one drafted token (top-3 at that position)
+    MAX_NODES = 16  # the most nodes of a tree (its branches stay within llama.cpp's MAX_BRANCHES)
+
     def propose(
         self,
         context: Sequence[int],
@@ -103,10 +141,17 @@ class ModelDrafter:
         params: SamplingParams,
         rng: np.random.Generator,
         stop: StopRule | None = None,
+        branch: BranchRule | None = None,
     ) -> Draft:
-        """Draft up to k tokens after `context`. `stop(j, confidence)` may end the draft before
-        token j+1 (j >= 1 drafted so far) when its drafter probability makes it unlikely to survive."""
-        out = Draft()
+        """Draft a chain of up to k tokens after `context`. `stop(j, confidence)` may end it before
+        its next token (j >= 1 nodes drafted so far) when its drafter probability makes it unlikely
+        to survive;
+        `branch(confidence, nodes)`, asked for each next choice at a drafted position in turn, adds
+        it as a leaf beside the drafted token (greedy: the next likeliest tokens, point masses;
+        sampled: tokens drawn without replacement, each carrying the q it was drawn from). The
+        alternatives are only looked for where one could pay: they share the drafted token's
+        leftover probability, 1 - confidence."""
+        out = Draft(parents=[])
         if k <= 0:
             return out
         # After plain or n-gram rounds the draft model is behind the text; reading it back is a
@@ -116,22 +161,42 @@ class ModelDrafter:
         logits = sync_cache(self.backend, context, 1)[0]
         if behind > 2:  # drafting every round leaves one or two tokens to read
             out.catch_up_s = time.perf_counter() - t0
+        parent, depth = ROOT, 0
         while True:
-            if params.greedy:
-                token, conf = softmax_max(logits)
-                dist = None
-            else:
-                dist = warp(logits, params)
-                token = dist.sample(rng)
-                conf = dist.prob(token)
-            if out.ids and stop is not None and stop(len(out.ids), conf):
+            choices = self._choices(logits, params, rng, 1)
+            token, dist, conf = choices[0]
+            if depth and stop is not None and stop(len(out.ids), conf):
                 break
-            out.ids.append(token)
-            out.dists.append(dist)
-            out.confidence.append(conf)
-            if len(out.ids) == k:
+            node = out.add(token, parent, dist, conf)
+            if branch is not None and branch(1.0 - conf, len(out.ids)):
+                choices = self._choices(logits, params, rng, 1 + self.ALTERNATIVES, choices[0])
+            room = self.MAX_NODES - (k - depth - 1)  # alternatives leave room for the chain's depth
+            for alt, alt_dist, alt_conf in choices[1:]:
+                if len(out.ids) >= room or not branch(alt_conf, len(out.ids)):
+                    break
+                out.add(alt, parent, alt_dist, alt_conf)
+            parent, depth = node, depth + 1
+            if depth == k or len(out.ids) == self.MAX_NODES:
                 break
             logits = self.backend.eval([token], 1)[0]
+        return out
+
+    @staticmethod
+    def _choices(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, n: int,
+                 first: tuple[int, Dist | None, float] | None = None) -> list[tuple[int, Dist | None, float]]:
+        """The drafted token and up to n - 1 alternatives at one position: (token, the q it was
+        drawn from or None for a point mass, its drafter probability). `first`: the token already
+        drafted there, kept as the first choice."""
+        if params.greedy:
+            return [(t, None, c) for t, c in softmax_top(logits, n)]
+        q = first[1] if first is not None else warp(logits, params)
+        out = [first] if first is not None else []
+        rest: Dist | None = q if first is None else q.without([first[0]])
+        while rest is not None and len(out) < n:
+            token = rest.sample(rng)
+            out.append((token, rest, q.prob(token)))
+            if len(out) < n:
+                rest = rest.without([t for t, _, _ in out])
         return out
 
     def begin(self, prompt: Sequence[int]) -> None:
@@ -146,20 +211,27 @@ class ModelDrafter:
 class NgramDrafter:
     """Prompt lookup over the committed text (prompt and output so far).
 
-    An index from every n-gram (min_n..max_n tokens) to the last position it ended at is updated
+    An index from every n-gram (min_n..max_n tokens) to the positions it ended at is updated
     incrementally as tokens are committed, so a lookup costs O(max_n), not a scan of the context.
     A context that is not an extension of the indexed one (a new conversation) rebuilds the index.
+
+    A proposal is a trie of what followed the longest suffix that occurred before: its first
+    branch is the most recent occurrence's copy (what a chain-only lookup drafts), then the copies
+    after the other occurrences, longest match first, each adding the nodes where it parts from
+    the ones before. All are point masses: the target chooses among them.
     """
 
     kind = DrafterKind.NGRAM
     free = True
     # how far back a match is measured; beyond this, longer matches do not predict acceptance better
     MAX_MATCH = 32
+    MAX_MATCHES = 8  # earlier occurrences merged into one proposal
+    MAX_NODES = 48  # the most nodes a proposal holds (the policy verifies some of them)
 
     def __init__(self, min_n: int = 1, max_n: int = 4):
         self.min_n, self.max_n = min_n, max_n
         self._tokens: list[int] = []
-        self._last_end: dict[tuple[int, ...], int] = {}
+        self._ends: dict[tuple[int, ...], list[int]] = {}
         self._source: Sequence[int] | None = None  # the context list indexed last
 
     def _index(self, context: Sequence[int]) -> None:
@@ -167,7 +239,7 @@ class NgramDrafter:
         # Within one generation the decoder only appends to the same context list, so the prefix
         # is compared (an O(n) copy) only when a different list arrives, i.e. a new generation.
         if context is not self._source and (seen > len(context) or list(context[:seen]) != self._tokens):
-            self._tokens, self._last_end, seen = [], {}, 0
+            self._tokens, self._ends, seen = [], {}, 0
         self._source = context
         self._tokens.extend(context[seen:])
         toks = self._tokens
@@ -175,7 +247,7 @@ class NgramDrafter:
         # context's own suffix, only an earlier occurrence with a continuation.
         for end in range(max(seen - 1, 0), len(toks) - 1):
             for n in range(self.min_n, min(self.max_n, end + 1) + 1):
-                self._last_end[tuple(toks[end - n + 1 : end + 1])] = end
+                self._ends.setdefault(tuple(toks[end - n + 1 : end + 1]), []).append(end)
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass  # the index catches up with the committed text at each proposal
@@ -184,18 +256,31 @@ class NgramDrafter:
         pass
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams | None = None,
-                rng: np.random.Generator | None = None, stop: StopRule | None = None) -> Draft:
-        """Up to k tokens that followed the most recent match of the longest suffix (a copy has no
-        confidence to stop on, so `stop` does not apply; nor do `params`: a copy is a point mass)."""
+                rng: np.random.Generator | None = None, stop: StopRule | None = None,
+                branch: BranchRule | None = None) -> Draft:
+        """A trie of what followed earlier occurrences of the longest matching suffix, each copy up
+        to k tokens (a copy has no confidence to stop or branch on, so `stop` and `branch` do not
+        apply; nor do `params`: a copy is a point mass)."""
         self._index(context)
         toks = self._tokens
         for n in range(min(self.max_n, len(toks) - 1), self.min_n - 1, -1):
-            end = self._last_end.get(tuple(toks[-n:]))
-            if end is None:
+            ends = self._ends.get(tuple(toks[-n:]))
+            if not ends:
                 continue
-            ids = toks[end + 1 : end + 1 + k]
-            return Draft(ids=ids, dists=[None] * len(ids), confidence=[1.0] * len(ids),
-                         match_len=self._match_len(end))
+            latest, earlier = ends[-1], ends[-self.MAX_MATCHES : -1][::-1]
+            earlier.sort(key=self._match_len, reverse=True)  # stable: the most recent first among equals
+            out = Draft(match_len=self._match_len(latest), parents=[])
+            below: dict[tuple[int, int], int] = {}  # (parent, token) -> node
+            for end in [latest, *earlier]:
+                parent = ROOT
+                for token in toks[end + 1 : end + 1 + k]:
+                    node = below.get((parent, token))
+                    if node is None:
+                        if len(out.ids) == self.MAX_NODES:
+                            return out
+                        node = below[(parent, token)] = out.add(token, parent, None, 1.0)
+                    parent = node
+            return out
         return Draft()
 
     def _match_len(self, end: int) -> int:

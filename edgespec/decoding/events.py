@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
+from edgespec.decoding.tree import ROOT, chain, leaves, path_to
+
 
 class Source(str, Enum):
     """Where an emitted token came from."""
@@ -44,16 +46,50 @@ class ControllerState:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One target pass: what was drafted, how much survived, what it cost (seconds)."""
+    """One target pass: what was drafted, how much survived, what it cost (seconds).
 
-    k: int  # tokens drafted this round (0 = plain decoding)
-    accepted: int  # drafted tokens the target accepted (0..k)
+    The draft is a tree (`decoding/tree.py`): `drafted_ids[i]` hangs under `parents[i]`, and `path`
+    lists the accepted nodes from the root down. A chain (parents None) accepted its first
+    `accepted` tokens."""
+
+    k: int  # tokens drafted this round: the tree's nodes (0 = plain decoding)
+    accepted: int  # drafted tokens the target accepted: the path's length (0..k)
     drafted_ids: tuple[int, ...]
-    rejected_ids: tuple[int, ...]  # drafted tokens thrown away (drafted_ids[accepted:])
+    rejected_ids: tuple[int, ...]  # drafted tokens thrown away (every node off the path, in order)
     draft_s: float
     verify_s: float
     drafter: str | None = None
     controller: ControllerState | None = None
+    parents: tuple[int, ...] | None = None  # None: a chain
+    path: tuple[int, ...] | None = None  # None: the chain's first `accepted` nodes
+
+    def tree(self) -> tuple[list[int], list[int]]:
+        """(parents, path), a chain's spelled out."""
+        parents = chain(self.k) if self.parents is None else list(self.parents)
+        return parents, list(range(self.accepted)) if self.path is None else list(self.path)
+
+    def rejected_branches(self) -> list[tuple[int, ...]]:
+        """The drafted tokens thrown away, one tuple per branch the target left (from where it
+        leaves the accepted path down to its leaf, in node order); a chain's is its rejected tail."""
+        parents, path = self.tree()
+        accepted = set(path)
+        out = []
+        for leaf in leaves(parents):
+            branch = [n for n in path_to(parents, leaf) if n not in accepted]
+            if branch:
+                out.append(tuple(self.drafted_ids[n] for n in branch))
+        return out
+
+    def sources(self) -> list[Source]:
+        """The source of each token this pass emitted: the accepted drafts, then the target's token,
+        a bonus after a leaf (nothing was left to try), else a correction."""
+        parents, path = self.tree()
+        last = path[-1] if path else ROOT
+        if self.k == 0:
+            end = Source.TARGET
+        else:
+            end = Source.CORRECTION if last in parents else Source.BONUS
+        return [Source.DRAFT] * self.accepted + [end]
 
 
 @dataclass(slots=True)

@@ -11,19 +11,22 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
-from edgespec.decoding.drafters import Draft, DrafterKind, StopRule
+from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.errors import SettingError
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """One round: which drafter proposes, how many tokens at most, and when the draft model stops."""
+    """One round: which drafter proposes, how many tokens at most, when the draft model stops and
+    branches, and which nodes of a free drafter's proposal are verified."""
 
     drafter: DrafterKind | None  # None: plain decoding
-    k: int
+    k: int  # tokens to verify at most (the nodes of a tree; a draft model's chain length)
     stop: StopRule | None = None
     state: ControllerState | None = None
+    branch: BranchRule | None = None  # None: the draft model drafts a chain
+    nodes: tuple[int, ...] | None = None  # a free proposal's nodes (ascending); None: its first branch
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,25 +63,26 @@ class Policy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class KSetting:
-    """How the draft length is chosen: the cost-aware controller ("auto"), transformers' +2/-1
-    schedule ("heuristic"), or a fixed K ("fixed", K = 0 is plain decoding). Parsed once, where
+    """How the draft length is chosen: the cost-aware controller ("auto", drafting trees where
+    they pay; "auto-chain", chains only), transformers' +2/-1 schedule ("heuristic"), or a fixed K
+    ("fixed", K = 0 is plain decoding). Parsed once, where
     the user's text comes in (`parse`)."""
 
-    policy: Literal["auto", "heuristic", "fixed"]
+    policy: Literal["auto", "auto-chain", "heuristic", "fixed"]
     k: int = 0
 
     MAX = 64  # a longer fixed draft only wastes verification
 
     @classmethod
     def parse(cls, text: str) -> KSetting:
-        """"auto", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
+        """"auto", "auto-chain", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
         text = text.strip()
-        if text in ("auto", "heuristic"):
+        if text in ("auto", "auto-chain", "heuristic"):
             return cls(text)
         try:
             n = int(text)
         except ValueError:
-            raise SettingError(f"{text!r} is not auto, heuristic or a whole number") from None
+            raise SettingError(f"{text!r} is not auto, auto-chain, heuristic or a whole number") from None
         if not 0 <= n <= cls.MAX:
             raise SettingError(f"{n} is outside 0..{cls.MAX}")
         return cls("fixed", n)

@@ -1,11 +1,12 @@
 """Logit warping and lossless verification of drafted tokens.
 
-Greedy: accept drafted token i while it equals the target's argmax at i. Sampling (Leviathan et al.
-2023, Chen et al. 2023): warp the target's and the drafter's logits identically into p and q, accept
-x with probability min(1, p(x)/q(x)), on rejection sample from max(0, p - q) normalised, and after
-K acceptances sample a bonus token from p. Whatever the drafter proposes, the emitted tokens follow
-the target's (warped) distribution exactly. A drafter with no distribution (n-gram lookup) is a
-point mass, q(x) = 1.
+Drafts are trees (`tree.py`; a chain is a tree with one branch). Greedy: follow the target's argmax
+down the tree. Sampling (Leviathan et al. 2023, Chen et al. 2023; for siblings SpecInfer and
+multi-draft speculative sampling): warp the target's and the drafter's logits identically into p and
+q, accept x with probability min(1, p(x)/q(x)), on rejection replace p with max(0, p - q)
+normalised and try the next sibling, and when none is left sample from p; after a leaf, a bonus
+token from p. Whatever the drafter proposes, the emitted tokens follow the target's (warped)
+distribution exactly. A drafter with no distribution (n-gram lookup) is a point mass, q(x) = 1.
 
 Distributions are kept sparse (`Dist`: the ids that survive warping and their probabilities)
 because with top-k / top-p a 151936-token row shrinks to a few dozen candidates, which keeps the
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+
+from edgespec.decoding.tree import children
 
 # top-k and top-p first look among the tokens close to the best one and widen the search only when
 # those are too few; the result is the same as a full sort, at a fraction of its cost.
@@ -88,6 +91,13 @@ class Dist:
     def sample(self, rng: np.random.Generator) -> int:
         return int(self.ids[_sample_index(self.probs, rng)])
 
+    def without(self, tokens: Sequence[int]) -> Dist | None:
+        """This distribution with `tokens` removed, renormalised (what a sibling drawn without
+        replacement is drawn from); None when nothing is left."""
+        keep = ~np.isin(self.ids, tokens) & (self.probs > 0.0)
+        total = self.probs[keep].sum()
+        return Dist(self.ids[keep], self.probs[keep] / total) if total > 0.0 else None
+
 
 def _sample_index(weights: np.ndarray, rng: np.random.Generator) -> int:
     cdf = np.cumsum(weights)
@@ -156,60 +166,85 @@ def _nucleus(ids: np.ndarray, w: np.ndarray, total: float, top_p: float) -> tupl
     return ids[best], w[best]
 
 
-def softmax_max(logits: np.ndarray) -> tuple[int, float]:
-    """Argmax of one row and its softmax probability (a greedy drafter's confidence)."""
-    i = int(np.argmax(logits))
-    return i, float(1.0 / np.exp(logits.astype(np.float64) - logits[i]).sum())
+def softmax_top(logits: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """The n likeliest tokens of one row, best first, with their softmax probabilities (a greedy
+    drafter's confidence in its token and in its alternatives)."""
+    ids = _top_k_ids(logits, n) if n > 1 else np.array([int(np.argmax(logits))])
+    ids = ids[np.argsort(-logits[ids], kind="stable")]
+    best = logits[ids[0]]
+    total = np.exp(logits.astype(np.float64) - best).sum()
+    return [(int(i), float(np.exp(float(logits[i]) - best) / total)) for i in ids]
 
 
-def verify_greedy(target_logits: np.ndarray, draft_ids: Sequence[int]) -> tuple[int, int]:
-    """Greedy verification of K drafted tokens against K+1 target rows.
+def verify_greedy(target_logits: np.ndarray, ids: Sequence[int], parents: Sequence[int]) -> tuple[list[int], int]:
+    """Greedy verification of a draft tree (`tree.py`) against its n + 1 target rows: follow the
+    target's argmax down the tree.
 
-    Returns (accepted, next_id): the number of drafted tokens that equal the target's argmax, and
-    the target's argmax at the first mismatch (a correction) or after the last draft (a bonus).
+    Returns (path, next_id): the accepted nodes from the root down, and the target's argmax after the
+    last of them, a correction where no child matched, a bonus after a leaf.
     """
-    best = target_logits.argmax(axis=1)
-    k = len(draft_ids)
-    accepted = 0
-    while accepted < k and best[accepted] == draft_ids[accepted]:
-        accepted += 1
-    return accepted, int(best[accepted])
+    below = children(parents)
+    path: list[int] = []
+    row = 0
+    while True:
+        best = int(np.argmax(target_logits[row]))
+        node = next((c for c in below[row] if ids[c] == best), None)
+        if node is None:
+            return path, best
+        path.append(node)
+        row = node + 1
 
 
 def verify_sampled(
     target_logits: np.ndarray,
-    draft_ids: Sequence[int],
-    draft_dists: Sequence[Dist | None],
+    ids: Sequence[int],
+    parents: Sequence[int],
+    dists: Sequence[Dist | None],
     params: SamplingParams,
     rng: np.random.Generator,
-) -> tuple[int, int]:
-    """Speculative sampling of K drafted tokens against K+1 target rows.
+) -> tuple[list[int], int]:
+    """Multi-draft speculative sampling down a draft tree (SpecInfer; "multi-draft speculative
+    sampling"): at each accepted node its children are tried in drafting order, child x accepted
+    with probability min(1, p(x) / q(x)); on rejection p becomes max(0, p - q) normalised and the
+    next child is tried; when none is accepted the token comes from what is left of p. Each try is
+    one step of ordinary speculative sampling, whose output follows its p exactly, so by induction
+    the emitted token follows the target's p whatever the siblings are.
 
-    `draft_dists[i]` is the warped distribution the drafter sampled token i from, or None for a
-    deterministic proposal (q is then a point mass on the token). Returns (accepted, next_id).
+    `dists[i]` is the warped q node i was drawn from given the siblings drafted before it (a sibling
+    drawn i.i.d. from q carries q; one drawn without replacement, q without the earlier ones), or
+    None for a token chosen deterministically from what came before (q is then a point mass: an
+    n-gram copy, a draft model's top-k alternative). Returns (path, next_id) as `verify_greedy`.
     """
-    for i, token in enumerate(draft_ids):
-        p = warp(target_logits[i], params)
-        q = draft_dists[i]
-        p_x = p.prob(token)
-        q_x = 1.0 if q is None else q.prob(token)
-        if rng.random() * q_x < p_x:  # accept with probability min(1, p_x / q_x)
-            continue
-        return i, residual_sample(p, q, token, rng)
-    return len(draft_ids), warp(target_logits[len(draft_ids)], params).sample(rng)
+    below = children(parents)
+    path: list[int] = []
+    row = 0
+    while True:
+        p = warp(target_logits[row], params)
+        for node in below[row]:
+            token, q = ids[node], dists[node]
+            q_x = 1.0 if q is None else q.prob(token)
+            if rng.random() * q_x < p.prob(token):  # accept with probability min(1, p_x / q_x)
+                path.append(node)
+                row = node + 1
+                break
+            p = residual(p, q, token)
+        else:
+            return path, p.sample(rng)
 
 
-def residual_sample(p: Dist, q: Dist | None, token: int, rng: np.random.Generator) -> int:
-    """Sample from max(0, p - q) normalised: the correction after `token` (drawn from q) was rejected."""
+def residual(p: Dist, q: Dist | None, token: int) -> Dist:
+    """max(0, p - q) normalised: what is left of p once `token`, drawn from q, was rejected."""
     if q is None:
         support = p.ids
         r = np.where(support == token, 0.0, p.probs)
     else:
         support = np.union1d(p.ids, q.ids)
         r = np.maximum(p.on(support) - q.on(support), 0.0)
-    if r.sum() <= 0.0:  # p == q up to rounding: rejection had probability ~0; p is then exact
-        return p.sample(rng)
-    return int(support[_sample_index(r, rng)])
+    total = r.sum()
+    if total <= 0.0:  # p == q up to rounding: rejection had probability ~0; p is then exact
+        return p
+    keep = r > 0.0
+    return Dist(support[keep], r[keep] / total)
 
 
 def choose(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.plan import Plan, RoundContext
+from edgespec.decoding.tree import first_branch
 
 
 def _preferred(allowed: frozenset[DrafterKind], ctx: RoundContext) -> DrafterKind | None:
@@ -18,7 +19,9 @@ def _preferred(allowed: frozenset[DrafterKind], ctx: RoundContext) -> DrafterKin
 
 def _capped(drafter: DrafterKind | None, k: int, ctx: RoundContext) -> int:
     k = min(k, ctx.max_k)
-    return min(k, len(ctx.ngram.ids)) if drafter == DrafterKind.NGRAM and ctx.ngram is not None else k
+    if drafter == DrafterKind.NGRAM and ctx.ngram is not None:
+        return min(k, len(first_branch(ctx.ngram.parent_list())))  # these policies draft chains
+    return k
 
 
 class FixedK:

@@ -83,8 +83,10 @@ class Generation:
                 extra = None
                 if type(event) is Step and event.rejected_ids:
                     # Resolved here, not in the UI thread: the engine is only used from this thread.
-                    extra = "".join(token_text(i) for i in event.rejected_ids) if token_text else \
-                        "".join(f"⟨{i}⟩" for i in event.rejected_ids)
+                    # A tree's rejected branches are shown side by side, parted by " | ".
+                    extra = " | ".join(
+                        "".join(token_text(i) if token_text else f"⟨{i}⟩" for i in branch)
+                        for branch in event.rejected_branches())
                 put((clock(), event, extra))
         except EdgespecError as e:
             put((clock(), _Failed(str(e)), None))
