@@ -157,7 +157,7 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
     for name in (m.strip() for m in text.split(",") if m.strip()):
         if name == "ar":
             modes.append(AR)
-        elif name in ("auto", "auto-chain"):
+        elif name in KSetting.COST_AWARE:
             modes.append(Mode(name, DraftChoice.AUTO, KSetting(name)))
         elif name == "heuristic":
             modes.append(Mode(name, default_drafter, KSetting("heuristic")))

@@ -99,7 +99,7 @@ class Engine:
         """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
         key = (settings.draft, settings.k)
         if key not in self._policies:
-            costs = self.cost_model() if settings.k.policy == "auto" else self.costs
+            costs = self.cost_model() if settings.k.cost_aware else self.costs
             self._policies[key] = make_policy(settings.k, settings.draft, costs)
         return self._policies[key]
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from edgespec.decoding.costs import CostModel
+from edgespec.decoding.plan import KSetting
 from edgespec.engine import GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
@@ -57,3 +58,16 @@ def test_a_curve_saved_by_an_older_calibration_is_measured_again(own_calibration
     generate(engine, clock)
     assert engine.costs.verify(2) == pytest.approx(cpu_like(2))
     assert list(json.loads(own_calibration_file.read_text())) == [engine._calibration_key()]  # the old one went
+
+
+@pytest.mark.parametrize("k", ["auto", "auto-chain"])
+def test_every_cost_aware_policy_starts_from_the_measured_curve(own_calibration_file, k):
+    """auto-chain, the chain baseline auto's trees are benched against, once started from the
+    uncalibrated placeholder curve (1 s a pass at every length) and so never drafted with the model."""
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
+    with simulated_time(clock):
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, k=KSetting.parse(k))))
+    assert engine.costs.calibrated
+    assert engine.costs.verify(3) == pytest.approx(cpu_like(3), rel=0.5)

@@ -395,7 +395,7 @@ class _ModelRound:
 
 def make_policy(k: KSetting, drafter: DraftChoice, costs: CostModel) -> Policy:
     """The policy a K setting names."""
-    if k.policy in ("auto", "auto-chain"):
+    if k.cost_aware:
         return AutoK(drafter, costs, trees=k.policy == "auto")
     if k.policy == "heuristic":
         return HeuristicK(drafter)

@@ -72,12 +72,17 @@ class KSetting:
     k: int = 0
 
     MAX = 64  # a longer fixed draft only wastes verification
+    COST_AWARE = ("auto", "auto-chain")  # the controller's policies: they need the measured cost curve
+
+    @property
+    def cost_aware(self) -> bool:
+        return self.policy in self.COST_AWARE
 
     @classmethod
     def parse(cls, text: str) -> KSetting:
         """"auto", "auto-chain", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
         text = text.strip()
-        if text in ("auto", "auto-chain", "heuristic"):
+        if text in (*cls.COST_AWARE, "heuristic"):
             return cls(text)
         try:
             n = int(text)
