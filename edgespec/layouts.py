@@ -16,6 +16,7 @@ except those of some types, which it converts ("mixes"): those keep most of the 
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -89,15 +90,23 @@ class FileLayout:
 
 
 def read_layout(path: Path) -> FileLayout:
-    """The layout of the GGUF at `path`, read from its header (no weights are loaded)."""
-    reader = _reader(path)
+    """The layout of the GGUF at `path`, read from its header (no weights are loaded). Parsing a
+    header with a 150k-token vocabulary takes seconds in gguf's Python reader, and a load, its
+    repack report and the tuner's table each ask for it: one parse per file version."""
+    st = path.stat()
+    return _parsed_layout(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_layout(path: str, size: int, mtime_ns: int) -> FileLayout:
+    reader = _reader(Path(path))
     types = Counter(t.tensor_type.name.lower() for t in reader.tensors if len(t.shape) >= 2)
     field = reader.fields.get("general.file_type")
     file_type = "unknown"
     if field is not None:
         value = int(field.parts[field.data[0]][0])
         file_type = next((name for name, v in FILE_TYPES.items() if v == value), str(value))
-    return FileLayout(file_type, dict(types), path.stat().st_size)
+    return FileLayout(file_type, dict(types), size)
 
 
 def repacked_text(path: Path, repacked: dict[str, int]) -> str:
