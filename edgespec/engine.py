@@ -176,7 +176,8 @@ class Engine:
 # Saved curves of another version are measured again: "v3" curves time every draft length the
 # controller may choose; "v2" ones timed 1, 2, 4, 8 and 16 tokens and interpolated between.
 CALIBRATION_VERSION = "v3"
-NOISE_FLOOR_VERSION = "floor-v1"
+# "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
+NOISE_FLOOR_VERSION = "floor-v2"
 
 
 def _calibration_file() -> Path:

@@ -8,11 +8,12 @@ without any bug. The noise floor is the largest such difference, measured on the
 layout and the runtime at hand, so a parting can be told from a bug (`divergence.py`) by a measured
 figure instead of a constant guessed on one machine.
 
-Measured here, Q4_K_M 1.5B target on llama.cpp (CPU, 2 threads): n = 2 and 3 give logits identical
-to single steps (the same one-row kernels); from n = 4 on, the largest difference over the
-calibration text is 0.55-0.65 logits and the mean at most 0.07 (logits span about +-20). The same
-model requantized to q4_0 throughout (`models tune`'s q4_0-pure) has a floor of 0 at every n: its
-repacked kernels compute a row the same way in a batch and alone.
+The window is read after a prefix as long as a real prompt: the cache's length moves the logits
+too. Measured here, Q4_K_M 1.5B target on llama.cpp (CPU, 2 threads), largest difference at
+n = 2..8: after a 400-token prefix 0.96 at n = 2-3 and 0.80-1.15 from n = 4 on (logits span about
++-20); after a 32-token prefix it was 0 at n = 2-3 and 0.56-0.63 beyond. The same model requantized
+to q4_0 throughout (`models tune`'s q4_0-pure) gave 0 at every n after 32 tokens, which made three
+greedy partings at gaps of 0.001-0.04 logits look like bugs, and 0.36 at every n after 400.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from edgespec.errors import SettingError
 
 CALIBRATION_TEXT = files("edgespec") / "data" / "calibration.txt"  # code, prose and a chat turn, ~1,300 tokens
 SIZES = range(2, 17)  # the batch sizes a verify pass uses (K = 1..15 drafted tokens plus the pending one)
-PREFIX = 32  # tokens read in one batch first, so no comparison starts on an empty cache
-WINDOW = 48  # tokens compared at every batch size (about 13 s in all on a 2-core CPU for a 1.5B model)
+PREFIX = 400  # tokens read in one batch first: the comparison runs at a real prompt's cache length
+SHORTEST_PREFIX = 32  # in a context too short for PREFIX: at least this, so no comparison starts on an empty cache
+WINDOW = 48  # tokens compared at every batch size (about 25 s in all on a 2-core CPU for a 1.5B model)
 
 
 @dataclass(frozen=True)
@@ -65,26 +67,27 @@ def calibration_tokens(backend: Backend) -> list[int]:
 
 
 def measure_noise_floor(backend: Backend, tokens: Sequence[int], sizes: Sequence[int] = SIZES) -> NoiseFloor:
-    """Read `tokens[:PREFIX]`, then evaluate the next WINDOW tokens one by one, and again in
-    consecutive batches of n for every n in `sizes`, from the same cache; compare every logit of
-    every row.
+    """Read `tokens[:PREFIX]` (less in a shorter context, down to SHORTEST_PREFIX), then evaluate
+    the next WINDOW tokens one by one, and again in consecutive batches of n for every n in
+    `sizes`, from the same cache; compare every logit of every row.
 
     This is what a parting is measured against (`divergence.py`): verify passes of n tokens, each
     on a cache that earlier batches filled, against plain decoding's single steps. The backend's
     cache is emptied first (the text is read from position 0, so the figure does not depend on what
     was cached) and left empty.
     """
-    window = tokens[PREFIX : PREFIX + WINDOW]
-    if len(window) < WINDOW or PREFIX + WINDOW > backend.n_ctx:
+    prefix = min(PREFIX, backend.n_ctx - WINDOW, len(tokens) - WINDOW)
+    if prefix < SHORTEST_PREFIX:
         raise SettingError(f"a {backend.n_ctx}-token context is too small to measure the target's noise floor "
-                           f"({PREFIX + WINDOW} tokens), which tells a near-tie from a bug; use a longer context "
-                           "or a temperature above 0")
+                           f"({SHORTEST_PREFIX + WINDOW} tokens), which tells a near-tie from a bug; use a longer "
+                           "context or a temperature above 0")
+    window = tokens[prefix : prefix + WINDOW]
     backend.truncate(0)
-    backend.eval(tokens[:PREFIX], 1)
+    backend.eval(tokens[:prefix], 1)
     single = np.stack([np.array(backend.eval([t], 1)[0]) for t in window])
     largest, mean = {}, {}
     for n in sizes:
-        backend.truncate(PREFIX)
+        backend.truncate(prefix)
         peak, total = 0.0, 0.0
         for at in range(0, WINDOW, n):
             batch = window[at : at + n]

@@ -97,7 +97,7 @@ def test_the_engine_measures_the_noise_floor_once_and_keeps_it(own_calibration_f
     assert engine.noise_floor() is first and len(measured) == 1
     saved = own_calibration_file.with_name("noise_floor.json")
     ((key, value),) = json.loads(saved.read_text()).items()
-    assert key.startswith("floor-v1|") and value["4"]["max"] == pytest.approx(first.largest[4])
+    assert key.startswith("floor-v2|") and value["4"]["max"] == pytest.approx(first.largest[4])
 
     again = fake_engine(batch_noise=0.3)
     assert again.noise_floor() == first and len(measured) == 1  # read back, not measured
