@@ -355,6 +355,20 @@ def test_controller_drafts_the_length_that_is_cheap_to_verify_on_a_non_monotone_
     assert best_k([0.95] * 4, lambda k: sparse.verify(k + 1))[0] == 4
 
 
+def test_the_stop_rule_drafts_through_a_dip_and_alternatives_do_not_take_its_free_slot():
+    """REPACKED with a cheap draft model: the plan drafts 3 (4 verified for less than 3). A second
+    token of chance 0.28 is worth its 2 ms on the way to the fourth row (0.68 would be needed if
+    the 14 ms from 2 to 3 verified tokens were all that was seen); the third node costs nothing;
+    and an alternative priced after the chain must pay for a fifth row (24 ms), where before the
+    third token it would have taken the free slot."""
+    costs = calibrated(Hardware("repacked, cheap draft", REPACKED.verify, 0.002))
+    assert costs.verify_at_least(3) == pytest.approx(REPACKED.verify(4)) and costs.verify_at_least(5) == costs.verify(5)
+    plan = AutoK("model", costs).plan(RoundContext(None, True, 64))
+    assert plan.drafter == "model" and plan.k == 3
+    assert [plan.stop(j, 0.6) for j in range(3)] == [False, False, False]
+    assert plan.branch(0.3, 0, 2) is True and plan.branch(0.3, 0, 3) is False
+
+
 # -- the --k flag and the simple policies -----------------------------------------------------
 
 
@@ -629,6 +643,18 @@ def test_stop_rule_ends_a_draft_at_a_low_confidence_token_when_verifying_costs()
     assert plan.stop(1, 0.995) is False and plan.stop(2, 0.995) is False
 
 
+def test_stop_rule_counts_the_first_tokens_confidence():
+    # as above: the next token pays when P(the chain so far survives) * its own chance is worth 0.34
+    # tokens or more. A sure second token pays after a sure first one, not after an unlikely first one
+    # (which is still drafted: the plan chose to draft).
+    hw = Hardware("linear", curve({1: 0.010, 17: 0.058}), 0.0002)
+    policy = auto(hw)
+    plan = policy.plan(RoundContext(None, True, 100))
+    assert plan.stop(0, 0.995) is False and plan.stop(1, 0.995) is False
+    plan = policy.plan(RoundContext(None, True, 100))
+    assert plan.stop(0, 0.01) is False and plan.stop(1, 0.995) is True
+
+
 # -- the real decode loop, on fake models with simulated time ----------------------------------
 
 
@@ -715,11 +741,12 @@ def test_the_controller_verifies_a_chain_on_a_steep_curve_and_a_tree_on_a_flat_o
 
 
 def test_model_alternatives_are_added_where_verifying_is_flat_only():
-    """The draft model's branch rule at the start of a round, for a 0.3-likely alternative."""
+    """The draft model's branch rule for a 0.3-likely alternative beside a first token drafted at 0.6."""
     gpu = AutoK("model", calibrated(GPU)).plan(RoundContext(None, True, 64))
-    assert gpu.drafter == "model" and gpu.branch(0.3, 1) is True
+    assert gpu.drafter == "model" and gpu.stop(0, 0.6) is False and gpu.branch(0.3, 0, 1) is True
     cheap_draft = Hardware("cpu, a draft step 14 times cheaper", CPU.verify, 0.002)  # drafting pays here
     plan = AutoK("model", calibrated(cheap_draft)).plan(RoundContext(None, True, 64))
-    assert plan.drafter == "model" and plan.k >= 1 and plan.branch(0.3, 1) is False
+    assert plan.drafter == "model" and plan.k >= 1
+    assert plan.stop(0, 0.6) is False and plan.branch(0.3, 0, 1) is False
     chains = AutoK("model", calibrated(GPU), trees=False).plan(RoundContext(None, True, 64))
     assert chains.drafter == "model" and chains.branch is None

@@ -218,3 +218,21 @@ def test_ngram_trees_go_through_the_same_loop_and_a_later_branch_can_win(params)
     assert target.cached == (prompt + [t.id for t in tokens])[:-1]
     sources = [t.source for t in tokens]
     assert Source.DRAFT in sources and sources.count(Source.DRAFT) == summary.accepted
+
+
+def test_the_draft_model_drafts_its_chain_before_any_alternative():
+    """Alternatives are asked for once the chain is drafted, with the node count they would add to,
+    and hang beside chain tokens: the first k nodes are the chain (what `head(k)` keeps)."""
+    asked = []
+
+    def branch(confidence, position, nodes):
+        asked.append((position, nodes))
+        return True
+
+    draft = ModelDrafter(MarkovBackend(seed=5, noise=1.0)).propose([1, 2, 3], 4, SamplingParams(),
+                                                                 np.random.default_rng(0), lambda j, c: False, branch)
+    parents = draft.parent_list()
+    assert parents[:4] == [ROOT, 0, 1, 2] and len(parents) == 4 + 2 * 4
+    assert all(parents[n] in (ROOT, 0, 1, 2) for n in range(4, len(parents)))
+    after = asked[4:]  # the first 4 asked whether an alternative could pay, while drafting
+    assert [nodes for _, nodes in after] == list(range(4, 12)) and [p for p, _ in after] == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -20,8 +20,9 @@ with `observe`. Three policies:
   Trees (`tree.py`) are weighed the same way: a node's value is the chance it is accepted (its
   parent's, times its own after the siblings before it missed), the best m nodes are a tree
   (`best_tree`), and E = 1 + the sum of their values against verify(m + 1). The n-gram drafter's
-  trie of every earlier match is cut to its best m nodes; the draft model adds an alternative
-  beside a drafted token when P(reaching it) * P(the target takes it) pays for its verification.
+  trie of every earlier match is cut to its best m nodes; the draft model, once its chain is
+  drafted, adds an alternative beside a chain token when P(reaching it) * P(the target takes it)
+  pays for its verification.
   On a steep CPU curve that is seldom and the drafts stay chains; where verifying more tokens
   costs little (a GPU, torch bf16, a repacked layout's cheap n = 4) trees grow. `auto-chain`
   weighs only the first branch: the chain baseline. A drafter that is not worth using is probed now and
@@ -368,29 +369,36 @@ class _ModelRound:
     the tokens it is expected to add are worth its extra verification time at that rate.
 
     `stop(j, confidence)` before the chain's next token, j nodes drafted so far: it would add
-    P(the chain so far survives) * P(it survives | its confidence). `branch(confidence, nodes)` for
-    an alternative beside the latest chain token: it would add P(that position is reached) *
-    P(the target takes it | its confidence), EAGLE-2's value of a node."""
+    P(the chain so far survives) * P(it survives | its confidence). It is asked before the first
+    token too, which it never stops (the plan chose to draft) but must count: every later token
+    survives only if the first does. `branch(confidence, position, nodes)` for an alternative
+    beside the chain's token at `position`: it would add P(that position is reached) * P(the target
+    takes it | its confidence), EAGLE-2's value of a node.
+
+    The extra time of one more node is read off the cheapest pass that verifies at least that
+    many tokens: where the curve dips (a repacked layout verifies 4 tokens for less than 3), a
+    third node is worth drafting for the fourth that comes nearly free, which a step-by-step
+    comparison would never see."""
 
     def __init__(self, controller: AutoK, rate: float):
         self._ctl, self._rate = controller, rate
         self._survive = 1.0  # P(the chain drafted so far survives)
-        self._reach = 1.0  # P(the latest chain token's position is reached)
+        self._reach: list[float] = []  # per chain position: P(it is reached)
 
     def _pays(self, value: float, nodes: int) -> bool:
-        verify = self._ctl.costs.verify
+        verify = self._ctl.costs.verify_at_least
         return value >= self._rate * (verify(nodes + 2) - verify(nodes + 1))
 
     def stop(self, j: int, confidence: float) -> bool:
         a = self._ctl._calibrated(confidence)
-        if not self._pays(self._survive * a, j):
+        if j and not self._pays(self._survive * a, j):
             return True
-        self._reach = self._survive
+        self._reach.append(self._survive)
         self._survive *= a
         return False
 
-    def branch(self, confidence: float, nodes: int) -> bool:
-        return self._pays(self._reach * self._ctl._calibrated(confidence), nodes)
+    def branch(self, confidence: float, position: int, nodes: int) -> bool:
+        return self._pays(self._reach[position] * self._ctl._calibrated(confidence), nodes)
 
 
 def make_policy(k: KSetting, drafter: DraftChoice, costs: CostModel) -> Policy:

@@ -57,6 +57,12 @@ class CostModel:
             t = self._curve[n] = self._interpolate(n)
         return t
 
+    def verify_at_least(self, n: int) -> float:
+        """Seconds for the cheapest pass over n tokens or more, up to the longest measured: where
+        the curve dips, n tokens cost no more than the cheaper longer pass they can grow into."""
+        longest = max(self._verify, default=n)
+        return min(self.verify(m) for m in range(n, max(n, longest) + 1))
+
     def _interpolate(self, n: int) -> float:
         pts = self._verify
         if n in pts:

@@ -36,9 +36,11 @@ from edgespec.backends.base import Backend, common_prefix, sync_cache
 from edgespec.decoding.sampling import Dist, SamplingParams, softmax_top, warp
 from edgespec.decoding.tree import ROOT, chain, first_branch, subtree
 
-StopRule = Callable[[int, float], bool]  # (tokens drafted so far, confidence of the next) -> stop
-# (drafter probability of an alternative beside the latest drafted token, nodes drafted so far) -> add it
-BranchRule = Callable[[float, int], bool]
+# (tokens drafted so far, confidence of the next) -> stop; asked before every token, the first (0) too
+StopRule = Callable[[int, float], bool]
+# (drafter probability of an alternative beside the chain token at a position (0 for the first), nodes
+# drafted so far) -> add it
+BranchRule = Callable[[float, int, int], bool]
 
 
 class DrafterKind(str, Enum):
@@ -114,7 +116,8 @@ class Drafter(Protocol):
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
                 stop: StopRule | None = None, branch: BranchRule | None = None) -> Draft:
         """A tree of up to k tokens deep after `context`; `stop(j, confidence)` may end the draft
-        before token j+1, `branch(confidence, nodes)` adds an alternative beside the latest token."""
+        before token j+1, `branch(confidence, position, nodes)` adds an alternative beside the chain's
+        token at that position."""
         ...
 
     def accept(self, n_committed: int) -> None:
@@ -143,14 +146,14 @@ class ModelDrafter:
         stop: StopRule | None = None,
         branch: BranchRule | None = None,
     ) -> Draft:
-        """Draft a chain of up to k tokens after `context`. `stop(j, confidence)` may end it before
-        its next token (j >= 1 nodes drafted so far) when its drafter probability makes it unlikely
-        to survive;
-        `branch(confidence, nodes)`, asked for each next choice at a drafted position in turn, adds
-        it as a leaf beside the drafted token (greedy: the next likeliest tokens, point masses;
-        sampled: tokens drawn without replacement, each carrying the q it was drawn from). The
-        alternatives are only looked for where one could pay: they share the drafted token's
-        leftover probability, 1 - confidence."""
+        """Draft a chain of up to k tokens after `context`. `stop(j, confidence)` is asked before each
+        token (j nodes drafted so far, 0 for the first) and may end the chain there when its drafter
+        probability makes it unlikely to survive;
+        `branch(confidence, position, nodes)`, asked once the chain is drafted for each next choice
+        at its positions in turn, adds it as a leaf beside the chain's token there (greedy: the next
+        likeliest tokens, point masses; sampled: tokens drawn without replacement, each carrying the
+        q it was drawn from). The alternatives are only looked for where one could pay: they share
+        the drafted token's leftover probability, 1 - confidence."""
         out = Draft(parents=[])
         if k <= 0:
             return out
@@ -161,24 +164,32 @@ class ModelDrafter:
         logits = sync_cache(self.backend, context, 1)[0]
         if behind > 2:  # drafting every round leaves one or two tokens to read
             out.catch_up_s = time.perf_counter() - t0
-        parent, depth = ROOT, 0
+        # The chain first; alternatives are weighed once it is drafted, position by position, so that
+        # none takes the place of a likelier chain token. Where one more node costs nothing to
+        # verify (a repacked layout's fourth row) the first candidate asked would get it, whatever
+        # its worth.
+        candidates: list[tuple[int, int, list]] = []  # (parent, chain position, alternatives in drawing order)
+        parent = ROOT
         while True:
             choices = self._choices(logits, params, rng, 1)
             token, dist, conf = choices[0]
-            if depth and stop is not None and stop(len(out.ids), conf):
+            depth = len(out.ids)  # only chain tokens so far
+            if stop is not None and stop(depth, conf):
                 break
             node = out.add(token, parent, dist, conf)
-            if branch is not None and branch(1.0 - conf, len(out.ids)):
-                choices = self._choices(logits, params, rng, 1 + self.ALTERNATIVES, choices[0])
-            room = self.MAX_NODES - (k - depth - 1)  # alternatives leave room for the chain's depth
-            for alt, alt_dist, alt_conf in choices[1:]:
-                if len(out.ids) >= room or not branch(alt_conf, len(out.ids)):
-                    break
-                out.add(alt, parent, alt_dist, alt_conf)
-            parent, depth = node, depth + 1
-            if depth == k or len(out.ids) == self.MAX_NODES:
+            # the logits are read now (the next step overwrites them), if an alternative could pay
+            if branch is not None and branch(1.0 - conf, depth, depth + 1):
+                candidates.append((parent, depth, self._choices(logits, params, rng, 1 + self.ALTERNATIVES,
+                                                                choices[0])[1:]))
+            parent = node
+            if depth + 1 == k or depth + 1 == self.MAX_NODES:
                 break
             logits = self.backend.eval([token], 1)[0]
+        for parent, depth, alternatives in candidates:
+            for alt, alt_dist, alt_conf in alternatives:
+                if len(out.ids) >= self.MAX_NODES or not branch(alt_conf, depth, len(out.ids)):
+                    break
+                out.add(alt, parent, alt_dist, alt_conf)
         return out
 
     @staticmethod
