@@ -35,6 +35,7 @@ from edgespec.decoding.events import Source, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine import GenerateSettings
 from edgespec.server.app import MAX_BODY_BYTES
+from edgespec.server.command import listen
 from edgespec.server.stop_strings import StopCut
 from tests.live_server import serving, serving_app
 
@@ -480,6 +481,17 @@ def test_serve_refuses_bad_flags_in_one_line_before_loading(env):
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", "70000"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "-m", "tiny-ngram", "--draft", "model"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--temperature", "nan"]), 2)
+
+
+def test_a_client_that_connects_before_the_server_runs_waits_instead_of_being_refused():
+    """`serve` prints where it serves before uvicorn starts accepting; the socket already listens,
+    so an editor that connects at once is queued (a bound socket alone refused it: seen in CI)."""
+    sock = listen("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname()[:2], timeout=5):
+            pass
+    finally:
+        sock.close()
 
 
 def test_edgespec_serve_answers_then_stops_on_ctrl_c(env):

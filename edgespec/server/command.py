@@ -17,7 +17,10 @@ from edgespec.errors import UsageError
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port (port 0: any free port), or a one-line UsageError."""
+    """A socket listening on host:port (port 0: any free port), or a one-line UsageError.
+
+    It listens before the model loads, so a client that connects as soon as the "serving" line is
+    printed waits in the backlog until uvicorn accepts, instead of being refused."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -26,6 +29,7 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(socket.SOMAXCONN)
     except OSError as e:
         sock.close()
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
