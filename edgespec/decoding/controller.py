@@ -24,10 +24,12 @@ with `observe`. Three policies:
   drafted, adds an alternative beside a chain token when P(reaching it) * P(the target takes it)
   pays for its verification.
   On a steep CPU curve that is seldom and the drafts stay chains; where verifying more tokens
-  costs little (a GPU, torch bf16, a repacked layout's cheap n = 4) trees grow. `auto-chain`
-  weighs only the first branch: the chain baseline. A drafter that is not worth using is probed now and
-  then (one or two tokens, with exponential back-off) so a change in the text is noticed; n-gram
-  proposals need no probes, as they are scored against the text whether drafted or not.
+  costs little (a GPU, torch bf16, a repacked layout's cheap n = 4) trees grow. Those rules act on
+  estimates; whether trees paid is then measured (`_TreeGate`), and a drafter whose trees did not
+  drafts chains. `auto-chain` weighs only the first branch: the chain baseline. A drafter that is
+  not worth using is probed now and then (one or two tokens, with exponential back-off) so a change
+  in the text is noticed; n-gram proposals need no probes, as they are scored against the text
+  whether drafted or not.
 """
 
 from __future__ import annotations
@@ -149,6 +151,51 @@ class NgramScores:
         return outcomes
 
 
+class _TreeGate:
+    """Whether one drafter's trees have paid, measured on its own tree rounds, not predicted.
+
+    The branch rules add a node when its estimated chance pays for its measured cost, and the
+    estimates can be wrong: an alternative's chance is read off a confidence bin that chain tokens
+    fill too, an earlier copy's off a prior. Yet every tree round shows what its chain alone would
+    have done: its first branch (the chain the drafter drafted first), accepted as far as the path
+    follows it, verified in a pass over fewer tokens. The gate keeps a discounted sum of the tokens
+    the alternatives added minus what their extra verification cost, in tokens at the live rate. While the sum is below
+    -LOSS the drafter drafts chains, but every EXPLORE-th round a tree, so that trees that start to
+    pay (the text changed) are noticed. A round without alternatives tells nothing and is skipped.
+
+    For the n-gram trie the counterfactual chain is the tree's own first branch, which may be
+    shorter than the chain `auto-chain` would verify (alternatives can take a deeper copy token's
+    place); a round accepted to its end is thus slightly in the tree's favour."""
+
+    DECAY = 0.95  # about 20 tree rounds of memory
+    LOSS = 1.0  # tokens: less lost over that memory is within the noise of a timing
+    EXPLORE = 8
+
+    def __init__(self):
+        self.net = 0.0  # tokens gained over chains, discounted; trees are tried first
+        self._held = 0  # rounds drafted as chains since the sum fell below -LOSS
+
+    def allows(self) -> bool:
+        """Asked once per round that could draft a tree."""
+        if self.net >= -self.LOSS:
+            self._held = 0
+            return True
+        self._held += 1
+        return self._held % self.EXPLORE == 0
+
+    def observe(self, parents: Sequence[int], path: Sequence[int], costs: CostModel, rate: float) -> None:
+        """A round whose draft was `parents` and whose accepted nodes were `path`, at `rate` tokens a
+        second."""
+        first = first_branch(parents)
+        if len(first) == len(parents):
+            return
+        followed = 0
+        while followed < min(len(path), len(first)) and path[followed] == first[followed]:
+            followed += 1
+        extra_s = costs.verify(len(parents) + 1) - costs.verify(len(first) + 1)
+        self.net = self.net * self.DECAY + (len(path) - followed) - rate * extra_s
+
+
 @dataclass
 class _Probe:
     """Exponential back-off for trying the draft model while the cost model rejects it."""
@@ -190,6 +237,7 @@ class AutoK:
     _streak: float = field(default=1.0, init=False)
     _measured: float = field(default=0.0, init=False)
     _model_rounds: int = field(default=0, init=False)
+    _gates: dict[DrafterKind, _TreeGate] = field(init=False)
 
     # Every STRETCH-th draft-model round drafts one token past the chosen K: a position that is
     # never drafted is never measured, so one early miss there would cap K for good.
@@ -211,6 +259,7 @@ class AutoK:
         self._pos = self._model_prior()
         self._conf = [Rate(0.3 + 0.6 * i / len(_CONF_BINS)) for i in range(len(_CONF_BINS) + 1)]
         self._ngram = NgramScores(self.max_k_ngram)
+        self._gates = {kind: _TreeGate() for kind in DrafterKind}
 
     def _model_prior(self) -> list[Rate]:
         """A draft model of the same family agrees often."""
@@ -230,11 +279,11 @@ class AutoK:
         acc = [r.mean for r in self._pos[: min(self.max_k_model, ctx.max_k)]]
         return best_k(acc, self._cost(DrafterKind.MODEL))
 
-    def _ngram_option(self, ctx: RoundContext) -> tuple[int, float, tuple[int, ...] | None]:
+    def _ngram_option(self, ctx: RoundContext, trees: bool) -> tuple[int, float, tuple[int, ...] | None]:
         """(nodes to verify, tokens per second, which nodes of the proposal: None for the first ones
         of its first branch). Each node's chance is its parent's times its own: by position for a
         first child, by rank for a later one, after the siblings before it missed (`best_tree`)."""
-        g = self._ngram_proposal(ctx)
+        g = ctx.ngram if trees else ctx.ngram.first_branch()
         parents = g.parent_list()
         rates = self._ngram.rates_for(g.match_len)
         values: list[float] = []
@@ -247,11 +296,11 @@ class AutoK:
             missed[parent] = before * (1.0 - a)
         order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: min(ctx.max_k, self.max_k_ngram)]
         m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM))
-        return m, rate, tuple(sorted(order[:m])) if self.trees else None
+        return m, rate, tuple(sorted(order[:m])) if trees else None
 
-    def _ngram_proposal(self, ctx: RoundContext) -> Draft:
-        """The n-gram proposal this controller weighs: all of it, or with trees off its first branch."""
-        return ctx.ngram if self.trees else ctx.ngram.first_branch()
+    def _trees_now(self, kind: DrafterKind) -> bool:
+        """Whether this round's `kind` draft may be a tree (asked once per round)."""
+        return self.trees and self._gates[kind].allows()
 
     def fixed_k(self, kind: DrafterKind, match_len: int = 0) -> int:
         """The draft length this controller would choose for `kind` from what it believes now (its
@@ -261,7 +310,7 @@ class AutoK:
         if kind == DrafterKind.MODEL:
             return self._model_option(RoundContext(None, True, self.max_k_model))[0]
         proposal = Draft(ids=[0] * self.max_k_ngram, match_len=match_len)  # a chain: only its length is read
-        return self._ngram_option(RoundContext(proposal, False, self.max_k_ngram))[0]
+        return self._ngram_option(RoundContext(proposal, False, self.max_k_ngram), trees=False)[0]
 
     def may_use(self, kind: DrafterKind) -> bool:
         if kind == DrafterKind.MODEL:
@@ -275,14 +324,14 @@ class AutoK:
         use_ngram = ctx.ngram is not None and DrafterKind.NGRAM in self.allowed
         if use_ngram:
             self._ngram.score(ctx.context)
-            if ctx.ngram.ids:
-                self._ngram.remember(len(ctx.context), self._ngram_proposal(ctx))
+            if ctx.ngram.ids:  # the whole trie is scored against the text, drafted or not
+                self._ngram.remember(len(ctx.context), ctx.ngram if self.trees else ctx.ngram.first_branch())
         plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
         options: dict[DrafterKind | None, tuple[int, float, tuple[int, ...] | None]] = {None: (0, plain_rate, None)}
         if ctx.has_model and DrafterKind.MODEL in self.allowed:
             options[DrafterKind.MODEL] = (*self._model_option(ctx), None)
         if use_ngram and ctx.ngram.ids:
-            options[DrafterKind.NGRAM] = self._ngram_option(ctx)
+            options[DrafterKind.NGRAM] = self._ngram_option(ctx, self._trees_now(DrafterKind.NGRAM))
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate, nodes = options[which]
@@ -303,7 +352,8 @@ class AutoK:
         if which != DrafterKind.MODEL:
             return Plan(which, k, state=state, nodes=nodes if which == DrafterKind.NGRAM else None)
         rules = _ModelRound(self, rate)
-        return Plan(which, k, rules.stop, state, rules.branch if self.trees and not self._probing else None)
+        trees = not self._probing and self._trees_now(DrafterKind.MODEL)
+        return Plan(which, k, rules.stop, state, rules.branch if trees else None)
 
     def _probe_cap(self) -> int:
         """Rounds between model probes at which their extra time is PROBE_BUDGET of plain decoding."""
@@ -329,11 +379,13 @@ class AutoK:
         tokens = step.accepted + 1
         seconds = step.draft_s + step.verify_s
         self._measured = tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
+        parents, path = step.tree()
+        if step.drafter is not None:
+            self._gates[step.drafter].observe(parents, path, self.costs, self._measured)
         if step.drafter != DrafterKind.MODEL:  # n-gram proposals are scored against the text in plan()
             self.costs.observe_lookup(step.draft_s)
             return
         self._check_surprise(step)
-        parents, path = step.tree()
         chain = first_branch(parents)  # one draft step each; the alternatives beside them were free
         if not draft.catch_up_s:
             self.costs.observe_draft(len(chain), step.draft_s)
