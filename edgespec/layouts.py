@@ -67,6 +67,12 @@ CANDIDATES = (
 )
 
 
+# The draft model's layout: its tensors of the types this llama.cpp multiplies row by row, as q4_0,
+# which it repacks. A draft's weights cost no fidelity (the target checks every token it proposes,
+# so the output is the same), only acceptance, and a draft step that is cheaper pays on every round.
+DRAFT = Layout("draft-q4_0", convert=tuple((kind, "q4_0") for kind in ("q5_0", "q5_1", "q8_0", "q6_k")))
+
+
 def candidate(name: str) -> Layout:
     for layout in CANDIDATES:
         if layout.name == name:
@@ -142,6 +148,11 @@ def plan_types(source: Path, layout: Layout) -> dict[str, str]:
             for name, kind in tensor_types(source).items()}
 
 
+def converts_anything(source: Path, layout: Layout) -> bool:
+    """Whether a mix would change any tensor of `source` (a whole-model layout always does)."""
+    return bool(layout.whole) or plan_types(source, layout) != tensor_types(source)
+
+
 def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
     """Write `layout` of the GGUF at `source` to `dest` with llama.cpp's quantizer (about half a
     minute for a 1.5B model on two cores). A mix names every tensor's type explicitly, so tensors
@@ -149,6 +160,9 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
     type) whatever rules this llama.cpp version would apply to the file type."""
     import llama_cpp as lc
 
+    from edgespec.backends.llamacpp import route_logs
+
+    route_logs()
     params = lc.llama_model_quantize_default_params()
     params.allow_requantize = True
     params.nthread = threads

@@ -10,6 +10,11 @@ Each candidate is measured three ways, all on this machine:
   interleaved prompt by prompt (`bench.run_bench`), so that a candidate's `auto` is compared with
   its own `ar` and with the original's `ar`, which is what the user gains.
 
+Where the pair's draft model has tensors llama.cpp does not repack, a faster layout of it is built
+too (`layouts.DRAFT`) and every candidate drafts with it, as the tuned pair will. The draft's layout
+costs no fidelity, so it also gets a row of its own: the original target with the faster draft
+(`DRAFT_ONLY`). The original row keeps the original draft: it is the reference.
+
 Candidate files live in the store under tuned/, named after the source's sha256 and the layout, so
 running the tuner again reuses them.
 """
@@ -36,6 +41,7 @@ from edgespec.fidelity import Fidelity, measure_fidelity
 from edgespec.noise_floor import calibration_tokens
 
 ORIGINAL = "original"
+DRAFT_ONLY = "draft-only"  # the original target with the tuned draft
 AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
 
 
@@ -55,12 +61,15 @@ class Measured:
     repacked: str  # what llama.cpp repacked of it at load (`layouts.repacked_text`)
     verify_ms: dict[int, float]  # target pass over n tokens, at every n auto may verify
     fidelity: Fidelity
+    draft_ms: float | None  # one draft-model step, of the draft this row's pair uses (None: no draft)
+    draft_path: Path | None  # that draft when it is the tuned one, else None
     gain: float | None = None  # auto vs its own ar, median of per-prompt ratios
     gain_vs_original: float | None = None  # auto vs the original's ar
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["path"] = str(self.path)
+        d["draft_path"] = None if self.draft_path is None else str(self.draft_path)
         return d
 
 
@@ -105,13 +114,16 @@ def recommend(rows: Sequence[Measured], min_agreement: float, margin: float = 1.
 
 
 class Tuner:
-    """Loads the pair's original target and draft once; measures each layout against them."""
+    """Loads the pair's original target and draft once; measures each layout against them. With
+    `tuned_draft_path`, every candidate drafts with that draft instead."""
 
     def __init__(self, pair: PairConfig, target_path: Path, draft_path: Path | None,
-                 on_step: Callable[[str], None] = lambda text: None):
+                 on_step: Callable[[str], None] = lambda text: None, tuned_draft_path: Path | None = None):
         self.pair, self.source, self.on_step = pair, target_path, on_step
         self.original = self._load(target_path)
         self.draft = self._load(draft_path) if draft_path is not None else None
+        self.tuned_draft_path = tuned_draft_path
+        self.tuned_draft = self._load(tuned_draft_path) if tuned_draft_path is not None else None
         self.tokens = calibration_tokens(self.original)
         self.engines: list[Engine] = []
         self.rows: list[Measured] = []
@@ -120,22 +132,26 @@ class Tuner:
         return LlamaCppBackend(path, self.pair.context, n_gpu_layers=self.pair.n_gpu_layers, threads=self.pair.threads)
 
     def measure(self, layout: str, what: str, path: Path) -> Measured:
-        """Load `path` (the original for ORIGINAL), time its curve and compare it with the original."""
+        """Load `path` (the original target's file: the loaded original), time its curve and
+        compare it with the original."""
         self.on_step(f"{layout}: loading")
-        target = self.original if layout == ORIGINAL else self._load(path)
+        target = self.original if path == self.source else self._load(path)
+        tuned = self.tuned_draft is not None and layout != ORIGINAL
         spec = ModelSpec(name=f"{self.pair.target.name}-{layout}", format="gguf", path=path)
-        engine = Engine(dataclasses.replace(self.pair, name=layout, target=spec), target, self.draft)
+        engine = Engine(dataclasses.replace(self.pair, name=layout, target=spec), target,
+                        self.tuned_draft if tuned else self.draft)
         self.engines.append(engine)
         self.on_step(f"{layout}: timing verification")
         costs = engine.measure_costs()
         verify_ms = {n: costs.verify(n) * 1000 for n in range(1, LONGEST_DRAFT + 2)}
-        if layout == ORIGINAL:
+        draft_ms = None if costs.draft_step is None or engine.draft is None else costs.draft_step * 1000
+        if target is self.original:
             fidelity, kept = Fidelity(1.0, 0.0, 0.0, len(self.tokens)), 1.0
         else:
             self.on_step(f"{layout}: comparing with the original")
             fidelity, kept = measure_fidelity(self.original, target, self.tokens), layouts.kept_share(self.source, path)
         row = Measured(layout, what, path, path.stat().st_size, kept, layouts.repacked_text(path, target.repacked),
-                       verify_ms, fidelity)
+                       verify_ms, fidelity, draft_ms, self.tuned_draft_path if tuned else None)
         self.rows.append(row)
         return row
 
@@ -155,5 +171,6 @@ class Tuner:
             if engine.target is not self.original:
                 engine.target.close()
         self.original.close()
-        if self.draft is not None:
-            self.draft.close()
+        for draft in (self.draft, self.tuned_draft):
+            if draft is not None:
+                draft.close()

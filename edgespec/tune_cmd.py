@@ -51,16 +51,21 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     the original, and the gain of `auto` on a few prompts, benched against the original in one
     interleaved run. The fastest layout above --min-agreement is recommended; applying it adds
     the model and a pair PAIR-tuned to your models.toml (nothing else in it changes).
+
+    A draft model with tensors llama.cpp does not repack gets a faster layout too (those tensors
+    as q4_0): every candidate drafts with it, and the draft-only row keeps the original target.
+    A draft's layout changes no output, since the target checks every token.
     """
     from edgespec import bench, layouts
-    from edgespec.tune import ORIGINAL, Tuner, build_candidate, check_tunable, recommend, tuned_path
+    from edgespec.tune import DRAFT_ONLY, ORIGINAL, Tuner, build_candidate, check_tunable, recommend, tuned_path
 
     chosen_layouts = list(layouts.CANDIDATES) if names is None else \
         [layouts.candidate(name.strip()) for name in names.split(",") if name.strip()]
     if not chosen_layouts:
         raise UsageError("--layouts: name at least one layout")
-    if pick is not None and pick not in {c.name for c in chosen_layouts}:
-        raise UsageError(f"--pick {pick}: not among the layouts measured ({', '.join(c.name for c in chosen_layouts)})")
+    if pick is not None and pick not in {c.name for c in chosen_layouts} | {DRAFT_ONLY}:
+        raise UsageError(f"--pick {pick}: not among the layouts measured "
+                         f"({', '.join([c.name for c in chosen_layouts] + [DRAFT_ONLY])})")
     registry = load_registry(config)
     chosen = registry.pair(pair)
     check_tunable(chosen)
@@ -75,14 +80,22 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
 
     source_layout = layouts.read_layout(source).text()  # refuses a file that is not a GGUF, before loading
     click.echo(f"tuning {chosen.name}: target {display_path(source)}, {source_layout}", err=True)
+    tuned_draft = None
+    if draft is not None and chosen.draft.format == "gguf" and layouts.converts_anything(draft, layouts.DRAFT):
+        tuned_draft = tuned_path(tuned_dir, chosen.draft.sha256 or store.sha256(draft), layouts.DRAFT.name)
     err = Console(stderr=True)
     interrupted = False
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                   transient=True) as progress:
         task = progress.add_task("loading the pair")
-        tuner = Tuner(chosen, source, draft, lambda text: progress.update(task, description=text))
+        if tuned_draft is not None:
+            progress.update(task, description="the draft model: building")
+            build_candidate(draft, tuned_draft, layouts.DRAFT)
+        tuner = Tuner(chosen, source, draft, lambda text: progress.update(task, description=text), tuned_draft)
         try:
             tuner.measure(ORIGINAL, source_layout, source)
+            if tuned_draft is not None:
+                tuner.measure(DRAFT_ONLY, "the original; the draft as q4_0 where not repacked", source)
             for layout in chosen_layouts:
                 progress.update(task, description=f"{layout.name}: building")
                 path = build_candidate(source, tuned_path(tuned_dir, sha, layout.name), layout)
@@ -120,25 +133,45 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     else:
         click.echo(f"recommendation: {best.layout} ({best.what}): {_gain_text(best)}, "
                    f"{best.fidelity.agreement:.1%} top-1 agreement with the original")
-    chosen_row = next(m for m in rows if m.layout == pick) if pick else best
+    chosen_row = next((m for m in rows if m.layout == pick), None) if pick else best
+    if pick and chosen_row is None:  # only draft-only can be missing: a draft with nothing to convert
+        raise UsageError(f"--pick {pick}: the draft model of {chosen.name} has no tensors to convert")
     if not keep:
         for m in rows:
-            if m.layout != ORIGINAL and m is not chosen_row:
+            if m.path != source and m is not chosen_row:
                 m.path.unlink(missing_ok=True)
+        if tuned_draft is not None and (chosen_row is None or chosen_row.draft_path is None):
+            tuned_draft.unlink(missing_ok=True)
     if chosen_row is not None and (apply_ or pick or _confirmed(chosen_row)):
         _apply(chosen, chosen_row, store, config)
 
 
 def _apply(pair, best, store: Store, config) -> None:
+    from edgespec.layouts import DRAFT
+    from edgespec.tune import DRAFT_ONLY
     from edgespec.user_registry import DerivedModel, pair_table, register
 
-    model = DerivedModel(
-        name=f"{pair.target.name}-{best.layout}", path=best.path, size=best.size, sha256=store.sha256(best.path),
-        note=f"{pair.target.name} as {best.layout} ({best.what}), {best.fidelity.agreement:.1%} top-1 agreement",
-    )
+    models = []
+    target = pair.target.name
+    if best.layout != DRAFT_ONLY:
+        target = f"{pair.target.name}-{best.layout}"
+        models.append(DerivedModel(
+            name=target, path=best.path, size=best.size, sha256=store.sha256(best.path),
+            note=f"{pair.target.name} as {best.layout} ({best.what}), {best.fidelity.agreement:.1%} top-1 agreement",
+        ))
+    drafter = None
+    if best.draft_path is not None:
+        drafter = f"{pair.draft.name}-{DRAFT.name}"
+        models.append(DerivedModel(
+            name=drafter, path=best.draft_path, size=best.draft_path.stat().st_size,
+            sha256=store.sha256(best.draft_path),
+            note=f"{pair.draft.name} as {DRAFT.name} ({DRAFT.describe()}); a draft's layout changes no output",
+        ))
     tuned_pair = f"{pair.name}-tuned"
-    description = f"{pair.description or pair.name}; target as {best.layout} (models tune)"
-    path, changed = register(model, tuned_pair, pair_table(pair, model.name, description), config)
+    changes = ([] if best.layout == DRAFT_ONLY else [f"target as {best.layout}"]) + \
+        ([f"draft as {DRAFT.name}"] if drafter else [])
+    description = f"{pair.description or pair.name}; {', '.join(changes)} (models tune)"
+    path, changed = register(models, tuned_pair, pair_table(pair, target, description, drafter), config)
     state = "added to" if changed else "already in"
     click.echo(f"pair {tuned_pair} {state} {display_path(path)}; use it with: edgespec chat -m {tuned_pair}")
 
@@ -159,12 +192,13 @@ def _gain_text(m) -> str:
 def _table(rows: list) -> Table:
     t = Table(title="edgespec models tune")
     for col in ("layout", "weights", "size", "kept", "repacked", "verify ms at n=" + "/".join(map(str, CURVE_POINTS)),
-                "top-1", "KL mean/p99", "auto vs ar", "vs original ar"):
+                "draft ms", "top-1", "KL mean/p99", "auto vs ar", "vs original ar"):
         t.add_column(col, justify="left" if col in ("layout", "weights", "repacked") else "right")
     for m in rows:
         t.add_row(
             m.layout, m.what, f"{m.size / 1e9:.2f} GB", f"{m.kept:.0%}", m.repacked,
             "/".join(f"{m.verify_ms[n]:.0f}" for n in CURVE_POINTS if n in m.verify_ms),
+            "-" if m.draft_ms is None else f"{m.draft_ms:.0f}",
             f"{m.fidelity.agreement:.1%}", f"{m.fidelity.mean_kl:.3f}/{m.fidelity.p99_kl:.3f}",
             "-" if m.gain is None else f"{m.gain:.2f}x",
             "-" if m.gain_vs_original is None else f"{m.gain_vs_original:.2f}x",

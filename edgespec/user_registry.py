@@ -28,9 +28,10 @@ class DerivedModel:
     note: str  # what it was derived from and how, written as a comment above its table
 
 
-def pair_table(pair: PairConfig, target: str, description: str) -> dict:
-    """The [pairs.X] table of a copy of `pair` whose target is `target`."""
-    drafter = pair.draft.name if pair.draft is not None else pair.drafter
+def pair_table(pair: PairConfig, target: str, description: str, drafter: str | None = None) -> dict:
+    """The [pairs.X] table of a copy of `pair` whose target is `target` (and draft model `drafter`,
+    when given)."""
+    drafter = drafter or (pair.draft.name if pair.draft is not None else pair.drafter)
     table: dict = {"description": description, "backend": pair.backend, "target": target, "drafter": drafter,
                    "context": pair.context}
     if pair.n_gpu_layers:
@@ -42,9 +43,9 @@ def pair_table(pair: PairConfig, target: str, description: str) -> dict:
     return table
 
 
-def register(model: DerivedModel, pair_name: str, pair: dict, config: Path | None = None) -> tuple[Path, bool]:
-    """Add `model` and the pair `pair_name` to the user's models.toml; returns (the file, whether it
-    changed). ConfigError when the file cannot be parsed or already names either differently."""
+def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Path | None = None) -> tuple[Path, bool]:
+    """Add `models` and the pair `pair_name` to the user's models.toml; returns (the file, whether
+    it changed). ConfigError when the file cannot be parsed or already names any differently."""
     path = user_config_path(config)
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -55,9 +56,12 @@ def register(model: DerivedModel, pair_name: str, pair: dict, config: Path | Non
         raise ConfigError(f"{display_path(path)}: TOML syntax error: {e}") from None
     except OSError as e:
         raise ConfigError(f"{display_path(path)}: cannot read: {e.strerror or e}") from None
-    model_table = {"format": "gguf", "path": str(model.path), "size": model.size, "sha256": model.sha256}
-    changed = _add(doc, path, "models", model.name, model_table, model.note)
-    changed = _add(doc, path, "pairs", pair_name, pair, f"the same pair with target {model.name}") or changed
+    changed = False
+    for model in models:
+        model_table = {"format": "gguf", "path": str(model.path), "size": model.size, "sha256": model.sha256}
+        changed = _add(doc, path, "models", model.name, model_table, model.note) or changed
+    note = f"the same pair with target {pair['target']} and draft {pair['drafter']}"
+    changed = _add(doc, path, "pairs", pair_name, pair, note) or changed
     if not changed:
         return path, False
     new_text = tomlkit.dumps(doc)

@@ -164,7 +164,7 @@ def test_fidelity_of_a_model_with_itself_is_perfect_and_of_another_is_not(tiny_g
 def test_recommendation_is_the_fastest_layout_above_the_gate_and_only_if_clearly_faster():
     def row(name, agreement, gain):
         return Measured(name, "", Path(name), 1, 1.0, "", {1: 25.0}, Fidelity(agreement, 0.0, 0.0, 100),
-                        gain, gain)
+                        None, None, gain, gain)
 
     rows = [row(ORIGINAL, 1.0, 1.09), row("fast", 0.93, 1.40), row("faithful", 0.96, 1.25), row("same", 0.99, 1.10)]
     assert recommend(rows, 0.95).layout == "faithful"
@@ -184,3 +184,37 @@ def test_a_loaded_model_reports_its_layout(tiny_gguf):
             "all_f32 (f32x16), 0 of 16 weight tensors repacked"
     finally:
         backend.close()
+
+
+def test_a_draft_with_tensors_llama_cpp_does_not_repack_is_tuned_and_changes_no_output(env, tiny_gguf, tiny_draft_gguf):
+    """A q8_0 draft (not repacked) gets a q4_0 layout; every candidate drafts with it, the
+    draft-only row keeps the original target, and picking it registers the original target with
+    the new draft, whose greedy output is the original pair's, token for token."""
+    q8_draft = env / "draft-q8_0.gguf"
+    layouts.build(tiny_draft_gguf, q8_draft, layouts.Layout("q8_0", whole="q8_0"))
+    config = env / "models.toml"
+    config.write_text(config.read_text().replace(str(tiny_draft_gguf), str(q8_draft)))
+    out = env / "tune.json"
+    r = tune("tiny", "--layouts", "q4_0", "--prompts", "0", "--pick", "draft-only", "--json", str(out))
+    assert r.exit_code == 0, r.stderr
+    rows = {row["layout"]: row for row in json.loads(out.read_text())["layouts"]}
+    assert list(rows) == [ORIGINAL, "draft-only", "q4_0"]
+    assert rows[ORIGINAL]["draft_path"] is None and rows[ORIGINAL]["draft_ms"] > 0
+    assert rows["draft-only"]["draft_path"] == rows["q4_0"]["draft_path"] is not None
+    assert rows["draft-only"]["path"] == str(tiny_gguf) and rows["draft-only"]["fidelity"]["agreement"] == 1.0
+
+    tuned = load_registry().pairs["tiny-tuned"]
+    assert tuned.target.name == "t" and tuned.draft.name == "d-draft-q4_0"
+    types = set(layouts.tensor_types(tuned.draft.path).values())
+    assert "q4_0" in types and "q8_0" not in types
+    assert read_vocabulary(tuned.draft, tuned.draft.path) == read_vocabulary(tuned.target, tiny_gguf)
+    assert not Path(rows["q4_0"]["path"]).exists()  # the target candidate not picked is removed
+
+    def greedy(pair):
+        run = CliRunner().invoke(cli.main, ["run", "-m", pair, "the weather", "--raw", "--max-tokens", "24",
+                                            "--temperature", "0", "--k", "4"])
+        assert run.exit_code == 0, run.stderr
+        return run.stdout
+
+    assert greedy("tiny-tuned") == greedy("tiny")
+    assert config.read_text().count("[models.d-draft-q4_0]") == 1

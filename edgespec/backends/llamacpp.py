@@ -92,6 +92,14 @@ def _callbacks(lc) -> SimpleNamespace:
     return calls
 
 
+def route_logs() -> None:
+    """Send llama.cpp's log to edgespec's handler before calling into llama.cpp without a loaded
+    model (its quantizer logs every tensor; edgespec's stderr stays quiet)."""
+    import llama_cpp as lc
+
+    _callbacks(lc)
+
+
 def _failure(message: str) -> str:
     """`message`, with the first error llama.cpp logged since `_error_lines` was cleared (the cause;
     the lines after it only say that the operation failed), without the C function's name."""
@@ -164,7 +172,7 @@ def quantize(source: Path, dest: Path, ftype: str, threads: int | None = None) -
     ...; tensors whose rows do not fit its blocks get llama.cpp's fallback type) to `dest`."""
     import llama_cpp as lc
 
-    _callbacks(lc)  # llama.cpp logs every tensor it quantizes; edgespec's stderr stays quiet
+    route_logs()
     try:
         file_type = getattr(lc, f"LLAMA_FTYPE_MOSTLY_{ftype}")
     except AttributeError:
