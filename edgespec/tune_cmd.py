@@ -83,6 +83,8 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     tuned_draft = None
     if draft is not None and chosen.draft.format == "gguf" and layouts.converts_anything(draft, layouts.DRAFT):
         tuned_draft = tuned_path(tuned_dir, chosen.draft.sha256 or store.sha256(draft), layouts.DRAFT.name)
+    elif pick == DRAFT_ONLY:
+        raise UsageError(f"--pick {DRAFT_ONLY}: the draft model of {chosen.name} has no tensors to convert")
     err = Console(stderr=True)
     interrupted = False
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
@@ -133,9 +135,7 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     else:
         click.echo(f"recommendation: {best.layout} ({best.what}): {_gain_text(best)}, "
                    f"{best.fidelity.agreement:.1%} top-1 agreement with the original")
-    chosen_row = next((m for m in rows if m.layout == pick), None) if pick else best
-    if pick and chosen_row is None:  # only draft-only can be missing: a draft with nothing to convert
-        raise UsageError(f"--pick {pick}: the draft model of {chosen.name} has no tensors to convert")
+    chosen_row = next(m for m in rows if m.layout == pick) if pick else best
     if not keep:
         for m in rows:
             if m.path != source and m is not chosen_row:
