@@ -9,11 +9,8 @@ layout and the runtime at hand, so a parting can be told from a bug (`divergence
 figure instead of a constant guessed on one machine.
 
 The window is read after a prefix as long as a real prompt: the cache's length moves the logits
-too. Measured here, Q4_K_M 1.5B target on llama.cpp (CPU, 2 threads), largest difference at
-n = 2..8: after a 400-token prefix 0.96 at n = 2-3 and 0.80-1.15 from n = 4 on (logits span about
-+-20); after a 32-token prefix it was 0 at n = 2-3 and 0.56-0.63 beyond. The same model requantized
-to q4_0 throughout (`models tune`'s q4_0-pure) gave 0 at every n after 32 tokens, which made three
-greedy partings at gaps of 0.001-0.04 logits look like bugs, and 0.36 at every n after 400.
+too, and a floor measured on a nearly empty cache can be 0 where real passes differ, which makes
+near-ties look like bugs (the figures per layout are in the README).
 """
 
 from __future__ import annotations
