@@ -178,8 +178,11 @@ class Store:
         rebuild after an upgrade of llama.cpp simply replaces it."""
         from edgespec import layouts  # gguf and llama.cpp: only when something is built
 
+        try:
+            layout = layouts.named(source.layout)
+        except layouts.LayoutError as e:
+            raise PullError(f'model "{model.name}": key "source.layout": {e}') from None
         base_path = self.pull(source.base, progress, warn)
-        layout = layouts.named(source.layout)
         final = self.path_for(model)
         layouts.build(base_path, final, layout)
         sha256 = self.sha256(final)

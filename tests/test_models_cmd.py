@@ -199,6 +199,11 @@ def test_pull_builds_a_derived_draft_after_its_base_then_finds_it_verified(run, 
     again = run("pull", "tiny", "--config", str(config))
     assert again.exit_code == 0 and "building" not in again.output and "draft fast: present" in again.output
 
+    config.write_text(config.read_text().replace('layout = "draft-q4_0"', 'layout = "q2"'))
+    bad = run("pull", "tiny", "--config", str(config))
+    assert bad.exit_code == 1 and bad.output.splitlines()[-1].startswith(
+        'edgespec: error: model "fast": key "source.layout": no layout \'q2\'; layouts: q6k-as-q4k,')
+
 
 def test_check_reports_the_noise_floor_measured_once(run, tmp_path, tiny_gguf, tiny_draft_gguf):
     config = tmp_path / "tiny.toml"

@@ -227,7 +227,7 @@ def test_a_derived_model_is_stale_once_its_base_changes(store, q8_base, tiny_ggu
 
 
 def test_a_derived_model_with_an_unknown_layout_or_no_base_is_one_line(store, q8_base, tmp_path):
-    with pytest.raises(layouts.LayoutError, match=r"^no layout 'q3'; layouts: q6k-as-q4k, .*draft-q4_0$"):
+    with pytest.raises(PullError, match=r'^model "fast": key "source.layout": no layout \'q3\'; layouts: q6k-as-q4k, .*draft-q4_0$'):
         store.pull(derived(q8_base, "q3"))
     missing = ModelSpec("base", "gguf", path=tmp_path / "gone.gguf")
     with pytest.raises(PullError, match=r'^model "base": .*gone.gguf does not exist; a local "path" is never pulled$'):
