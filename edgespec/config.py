@@ -224,7 +224,7 @@ def _model(file: str, name: str, raw: Any) -> ModelSpec:
     if fmt == "gguf" and isinstance(source, HubSource) and source.file is None:
         raise t.error('missing key "source.file" (the GGUF file in the hub repo)')
     if isinstance(source, (PypiChunks, _DerivedRef)) and file_name is None:
-        raise t.error('missing key "file" (the name of the joined file)')
+        raise t.error('missing key "file" (the name of the file in the store)')
     return ModelSpec(
         name=name,
         format=fmt,
