@@ -170,9 +170,9 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
     type) whatever rules this llama.cpp version would apply to the file type."""
     import llama_cpp as lc
 
-    from edgespec.backends.llamacpp import route_logs
+    from edgespec.backends.base import BackendError
+    from edgespec.backends.llamacpp import run_quantizer
 
-    route_logs()
     params = lc.llama_model_quantize_default_params()
     params.allow_requantize = True
     params.nthread = threads
@@ -194,10 +194,11 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
         keep_alive.append(table)
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
-    status = lc.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
-    if status != 0:
+    try:
+        run_quantizer(source, partial, params, f"llama.cpp could not write layout {layout.name} of {source}")
+    except BackendError as e:
         partial.unlink(missing_ok=True)
-        raise LayoutError(f"llama.cpp could not write layout {layout.name} of {source} (status {status})")
+        raise LayoutError(str(e)) from None
     partial.replace(dest)
 
 

@@ -92,14 +92,6 @@ def _callbacks(lc) -> SimpleNamespace:
     return calls
 
 
-def route_logs() -> None:
-    """Send llama.cpp's log to edgespec's handler before calling into llama.cpp without a loaded
-    model (its quantizer logs every tensor; edgespec's stderr stays quiet)."""
-    import llama_cpp as lc
-
-    _callbacks(lc)
-
-
 def _failure(message: str) -> str:
     """`message`, with the first error llama.cpp logged since `_error_lines` was cleared (the cause;
     the lines after it only say that the operation failed), without the C function's name."""
@@ -172,7 +164,6 @@ def quantize(source: Path, dest: Path, ftype: str, threads: int | None = None) -
     ...; tensors whose rows do not fit its blocks get llama.cpp's fallback type) to `dest`."""
     import llama_cpp as lc
 
-    route_logs()
     try:
         file_type = getattr(lc, f"LLAMA_FTYPE_MOSTLY_{ftype}")
     except AttributeError:
@@ -180,10 +171,20 @@ def quantize(source: Path, dest: Path, ftype: str, threads: int | None = None) -
     params = lc.llama_model_quantize_default_params()
     params.ftype = file_type
     params.nthread = threads or default_threads()
+    run_quantizer(source, dest, params, f"llama.cpp could not quantize {source} to {ftype}")
+    return dest
+
+
+def run_quantizer(source: Path, dest: Path, params, failure: str) -> None:
+    """llama.cpp's quantizer with `params` (its llama_model_quantize_params), its log routed to
+    edgespec's handler (it logs every tensor; edgespec's stderr stays quiet). BackendError
+    `failure`, with the cause llama.cpp logged, when it fails."""
+    import llama_cpp as lc
+
+    _callbacks(lc)
     _error_lines.clear()
     if lc.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params)) != 0:
-        raise BackendError(_failure(f"llama.cpp could not quantize {source} to {ftype}"))
-    return dest
+        raise BackendError(_failure(failure))
 
 
 class LlamaCppBackend:
