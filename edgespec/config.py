@@ -55,7 +55,9 @@ class Derived:
     """A file edgespec builds itself from another GGUF of the registry (`base`), in one of the weight
     layouts of `edgespec.layouts`, when the model is pulled. The built-in pair drafts with one: the
     published 0.5B draft with the tensors llama.cpp multiplies row by row turned into q4_0, which
-    it repacks. A draft's layout changes no output, only how fast it drafts."""
+    it repacks. A draft's layout changes no output, only how fast it drafts. `models tune`
+    registers the layouts it measured as derived models too, so `models pull` builds them again
+    where they are missing (another machine with the same models.toml, a deleted file)."""
 
     base: ModelSpec
     layout: str  # a name in edgespec.layouts (checked when it is built: config must not import gguf)
@@ -274,19 +276,31 @@ class _DerivedRef:
 
 def _resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
     """Every derived model with its base's spec in place of the name (a user file may replace the
-    base, and a derived model then builds from the user's)."""
-    resolved = dict(models)
-    for name, model in models.items():
-        ref = model.source
-        if not isinstance(ref, _DerivedRef):
-            continue
-        base = models.get(ref.base)
-        if base is None:
-            raise ConfigError(f'{ref.where}: key "source.derive": "{ref.base}" is not a model; models: {", ".join(models)}')
-        if base.format != "gguf" or isinstance(base.source, _DerivedRef):
-            raise ConfigError(f'{ref.where}: key "source.derive": model "{ref.base}" must be a GGUF that is pulled '
-                              "or local, not itself derived")
-        resolved[name] = replace(model, source=Derived(base=base, layout=ref.layout))
+    base, and a derived model then builds from the user's). A base may be derived itself (`models
+    tune` on a pair whose target is derived): it is resolved first, and built first when pulled."""
+    resolved: dict[str, ModelSpec] = {}
+
+    def resolve(name: str, via: tuple[str, ...]) -> ModelSpec:
+        if name in resolved:
+            return resolved[name]
+        model, ref = models[name], models[name].source
+        if isinstance(ref, _DerivedRef):
+            if ref.base not in models:
+                raise ConfigError(f'{ref.where}: key "source.derive": "{ref.base}" is not a model; '
+                                  f'models: {", ".join(models)}')
+            chain = via + (name,)  # each built from the next
+            if ref.base in chain:
+                cycle = " from ".join(chain[chain.index(ref.base):] + (ref.base,))
+                raise ConfigError(f'{ref.where}: key "source.derive": a model cannot be built from itself ({cycle})')
+            base = resolve(ref.base, chain)
+            if base.format != "gguf":
+                raise ConfigError(f'{ref.where}: key "source.derive": model "{ref.base}" must be a GGUF')
+            model = replace(model, source=Derived(base=base, layout=ref.layout))
+        resolved[name] = model
+        return model
+
+    for name in models:
+        resolve(name, ())
     return resolved
 
 

@@ -158,12 +158,13 @@ def _models_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:
 
 
 def _files_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:
-    """The pair's models in the order they are pulled: a derived model's base just before it."""
+    """The pair's models in the order they are pulled: a derived model's bases just before it."""
     files = []
     for role, model in _models_of(pair):
-        if isinstance(model.source, Derived):
-            files.append((f"{role}'s base", model.source.base))
-        files.append((role, model))
+        chain = [model]
+        while isinstance(chain[-1].source, Derived):
+            chain.append(chain[-1].source.base)
+        files += [(f"{role}'s base", base) for base in reversed(chain[1:])] + [(role, model)]
     return files
 
 

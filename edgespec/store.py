@@ -158,11 +158,12 @@ class Store:
 
     def _source_key(self, source: PypiChunks | HubSource | Derived) -> str:
         """Where a file comes from, as the key of its recorded hash: another source is another file.
-        A derived file's key holds its base's sha256, so a new base makes it stale."""
+        A derived file's key holds its base's sha256, so a new base makes it stale. A derived base
+        has no other sha256 than its record: without one it is stale, and so is what was built from it."""
         if isinstance(source, Derived):
             base = self.expected_sha256(source.base)
-            if base is None and self.path_for(source.base).is_file():
-                base = self.sha256(self.path_for(source.base))
+            if base is None and not isinstance(source.base.source, Derived) and self.path_for(source.base).is_file():
+                base = self.sha256(self.path_for(source.base))  # a local file with no stated sha256
             return f"derive:{base}:{source.layout}"
         if isinstance(source, HubSource):
             return f"hf:{source.repo}/{source.file or ''}@{source.revision or 'main'}"
@@ -192,6 +193,12 @@ class Store:
                             f"{model.sha256} models.toml states (another llama.cpp version?); nothing kept")
         self._record_first_seen(source, sha256)
         return final
+
+    def record_build(self, model: ModelSpec) -> None:
+        """Record the derived model's file, built outside `pull` by the same quantizer call
+        (`models tune` builds its candidates before it registers one), as `pull` would have."""
+        assert isinstance(model.source, Derived)
+        self._record_first_seen(model.source, self.sha256(self.path_for(model)))
 
     # -- PyPI chunk packages -----------------------------------------------------------------------
 

@@ -151,20 +151,22 @@ def _apply(pair, best, store: Store, config) -> None:
     from edgespec.tune import DRAFT_ONLY
     from edgespec.user_registry import DerivedModel, pair_table, register
 
+    def in_store(path: Path) -> str:
+        return path.relative_to(store.models_dir).as_posix()
+
     models = []
     target = pair.target.name
     if best.layout != DRAFT_ONLY:
         target = f"{pair.target.name}-{best.layout}"
         models.append(DerivedModel(
-            name=target, path=best.path, size=best.size, sha256=store.sha256(best.path),
+            name=target, base=pair.target.name, layout=best.layout, file=in_store(best.path),
             note=f"{pair.target.name} as {best.layout} ({best.what}), {best.fidelity.agreement:.1%} top-1 agreement",
         ))
     drafter = None
     if best.draft_path is not None:
         drafter = f"{pair.draft.name}-{DRAFT.name}"
         models.append(DerivedModel(
-            name=drafter, path=best.draft_path, size=best.draft_path.stat().st_size,
-            sha256=store.sha256(best.draft_path),
+            name=drafter, base=pair.draft.name, layout=DRAFT.name, file=in_store(best.draft_path),
             note=f"{pair.draft.name} as {DRAFT.name} ({DRAFT.describe()}); a draft's layout changes no output",
         ))
     tuned_pair = f"{pair.name}-tuned"
@@ -172,6 +174,9 @@ def _apply(pair, best, store: Store, config) -> None:
         ([f"draft as {DRAFT.name}"] if drafter else [])
     description = f"{pair.description or pair.name}; {', '.join(changes)} (models tune)"
     path, changed = register(models, tuned_pair, pair_table(pair, target, description, drafter), config)
+    registered = load_registry(config).models
+    for model in models:  # built already, by the call `models pull` makes: recorded as its build
+        store.record_build(registered[model.name])
     state = "added to" if changed else "already in"
     click.echo(f"pair {tuned_pair} {state} {display_path(path)}; use it with: edgespec chat -m {tuned_pair}")
 

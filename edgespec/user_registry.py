@@ -1,4 +1,7 @@
-"""Adding a derived model and its pair to the user's models.toml (what `models tune --apply` does).
+"""Adding derived models and their pair to the user's models.toml (what `models tune --apply` does).
+
+A tuned layout is registered by how it is made (`source = { derive = BASE, layout = LAYOUT }`), not
+by its path: `models pull` builds it again wherever it is missing, as it builds the built-in draft.
 
 The user's file is theirs: it is edited with tomlkit, so comments, order and formatting outside the
 new tables stay byte for byte; an entry of the same name that says something else is never
@@ -22,9 +25,9 @@ from edgespec.config import ConfigError, PairConfig, display_path, registry_with
 @dataclass(frozen=True)
 class DerivedModel:
     name: str
-    path: Path
-    size: int
-    sha256: str
+    base: str  # the registry's name of the model it is built from
+    layout: str  # a name in edgespec.layouts
+    file: str  # where it is in the store, relative to the store's models folder
     note: str  # what it was derived from and how, written as a comment above its table
 
 
@@ -58,7 +61,7 @@ def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Pat
         raise ConfigError(f"{display_path(path)}: cannot read: {e.strerror or e}") from None
     changed = False
     for model in models:
-        model_table = {"format": "gguf", "path": str(model.path), "size": model.size, "sha256": model.sha256}
+        model_table = {"format": "gguf", "file": model.file, "source": {"derive": model.base, "layout": model.layout}}
         changed = _add(doc, path, "models", model.name, model_table, model.note) or changed
     note = f"the same pair with target {pair['target']} and draft {pair['drafter']}"
     changed = _add(doc, path, "pairs", pair_name, pair, note) or changed
@@ -90,7 +93,7 @@ def _add(doc: tomlkit.TOMLDocument, path: Path, section: str, name: str, table: 
     item.comment(f"added by edgespec models tune: {note}")
     for key, value in table.items():
         if isinstance(value, dict):
-            sub = tomlkit.table()
+            sub = tomlkit.inline_table()
             sub.update(value)
             item[key] = sub
         else:

@@ -246,9 +246,8 @@ def test_hub_gguf_needs_the_file_in_the_repo(tmp_path):
         ('{ derive = "nope", layout = "draft-q4_0" }', 'model "d": key "source.derive": "nope" is not a model; models: '),
         ('{ derive = "qwen2.5-coder-0.5b-instruct", layout = "draft-q4_0" }',
          'model "d": key "source.derive": model "qwen2.5-coder-0.5b-instruct" must be a GGUF'),
-        ('{ derive = "qwen2.5-coder-0.5b-instruct-draft-q4_0", layout = "q4_0" }',
-         'model "d": key "source.derive": model "qwen2.5-coder-0.5b-instruct-draft-q4_0" must be a GGUF that is '
-         "pulled or local, not itself derived"),
+        ('{ derive = "d", layout = "q4_0" }',
+         'model "d": key "source.derive": a model cannot be built from itself (d from d)'),
         ('{ derive = "qwen2.5-coder-0.5b-instruct-q4_k_m" }', 'model "d": missing key "source.layout"'),
         ('{ derive = "qwen2.5-coder-0.5b-instruct-q4_k_m", layout = "q4_0", size = 3 }',
          'model "d": unknown key "source.size"; valid keys: derive, layout'),
@@ -256,6 +255,16 @@ def test_hub_gguf_needs_the_file_in_the_repo(tmp_path):
 )
 def test_bad_derived_model(tmp_path, source, expected):
     assert expected in error_for(tmp_path, f'[models.d]\nformat = "gguf"\nfile = "d.gguf"\nsource = {source}\n')
+
+
+def test_a_derived_model_may_be_built_from_a_derived_one_but_not_in_a_cycle(tmp_path):
+    derived = '[models.{}]\nformat = "gguf"\nfile = "{}.gguf"\nsource = {{ derive = "{}", layout = "q4_0" }}\n'
+    models = load_registry(write(tmp_path, derived.format("d", "d", "qwen2.5-coder-0.5b-instruct-draft-q4_0"))).models
+    base = models["qwen2.5-coder-0.5b-instruct-draft-q4_0"]
+    assert models["d"].source == Derived(base, "q4_0") and base.source.base.name == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    cycle = derived.format("a", "a", "b") + derived.format("b", "b", "c") + derived.format("c", "c", "a")
+    assert error_for(tmp_path, cycle).endswith(
+        'model "c": key "source.derive": a model cannot be built from itself (a from b from c from a)')
 
 
 def test_home_is_shown_as_tilde(tmp_path, monkeypatch):

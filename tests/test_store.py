@@ -226,6 +226,18 @@ def test_a_derived_model_is_stale_once_its_base_changes(store, q8_base, tiny_ggu
     assert store.verify(model)
 
 
+def test_a_model_derived_from_a_derived_one_is_built_after_its_base(store, q8_base, tiny_gguf):
+    middle = derived(q8_base)  # q8_0 -> q4_0 where llama.cpp does not repack
+    top = ModelSpec("top", "gguf", file="tuned/top.gguf", source=Derived(middle, "iq4_nl"))
+    path = store.pull(top)
+    assert path == store.models_dir / "tuned" / "top.gguf" and store.verify(middle) and store.verify(top)
+    assert "iq4_nl" in set(layouts.tensor_types(path).values())
+    layouts.build(tiny_gguf, q8_base.path, layouts.Layout("q8_0", whole="q8_0"))  # another root, same place
+    assert not store.verify(middle) and not store.verify(top)
+    store.pull(top)  # builds both again
+    assert store.verify(middle) and store.verify(top)
+
+
 def test_a_derived_model_with_an_unknown_layout_or_no_base_is_one_line(store, q8_base, tmp_path):
     with pytest.raises(PullError, match=r'^model "fast": key "source.layout": no layout \'q3\'; layouts: q6k-as-q4k, .*draft-q4_0$'):
         store.pull(derived(q8_base, "q3"))

@@ -13,9 +13,10 @@ from click.testing import CliRunner
 
 from edgespec import cli, layouts
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.config import load_registry
+from edgespec.config import Derived, load_registry
 from edgespec.fidelity import Fidelity, measure_fidelity
 from edgespec.noise_floor import calibration_tokens
+from edgespec.store import Store
 from edgespec.tune import ORIGINAL, Measured, TuneError, check_space, recommend
 from edgespec.vocab import read_vocabulary
 
@@ -84,17 +85,20 @@ def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file
         assert sorted(map(int, row["verify_ms"])) == list(range(1, 18))
     assert "edgespec models tune" in r.stdout and "pair tiny-tuned added to" in r.stdout
 
-    # registered: the derived model loads under the new pair, with the original's vocabulary
-    registry = load_registry()
+    # registered as a derived model (how it is made), verified as built, loading under the new pair
+    # with the original's vocabulary
+    registry, store = load_registry(), Store()
     tuned = registry.pairs["tiny-tuned"]
     assert tuned.target.name == "t-q4_0" and tuned.draft.name == "d" and tuned.context == 512
-    assert tuned.target.path.is_file() and tuned.target.path.parent.name == "tuned"
-    assert read_vocabulary(tuned.target, tuned.target.path) == read_vocabulary(registry.models["t"], tiny_gguf)
-    assert layouts.read_layout(tuned.target.path).file_type == "q4_0"
+    assert tuned.target.source == Derived(registry.models["t"], "q4_0")
+    built = store.path_for(tuned.target)
+    assert built.is_file() and built.parent.name == "tuned" and store.verify(tuned.target)
+    assert read_vocabulary(tuned.target, built) == read_vocabulary(registry.models["t"], tiny_gguf)
+    assert layouts.read_layout(built).file_type == "q4_0"
     run = CliRunner().invoke(cli.main, ["run", "-m", "tiny-tuned", "the weather", "--raw", "--max-tokens", "8"])
     assert run.exit_code == 0, run.stderr
     # the candidate not picked is removed
-    assert not (tuned.target.path.parent / tuned.target.path.name.replace("q4_0", "q6k-as-q4k")).exists()
+    assert not (built.parent / built.name.replace("q4_0", "q6k-as-q4k")).exists()
 
     # the user's lines are all there, in order; only the new tables were added
     after = config.read_text()
@@ -103,11 +107,20 @@ def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file
     assert after.count("[models.t-q4_0]") == 1 and after.count('[pairs.tiny-tuned]') == 1
 
     # again: the same file is reused and the entries are not added twice
-    built = tuned.target.path.stat().st_mtime_ns
+    mtime = built.stat().st_mtime_ns
     again = tune("tiny", "--layouts", "q4_0", "--prompts", "0", "--pick", "q4_0")
     assert again.exit_code == 0, again.stderr
     assert "already in" in again.stdout
-    assert config.read_text() == after and tuned.target.path.stat().st_mtime_ns == built
+    assert config.read_text() == after and built.stat().st_mtime_ns == mtime
+
+    # gone (another machine with this models.toml, a cleanup): `models pull` builds the same bytes
+    sha = store.sha256(built)
+    built.unlink()
+    run = CliRunner().invoke(cli.main, ["run", "-m", "tiny-tuned", "the weather", "--raw", "--max-tokens", "8"])
+    assert run.exit_code == 1 and "run: edgespec models pull tiny-tuned" in run.stderr
+    pull = CliRunner().invoke(cli.main, ["models", "pull", "tiny-tuned"])
+    assert pull.exit_code == 0, pull.output
+    assert store.sha256(built) == sha and store.verify(tuned.target)
 
 
 def test_tune_never_overwrites_a_different_user_entry(env):
@@ -206,9 +219,11 @@ def test_a_draft_with_tensors_llama_cpp_does_not_repack_is_tuned_and_changes_no_
 
     tuned = load_registry().pairs["tiny-tuned"]
     assert tuned.target.name == "t" and tuned.draft.name == "d-draft-q4_0"
-    types = set(layouts.tensor_types(tuned.draft.path).values())
+    assert tuned.draft.source.base.name == "d" and tuned.draft.source.layout == "draft-q4_0"
+    draft = Store().ensure(tuned.draft)  # verified as built
+    types = set(layouts.tensor_types(draft).values())
     assert "q4_0" in types and "q8_0" not in types
-    assert read_vocabulary(tuned.draft, tuned.draft.path) == read_vocabulary(tuned.target, tiny_gguf)
+    assert read_vocabulary(tuned.draft, draft) == read_vocabulary(tuned.target, tiny_gguf)
     assert not Path(rows["q4_0"]["path"]).exists()  # the target candidate not picked is removed
 
     def greedy(pair):
