@@ -199,6 +199,15 @@ def test_pull_builds_a_derived_draft_after_its_base_then_finds_it_verified(run, 
     again = run("pull", "tiny", "--config", str(config))
     assert again.exit_code == 0 and "building" not in again.output and "draft fast: present" in again.output
 
+    # a layout of that draft: every base, root first, then the new file
+    config.write_text(config.read_text() + '[models.top]\nformat = "gguf"\nfile = "top.gguf"\n'
+                      'source = { derive = "fast", layout = "q4_0-pure" }\n'
+                      '[pairs.tiny2]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "top"\ncontext = 256\n')
+    chained = run("pull", "tiny2", "--config", str(config))
+    assert chained.exit_code == 0, chained.output
+    assert [line.split(":")[0] for line in chained.output.splitlines()] == \
+        ["target t", "draft's base d", "draft's base fast", "draft top", "draft top", "pair tiny2 is ready"]
+
     config.write_text(config.read_text().replace('layout = "draft-q4_0"', 'layout = "q2"'))
     bad = run("pull", "tiny", "--config", str(config))
     assert bad.exit_code == 1 and bad.output.splitlines()[-1].startswith(
