@@ -346,7 +346,10 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
 
 
 def _median_ratio(per_prompt: dict[str, float], ar: dict, pair: str, suite: str) -> float | None:
-    ratios = [v / ar[(pair, suite, id)] for id, v in per_prompt.items() if ar.get((pair, suite, id))]
+    """Median of per-prompt speed over ar's. A speed of 0 is no speed: that run had no decoding to
+    time (a one-token reply; or `hf-assisted` whose first pass, which also reads the prompt,
+    produced the whole reply), so its prompt has no ratio."""
+    ratios = [v / ar[(pair, suite, id)] for id, v in per_prompt.items() if v and ar.get((pair, suite, id))]
     return statistics.median(ratios) if ratios else None
 
 

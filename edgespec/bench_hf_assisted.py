@@ -21,8 +21,9 @@ class AssistedRun:
     `ids` are the generated tokens up to (not including) the first end-of-generation token, as the
     engine emits them; `tokens` is their count. `decode_tokens_per_s` counts the tokens after the
     first target pass per second after it: that pass reads the prompt (the engine's prefill) and, here,
-    also verifies the first draft, so its tokens and its time are both left out. `target_passes`
-    counts every target forward (the first included), `k_trace` the draft length of each.
+    also verifies the first draft, so its tokens and its time are both left out (0 when it produced
+    the whole reply: nothing is left to time). `target_passes` counts every target forward (the
+    first included), `k_trace` the draft length of each.
     """
 
     ids: list[int]

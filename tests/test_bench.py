@@ -325,6 +325,14 @@ def test_summarize_skips_prompts_whose_ar_speed_is_zero():
     assert {s["mode"]: s["speedup_vs_ar"] for s in summarize(rows)}["k2"] == pytest.approx(3.0)
 
 
+def test_summarize_skips_prompts_a_mode_had_nothing_to_time_in():
+    """hf-assisted's first pass can produce a whole short reply: no decode speed, not a 0x speedup."""
+    rows = [row("a/0", "a", "ar", 10.0), row("a/0", "a", "hf-assisted", 0.0, matches=None),
+            row("a/1", "a", "ar", 10.0), row("a/1", "a", "hf-assisted", 15.0, matches=None),
+            row("a/2", "a", "ar", 10.0), row("a/2", "a", "hf-assisted", 12.0, matches=None)]
+    assert {s["mode"]: s["speedup_vs_ar"] for s in summarize(rows)}["hf-assisted"] == pytest.approx(1.35)
+
+
 def test_to_json_has_the_documented_schema(bench_run):
     summary = summarize(bench_run.rows)
     doc = json.loads(json.dumps(to_json(bench_run.rows, summary, {"pair": "fake"})))
