@@ -50,6 +50,7 @@ from edgespec.decoding.drafters import DrafterKind  # noqa: E402
 from edgespec.decoding.events import Step, Summary, Token  # noqa: E402
 from edgespec.decoding.plan import KSetting  # noqa: E402
 from edgespec.engine import GenerateSettings, find_pair, open_engine  # noqa: E402
+from edgespec.errors import EdgespecError, UsageError  # noqa: E402
 
 DEPTHS = (1, 2, 4, 8)
 CHUNK = 256  # reply tokens per teacher-forced pass
@@ -180,13 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--confidence", type=float, default=0.6)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    engine = open_engine(find_pair(args.pair, args.config))
-    if engine.draft is None:
-        print(f"tree_headroom: pair {args.pair!r} has no draft model", file=sys.stderr)
-        return 2
-    costs = engine.cost_model()
-    prompts = select(load_suite(args.suite), args.limit, args.suites)
-    replies = [replay(engine, prompt_ids(engine, p), p.max_tokens) for p in prompts]
+    try:
+        prompts = select(load_suite(args.suite), args.limit, args.suites)
+        engine = open_engine(find_pair(args.pair, args.config))
+        if engine.draft is None:
+            raise UsageError(f"pair {args.pair!r} has no draft model")
+        costs = engine.cost_model()
+        replies = [replay(engine, prompt_ids(engine, p), p.max_tokens) for p in prompts]
+    except EdgespecError as e:  # one line, as edgespec's own commands say it
+        print(f"tree_headroom: error: {e}", file=sys.stderr)
+        return e.exit_code
     rounds = sum(len(r.rounds) for r in replies)
     missed = [(r, pos + acc) for r in replies for pos, k, acc in r.rounds if acc < k and pos + acc < r.tokens]
     rows = report(replies, costs, args.confidence)

@@ -96,3 +96,14 @@ def test_the_script_on_the_tiny_pair(tiny_gguf, tiny_draft_gguf, tmp_path, monke
     assert len(doc["rows"]) == 6 and all(len(v) == len(th.DEPTHS) for v in list(doc["rows"].values())[1:])
     assert min(doc["rows"]["oracle branch at the miss, free"]) >= 1.0  # free tokens never slow a reply
     assert "3 prompts" in capsys.readouterr().out
+
+
+def test_a_pair_without_a_draft_model_is_one_line(tiny_gguf, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    config = tmp_path / "models.toml"
+    config.write_text(f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+                      '[pairs.solo]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 256\n')
+    assert th.main(["-m", "solo", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == "tree_headroom: error: pair 'solo' has no draft model\n"
+    assert th.main(["-m", "nowhere", "--config", str(config)]) == 1  # an unknown pair: edgespec's own message
+    assert capsys.readouterr().err.count("\n") == 1
