@@ -189,7 +189,7 @@ def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) ->
         if isinstance(e, Token):
             ids.append(e.id)
         elif isinstance(e, Step):  # yielded before the tokens it produced
-            rounds.append(Round(len(ids), e.drafted_ids, *map(tuple, e.tree())))
+            rounds.append(Round(len(ids), e.drafted_ids, *map(tuple, e.tree()), e.drafter))
         elif isinstance(e, Summary):
             summary = e
     return summary, ids, rounds

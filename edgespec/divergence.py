@@ -39,13 +39,14 @@ TIE, DIFF = "tie", "DIFF"
 @dataclass(frozen=True)
 class Round:
     """A speculative round as the bench saw it: the output index of its first new token, the tokens
-    it drafted (its target pass evaluated the previous token and these) as a tree (`tree.py`), and
-    the path it accepted."""
+    it drafted (its target pass evaluated the previous token and these) as a tree (`tree.py`), the
+    path it accepted, and which drafter drafted them."""
 
     start: int
     drafted: tuple[int, ...]
     parents: tuple[int, ...] = ()  # () with drafted tokens: a chain
     path: tuple[int, ...] = ()
+    drafter: str | None = None  # a DrafterKind; None for a plain pass
 
     def tree(self) -> tuple[list[int], list[int]]:
         """(parents, path), a chain's spelled out."""

@@ -44,10 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edgespec.backends.base import Backend  # noqa: E402
-from edgespec.bench import DEV_SET, load_suite, prompt_ids, select  # noqa: E402
+from edgespec.bench import DEV_SET, BenchPrompt, generate, load_suite, prompt_ids, select  # noqa: E402
 from edgespec.decoding.costs import CostModel  # noqa: E402
 from edgespec.decoding.drafters import DrafterKind  # noqa: E402
-from edgespec.decoding.events import Step, Summary, Token  # noqa: E402
 from edgespec.decoding.plan import KSetting  # noqa: E402
 from edgespec.engine import GenerateSettings, find_pair, open_engine  # noqa: E402
 from edgespec.errors import EdgespecError, UsageError  # noqa: E402
@@ -67,12 +66,21 @@ class Reply:
     top2: list[bool]  # the draft's second choice is
     confidence: list[float]  # the draft's top-1 probability
 
+    def misses(self) -> list[tuple[int, int]]:
+        """(K, the reply position where the chain missed) of each round that missed inside the reply."""
+        return [(k, pos + acc) for pos, k, acc in self.rounds if acc < k and pos + acc < self.tokens]
+
     def run_after(self, q: int) -> int:
         """Right top-1 tokens in a row after position q."""
         r = 0
         while q + 1 + r < self.tokens and self.top1[q + 1 + r]:
             r += 1
         return r
+
+    def branch_gain(self, q: int, depth: int) -> int:
+        """Tokens a branch of `depth` at position q adds: the draft's second choice, if it is the
+        target's token, then the draft's right top-1 tokens in a row after it, up to depth - 1."""
+        return 1 + min(self.run_after(q), depth - 1) if self.top2[q] else 0
 
     def speed(self, gained: float, extra_s: float) -> float:
         """This reply's speed with `gained` more tokens for `extra_s` more seconds, over the chain's."""
@@ -91,15 +99,9 @@ def top2_tree_free(reply: Reply) -> float:
 
 def oracle(reply: Reply, depth: int, costs: CostModel | None, batched: bool = True) -> float:
     """One branch of `depth` exactly where the chain misses; `costs` None: free."""
-    gained, extra = 0, 0.0
-    for pos, k, accepted in reply.rounds:
-        q = pos + accepted
-        if accepted == k or q >= reply.tokens:
-            continue
-        if costs is not None:
-            extra += _branch_cost(costs, k, depth, batched)
-        if reply.top2[q]:
-            gained += 1 + min(reply.run_after(q), depth - 1)
+    misses = reply.misses()
+    gained = sum(reply.branch_gain(q, depth) for _, q in misses)
+    extra = 0.0 if costs is None else sum(_branch_cost(costs, k, depth, batched) for k, _ in misses)
     return reply.speed(gained, extra)
 
 
@@ -114,8 +116,8 @@ def least_confident(reply: Reply, depth: int, costs: CostModel, below: float, ba
         if reply.confidence[b] >= below:
             continue
         extra += _branch_cost(costs, k, depth, batched)
-        if accepted < k and b == pos + accepted and reply.top2[b]:
-            gained += 1 + min(reply.run_after(b), depth - 1)
+        if accepted < k and b == pos + accepted:
+            gained += reply.branch_gain(b, depth)
     return reply.speed(gained, extra)
 
 
@@ -138,19 +140,13 @@ def draft_choices(draft: Backend, prompt: Sequence[int], reply: Sequence[int]) -
     return top, 1.0 / np.exp(z).sum(axis=1)
 
 
-def replay(engine, prompt: Sequence[int], max_tokens: int) -> Reply:
-    ids, rounds, summary = [], [], Summary()
-    for e in engine.generate_tokens(list(prompt), GenerateSettings(max_tokens, k=KSetting("auto-chain"))):
-        if isinstance(e, Token):
-            ids.append(e.id)
-        elif isinstance(e, Step) and e.drafter == DrafterKind.MODEL:
-            rounds.append((len(ids), e.k, e.accepted))  # a Step comes before its tokens
-        elif isinstance(e, Summary):
-            summary = e
-    top, p1 = draft_choices(engine.draft, prompt, ids)
+def replay(engine, prompt: BenchPrompt) -> Reply:
+    summary, ids, rounds = generate(engine, prompt, GenerateSettings(prompt.max_tokens, k=KSetting("auto-chain")))
+    top, p1 = draft_choices(engine.draft, prompt_ids(engine, prompt), ids)
     target = np.array(ids)
-    return Reply(len(ids), summary.decode_s, rounds, (top[:, 0] == target).tolist(), (top[:, 1] == target).tolist(),
-                 p1.tolist())
+    return Reply(len(ids), summary.decode_s,
+                 [(r.start, len(r.drafted), len(r.path)) for r in rounds if r.drafter == DrafterKind.MODEL],
+                 (top[:, 0] == target).tolist(), (top[:, 1] == target).tolist(), p1.tolist())
 
 
 def report(replies: list[Reply], costs: CostModel, below: float) -> list[tuple[str, list[float]]]:
@@ -187,12 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if engine.draft is None:
             raise UsageError(f"pair {args.pair!r} has no draft model")
         costs = engine.cost_model()
-        replies = [replay(engine, prompt_ids(engine, p), p.max_tokens) for p in prompts]
+        replies = [replay(engine, p) for p in prompts]
     except EdgespecError as e:  # one line, as edgespec's own commands say it
         print(f"tree_headroom: error: {e}", file=sys.stderr)
         return e.exit_code
     rounds = sum(len(r.rounds) for r in replies)
-    missed = [(r, pos + acc) for r in replies for pos, k, acc in r.rounds if acc < k and pos + acc < r.tokens]
+    missed = [(r, q) for r in replies for _, q in r.misses()]
     rows = report(replies, costs, args.confidence)
     print(f"{args.pair}: {len(replies)} prompts, {sum(r.tokens for r in replies)} tokens; "
           f"verify ms at n = 1..4: {' / '.join(f'{1000 * costs.verify(n):.0f}' for n in range(1, 5))}, "
