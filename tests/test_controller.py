@@ -814,3 +814,42 @@ def test_ngram_tries_whose_other_copies_are_never_right_turn_to_chains():
                          parents=tuple(parents), path=tuple(path)), draft)
     assert trees[0]
     assert sum(trees[-2 * _TreeGate.EXPLORE:]) == 2
+
+
+def flat_costs(read_per_token: float) -> CostModel:
+    """A flat verify curve (a GPU's) where the draft model pays well once it has read the text."""
+    costs = CostModel()
+    for n in range(1, 18):
+        costs.observe_verify(n, 0.03)
+    costs.observe_draft(1, 0.002)
+    costs.observe_read(1, read_per_token)
+    return costs
+
+
+def test_a_long_catch_up_waits_until_the_reply_is_long_enough_to_pay_for_it():
+    policy = AutoK("model", flat_costs(read_per_token=0.002))
+    # 500 tokens to read (1 s) against about 15 ms saved per token: not for a reply 32 tokens long
+    assert policy.plan(RoundContext(None, True, 300, model_behind=500, emitted=0)).drafter is None
+    assert policy.plan(RoundContext(None, True, 300, model_behind=500, emitted=100)).drafter == DrafterKind.MODEL
+    # nor where max_tokens leaves too little to gain it back, however long the reply so far
+    assert policy.plan(RoundContext(None, True, 20, model_behind=500, emitted=100)).drafter is None
+    # a routine catch-up (the rounds since it last drafted) is always worth drafting after
+    assert policy.plan(RoundContext(None, True, 300, model_behind=3, emitted=0)).drafter == DrafterKind.MODEL
+
+
+def test_a_cheap_catch_up_is_taken_at_once():
+    policy = AutoK("model", flat_costs(read_per_token=0.00005))  # 500 tokens in 25 ms
+    assert policy.plan(RoundContext(None, True, 300, model_behind=500, emitted=0)).drafter == DrafterKind.MODEL
+
+
+def test_the_draft_models_reading_is_timed_at_calibration_and_learnt_from_catch_ups():
+    costs = CostModel()
+    target, draft = MarkovBackend(per_token_s=0.0), MarkovBackend(n_ctx=512)
+    costs.calibrate(target, draft, max_n=3, rounds=1)
+    assert costs.read_per_token is not None and draft.cached == []
+    assert CostModel.READ_PROBE in draft.evals  # one batch of READ_PROBE tokens
+    policy = AutoK("model", costs)
+    draft_ = Draft([1, 2], [None, None], [0.9, 0.9], catch_up_s=0.4, catch_up_tokens=200)
+    before = costs.read_per_token
+    policy.observe(Step(2, 2, (1, 2), (), 0.41, 0.01, drafter=DrafterKind.MODEL), draft_)
+    assert costs.read_per_token > before  # 2 ms a token, against an instant fake's

@@ -15,7 +15,7 @@ from edgespec.decoding.events import Source, Step, Summary, Token
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, first_branch, is_chain
-from tests.fakes import MarkovBackend, plain_greedy
+from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
 GREEDY = SamplingParams()
 PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
@@ -236,3 +236,57 @@ def test_the_draft_model_drafts_its_chain_before_any_alternative():
     assert all(parents[n] in (ROOT, 0, 1, 2) for n in range(4, len(parents)))
     after = asked[4:]  # the first 4 asked whether an alternative could pay, while drafting
     assert [nodes for _, nodes in after] == list(range(4, 12)) and [p for p, _ in after] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_the_first_token_goes_out_before_the_draft_model_reads_anything():
+    target, draft = MarkovBackend(seed=1), MarkovBackend(seed=1, noise=2.0)
+    events = SpeculativeDecoder(target, FixedK(3, "model"), [ModelDrafter(draft)]).generate(PROMPT, 20, GREEDY)
+    first = next(events)
+    assert isinstance(first, Token) and first.id == plain_greedy(target, PROMPT, 1)[0]
+    assert draft.evals == []  # not a token of the prompt read yet
+    rest = list(events)
+    assert draft.evals and rest[-1].accepted > 0  # it read once drafting began, and drafted
+
+
+def test_time_to_first_token_does_not_include_a_slow_draft_models_reading():
+    clock = VirtualClock()
+    target = MarkovBackend(seed=1, cost=lambda n: 0.01 * n, clock=clock)
+    draft = MarkovBackend(seed=1, noise=2.0, cost=lambda n: 1.0 * n, clock=clock)  # 1 s a token: slow
+    with simulated_time(clock):
+        tokens, steps, summary = run(SpeculativeDecoder(target, FixedK(3, "model"), [ModelDrafter(draft)]), n=10)
+    assert summary.ttft_s == pytest.approx(0.01 * len(PROMPT))  # the target's reading alone
+    assert summary.decode_s > len(PROMPT)  # the draft model read the prompt after it, while decoding
+
+
+def long_prompt(n: int = 300, seed: int = 5) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(0, 48, n)]
+
+
+@pytest.mark.parametrize("window", [64, 100, None])
+def test_the_draft_model_reads_a_window_of_a_long_prompt_and_the_output_stays_the_targets(window):
+    prompt = long_prompt()
+    target, draft = MarkovBackend(seed=1, n_ctx=1024), MarkovBackend(seed=1, noise=2.0, n_ctx=1024)
+    drafter = ModelDrafter(draft, window=window)
+    tokens, steps, summary = run(SpeculativeDecoder(target, FixedK(3, "model"), [drafter]), prompt, 40)
+    assert [t.id for t in tokens] == plain_greedy(target, prompt, 40)
+    read = draft.evals[0]  # its first reading: its view of the prompt and the first token
+    assert read == len(prompt) + 1 - drafter.start
+    if window is None:
+        assert drafter.start == 0
+    else:
+        assert drafter.start % ModelDrafter.ALIGN == 0 and window < read <= window + ModelDrafter.ALIGN
+    assert summary.accepted > 0 and len(draft.cached) <= len(prompt) + 40 - drafter.start
+
+
+def test_the_next_turn_of_a_chat_keeps_the_draft_models_window_and_reads_only_what_is_new():
+    prompt = long_prompt()
+    target, draft = MarkovBackend(seed=1, n_ctx=1024), MarkovBackend(seed=1, noise=2.0, n_ctx=1024)
+    drafter = ModelDrafter(draft, window=128)
+    decoder = SpeculativeDecoder(target, FixedK(3, "model"), [drafter])
+    tokens, _, _ = run(decoder, prompt, 30)
+    start, read_before = drafter.start, sum(draft.evals)
+    turn = prompt + [t.id for t in tokens] + [7, 8, 9]
+    tokens2, _, _ = run(decoder, turn, 30)
+    assert [t.id for t in tokens2] == plain_greedy(target, turn, 30)
+    assert drafter.start == start  # the view grew instead of moving
+    assert sum(draft.evals) - read_before < 128  # nothing like a whole window read again

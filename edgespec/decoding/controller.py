@@ -252,6 +252,10 @@ class AutoK:
     # The draft model is probed only if it would pay at this acceptance: on a small CPU a draft
     # model costing half a target step never does, and each probe would pay for reading back text.
     BEST_CASE = 0.9
+    # A catch-up of this many tokens or fewer is part of a draft step (the rounds since the model
+    # last drafted); a longer one is priced against what the rest of the reply can save.
+    ROUTINE_CATCH_UP = 16
+    HORIZON = 32  # tokens the rest of a reply is taken to hold at least, when weighing a catch-up
 
     def __post_init__(self):
         self.allowed = DraftChoice(self.drafter).kinds
@@ -320,6 +324,24 @@ class AutoK:
     def _model_could_pay(self) -> bool:
         return best_k([self.BEST_CASE] * self.max_k_model, self._cost(DrafterKind.MODEL))[0] > 0
 
+    def _best_case_rate(self) -> float:
+        return best_k([self.BEST_CASE] * self.max_k_model, self._cost(DrafterKind.MODEL))[1]
+
+    def _catch_up_pays(self, ctx: RoundContext, model_rate: float) -> bool:
+        """Whether the draft model's catch-up (reading the text it has not seen, at first the
+        prompt's window) is worth what drafting at `model_rate` would save over the rest of the
+        reply, against the rate decoding has without it (plain steps, n-gram copies: the live
+        rate). The rest of the reply is unknown: it is taken to be as long as the reply so far
+        (at least HORIZON tokens), within what max_tokens leaves, so a reply that ends early
+        seldom pays for a read it could not use. A catch-up of a few tokens is routine (the
+        rounds since the model last drafted) and is priced in its draft step."""
+        if ctx.model_behind <= self.ROUTINE_CATCH_UP:
+            return True
+        without = max(1.0 / (self.costs.verify(1) + self.costs.ngram_lookup), self._measured)
+        saved = 1.0 / without - 1.0 / model_rate  # seconds per token
+        rest = min(ctx.max_k + 1, max(ctx.emitted, self.HORIZON))
+        return saved > 0 and self.costs.read(ctx.model_behind) <= saved * rest
+
     def plan(self, ctx: RoundContext) -> Plan:
         use_ngram = ctx.ngram is not None and DrafterKind.NGRAM in self.allowed
         if use_ngram:
@@ -329,7 +351,8 @@ class AutoK:
         plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
         options: dict[DrafterKind | None, tuple[int, float, tuple[int, ...] | None]] = {None: (0, plain_rate, None)}
         if ctx.has_model and DrafterKind.MODEL in self.allowed:
-            options[DrafterKind.MODEL] = (*self._model_option(ctx), None)
+            k, rate = self._model_option(ctx)
+            options[DrafterKind.MODEL] = (k if self._catch_up_pays(ctx, rate) else 0, rate, None)
         if use_ngram and ctx.ngram.ids:
             options[DrafterKind.NGRAM] = self._ngram_option(ctx, self._trees_now(DrafterKind.NGRAM))
         self._probe.idle += 1
@@ -339,7 +362,7 @@ class AutoK:
         if k == 0:
             which = None
             if DrafterKind.MODEL in options and ctx.max_k > 0 and self._probe.due(self._probe_cap()) \
-                    and self._model_could_pay():
+                    and self._model_could_pay() and self._catch_up_pays(ctx, self._best_case_rate()):
                 which, k, self._probing = DrafterKind.MODEL, min(2, ctx.max_k), True
         elif which == DrafterKind.MODEL:
             self._model_rounds += 1
@@ -389,8 +412,11 @@ class AutoK:
         chain = first_branch(parents)  # one draft step each; the alternatives beside them were free
         if not draft.catch_up_s:
             self.costs.observe_draft(len(chain), step.draft_s)
-        elif len(chain) > 1:
-            self.costs.observe_draft(len(chain) - 1, step.draft_s - draft.catch_up_s)
+        else:
+            if draft.catch_up_tokens > self.ROUTINE_CATCH_UP:
+                self.costs.observe_read(draft.catch_up_tokens, draft.catch_up_s)
+            if len(chain) > 1:
+                self.costs.observe_draft(len(chain) - 1, step.draft_s - draft.catch_up_s)
         # Every node whose parent was reached was tried: a hit if the target took it.
         position = {node: i for i, node in enumerate(chain)}
         accepted = set(path)

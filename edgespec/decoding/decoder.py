@@ -13,8 +13,9 @@ One round, top to bottom (`_round`):
 
 Cache invariant between rounds: the target's cache holds every committed token but the last one
 (the "pending" token, whose logits the next pass computes anyway). The draft model syncs its own
-cache to the committed text at the start of each draft (`sync_cache`); rejected drafts are dropped
-from it right after verification.
+cache to (a window of) the committed text at the start of each draft, reading what it missed;
+rejected drafts are dropped from it right after verification. The first token comes from the
+target's reading of the prompt alone: no drafter reads before it is out.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from edgespec.backends.base import Backend, ContextOverflow, sync_cache
-from edgespec.decoding.drafters import Draft, Drafter
+from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.plan import Plan, Policy, RoundContext
 from edgespec.decoding.sampling import (
@@ -79,13 +80,11 @@ class SpeculativeDecoder:
         summary = Summary(prompt_tokens=len(prompt))
         t_start = time.perf_counter()
 
+        # The first token needs only the target's reading of the prompt: it goes out before any
+        # drafter is asked to do anything (a draft model reads when it is first used, if ever).
         first = choose(sync_cache(self.target, prompt, 1)[0], params, rng)
-        for drafter in self.drafters.values():
-            if self.policy.may_use(drafter.kind):
-                drafter.begin(prompt)
-        summary.prefill_s = time.perf_counter() - t_start
+        summary.prefill_s = summary.ttft_s = time.perf_counter() - t_start
         context = list(prompt) + [first]
-        summary.ttft_s = time.perf_counter() - t_start
         t_decode = time.perf_counter()
 
         def emit(token_id: int, source: Source) -> Token:
@@ -98,6 +97,9 @@ class SpeculativeDecoder:
             stop = "eos"
         else:
             yield emit(first, Source.TARGET)
+        for drafter in self.drafters.values():
+            if self.policy.may_use(drafter.kind):
+                drafter.begin(prompt)
         while not stop:
             if cancel is not None and cancel.is_set():
                 stop = "cancelled"
@@ -106,7 +108,7 @@ class SpeculativeDecoder:
             if room <= 0:
                 stop = "length" if summary.tokens >= max_tokens else "context"
                 break
-            step, new_ids = self._round(context, room - 1, params, rng)
+            step, new_ids = self._round(context, room - 1, params, rng, summary.tokens)
             summary.add(step)
             yield step
             for token_id, source in zip(new_ids, step.sources()):
@@ -122,14 +124,16 @@ class SpeculativeDecoder:
         yield summary
 
     def _round(
-        self, context: list[int], max_k: int, params: SamplingParams, rng: np.random.Generator
+        self, context: list[int], max_k: int, params: SamplingParams, rng: np.random.Generator, emitted: int = 0
     ) -> tuple[Step, list[int]]:
         """One draft/verify pass. Extends `context` with the accepted tokens and the target's
         token, and returns the Step with the new ids in order."""
         t0 = time.perf_counter()
         free = {kind: d.propose(context, min(max_k, self.policy.max_k), params, rng)
                 for kind, d in self.drafters.items() if d.free and max_k > 0}
-        plan: Plan = self.policy.plan(RoundContext.of(free, self.drafters.keys(), max_k, context))
+        model = self.drafters.get(DrafterKind.MODEL)
+        behind = model.behind(context) if model is not None and max_k > 0 else 0
+        plan: Plan = self.policy.plan(RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted))
         k = max(0, min(plan.k, max_k))
         drafter = self.drafters.get(plan.drafter) if k else None
         if drafter is None:

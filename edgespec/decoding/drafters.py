@@ -2,7 +2,8 @@
 
 Every draft source sits behind the same few calls (`Drafter`, as llama.cpp's common speculative
 layer does it), so the decode loop never asks which one it has:
-- `begin(prompt)` when a generation starts (the draft model reads the prompt alongside the target);
+- `begin(prompt)` when a generation starts, once the first token is out (nothing is read then);
+- `behind(context)`, the tokens it must read before it can propose (the draft model's catch-up);
 - `propose(context, k, params, rng, stop)` up to k tokens after the committed text;
 - `accept(n_committed)` once the target has verified them: forget everything past the committed
   text (the draft model drops rejected tokens from its cache).
@@ -75,6 +76,7 @@ class Draft:
     confidence: list[float] = field(default_factory=list)  # drafter's probability of each token
     match_len: int = 0  # n-gram drafter: length of the matched suffix
     catch_up_s: float = 0.0  # model drafter: seconds spent reading committed text it had not seen
+    catch_up_tokens: int = 0  # ... and how many tokens that was
     parents: list[int] | None = None  # each node's parent (tree.ROOT for the root's children)
 
     def parent_list(self) -> list[int]:
@@ -101,7 +103,7 @@ class Draft:
     def subtree(self, keep: Sequence[int]) -> Draft:
         """The nodes `keep` (ascending, each with its parent: of a chain, a prefix), renumbered."""
         return Draft([self.ids[i] for i in keep], [self.dists[i] for i in keep],
-                     [self.confidence[i] for i in keep], self.match_len, self.catch_up_s,
+                     [self.confidence[i] for i in keep], self.match_len, self.catch_up_s, self.catch_up_tokens,
                      None if self.parents is None else subtree(self.parents, keep))
 
 
@@ -110,7 +112,11 @@ class Drafter(Protocol):
     free: bool  # proposing costs nothing: the decoder asks before planning, for the policy to see
 
     def begin(self, prompt: Sequence[int]) -> None:
-        """A generation starts after `prompt`."""
+        """A generation starts after `prompt` (nothing is read yet)."""
+        ...
+
+    def behind(self, context: Sequence[int]) -> int:
+        """Tokens it must read before it can propose after `context` (a cost the policy weighs)."""
         ...
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
@@ -125,14 +131,29 @@ class Drafter(Protocol):
         ...
 
 
+# (backend, tokens, n_logits) -> logits: how a draft model catches up with the text (`sync_cache`,
+# or the engine's reading through its prompt cache)
+Reader = Callable[[Backend, Sequence[int], int], np.ndarray]
+
+
 class ModelDrafter:
-    """A small draft model, run autoregressively for up to k tokens."""
+    """A small draft model, run autoregressively for up to k tokens.
+
+    It reads lazily: nothing when a generation starts, so the first token never waits for it, and
+    then only when the policy first drafts with it (the decoder tells the policy how far behind it
+    is, `behind`, so a short reply need not pay for the reading at all). And it reads a window:
+    its view of the text starts at most about `window` tokens before the prompt's end, so a long
+    file costs it a bounded read. What it needs to draft the next few tokens is mostly recent
+    text; what it would copy from further back, the n-gram drafter finds for free."""
 
     kind = DrafterKind.MODEL
     free = False
+    WINDOW = 512  # tokens of the prompt's end it reads at most (None: all of it)
+    ALIGN = 64  # view starts are multiples of this, so calls on one file that differ in their last words share it
 
-    def __init__(self, backend: Backend):
-        self.backend = backend
+    def __init__(self, backend: Backend, window: int | None = WINDOW, read: Reader = sync_cache):
+        self.backend, self.window, self._read = backend, window, read
+        self.start = 0  # the view of the text is context[start:]
 
     ALTERNATIVES = 2  # the most alternatives beside one drafted token (top-3 at that position)
     MAX_NODES = 16  # the most nodes of a tree (its branches stay within llama.cpp's MAX_BRANCHES)
@@ -159,11 +180,12 @@ class ModelDrafter:
             return out
         # After plain or n-gram rounds the draft model is behind the text; reading it back is a
         # prefill, not a draft step, and is reported apart so the cost model is not misled.
-        behind = len(context) - common_prefix(self.backend.cached, context)
+        view = context[self.start:]
+        behind = len(view) - common_prefix(self.backend.cached, view)
         t0 = time.perf_counter()
-        logits = sync_cache(self.backend, context, 1)[0]
+        logits = self._read(self.backend, view, 1)[0]
         if behind > 2:  # drafting every round leaves one or two tokens to read
-            out.catch_up_s = time.perf_counter() - t0
+            out.catch_up_s, out.catch_up_tokens = time.perf_counter() - t0, behind
         # The chain first; alternatives are weighed once it is drafted, position by position, so that
         # none takes the place of a likelier chain token. Where one more node costs nothing to
         # verify (a repacked layout's fourth row) the first candidate asked would get it, whatever
@@ -211,12 +233,22 @@ class ModelDrafter:
         return out
 
     def begin(self, prompt: Sequence[int]) -> None:
-        """Read the prompt alongside the target's prefill, so the first draft has no catch-up."""
-        sync_cache(self.backend, prompt, 1)
+        """Place the view's start; read nothing yet. A view that would still hold between `window`
+        and twice `window` tokens is kept, so the next turn of a chat reads only what is new."""
+        n = len(prompt)
+        if self.window is None or n <= self.window:
+            self.start = 0
+        elif not (self.start <= n - self.window and n - self.start <= 2 * self.window):
+            self.start = (n - self.window) // self.ALIGN * self.ALIGN
+
+    def behind(self, context: Sequence[int]) -> int:
+        """Tokens of the view it has not read: what its next draft must read first."""
+        view = context[self.start:]
+        return len(view) - common_prefix(self.backend.cached, view)
 
     def accept(self, n_committed: int) -> None:
         """Drop drafted tokens past the committed text (the rejected ones)."""
-        self.backend.truncate(min(n_committed, len(self.backend.cached)))
+        self.backend.truncate(min(n_committed - self.start, len(self.backend.cached)))
 
 
 class NgramDrafter:
@@ -262,6 +294,9 @@ class NgramDrafter:
 
     def begin(self, prompt: Sequence[int]) -> None:
         pass  # the index catches up with the committed text at each proposal
+
+    def behind(self, context: Sequence[int]) -> int:
+        return 0  # reading the text is the lookup itself
 
     def accept(self, n_committed: int) -> None:
         pass

@@ -39,13 +39,16 @@ class RoundContext:
     has_model: bool  # a draft model is loaded and allowed
     max_k: int  # drafts beyond this would overrun max_tokens or the context
     context: Sequence[int] = ()
+    model_behind: int = 0  # tokens the draft model must read before its next draft (its catch-up)
+    emitted: int = 0  # tokens this reply has emitted so far
 
     @classmethod
     def of(cls, free: Mapping[DrafterKind, Draft], loaded: Collection[DrafterKind], max_k: int,
-           context: Sequence[int]) -> RoundContext:
-        """From what the decoder has: the free drafters' proposals and the kinds loaded."""
+           context: Sequence[int], model_behind: int = 0, emitted: int = 0) -> RoundContext:
+        """From what the decoder has: the free drafters' proposals, the kinds loaded, and how far
+        behind the text the draft model is."""
         ngram = free.get(DrafterKind.NGRAM, Draft()) if DrafterKind.NGRAM in loaded else None
-        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context)
+        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context, model_behind, emitted)
 
 
 class Policy(Protocol):
