@@ -59,6 +59,7 @@ class Engine:
         self._drafters: list[Drafter] = [NgramDrafter()] + ([ModelDrafter(draft)] if draft is not None else [])
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
+        self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
         self._noise_floor: NoiseFloor | None = None
 
     def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -81,8 +82,18 @@ class Engine:
         if draft is DraftChoice.MODEL and self.draft is None:
             raise NoDraftModel(self.pair.name)
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
+        if self._measure_again and settings.k.cost_aware:
+            self.measure_costs()
         decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
-        return decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
+        return self._keeping_costs(decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel))
+
+    def _keeping_costs(self, events: Iterator[Event]) -> Iterator[Event]:
+        """`events`, then what their passes taught the cost curve is saved (also when the caller
+        stops early or the reply fails: the passes it made were real)."""
+        try:
+            yield from events
+        finally:
+            self.keep_costs()
 
     def placements(self) -> dict[str, Placement]:
         """Where each loaded model runs ("target", and "draft" when a draft model is loaded), as its
@@ -127,23 +138,41 @@ class Engine:
         return "|".join([CALIBRATION_VERSION, *self._runtime_key((self.target, self.draft))])
 
     def _load_or_calibrate(self) -> None:
-        """The calibrated curve is kept between runs, so only the first run on a machine pays for
-        calibration (a few seconds on a small CPU). What a reply learns online stays in that
-        process: saving it would let one busy spell (another program running) set the costs of
-        every later run, and draft sizes that then look too dear are never tried again to correct
-        them. Delete EDGESPEC_HOME/calibration.json to measure again."""
+        """The curve is kept between runs, so only the first run on a machine pays for measuring
+        it (a few seconds on a small CPU), and every reply refines it (`keep_costs`). A saved
+        curve that a damaged file holds is measured again; so is one that live passes
+        contradicted, keeping what they taught it."""
         saved = _read_saved(_calibration_file(), self._calibration_key())
         if saved:
-            self.costs.restore(saved)
+            try:
+                self.costs.restore(saved)
+            except ValueError:
+                saved = None
+        if saved and self.costs.calibrated and not saved.get("measure_again"):
             return
         self.measure_costs()
 
     def measure_costs(self) -> CostModel:
-        """Time the target's verification at every length auto may draft, and a draft step; keep
-        and save the curve (`models tune` measures each candidate layout this way)."""
+        """Time the target's verification at every length auto may draft, and a draft step; add
+        them to the curve and save it (`models tune` measures each candidate layout this way)."""
         self.costs.calibrate(self.target, self.draft, max_n=LONGEST_DRAFT + 1)
-        _save(_calibration_file(), self._calibration_key(), self.costs.to_dict(), CALIBRATION_VERSION)
+        self._measure_again = False
+        self._save_costs()
         return self.costs
+
+    def keep_costs(self) -> None:
+        """Fold the live passes since the last call into the saved curve (after each reply, and at
+        close). Cheap (one small JSON file rewritten) and only when they taught it something.
+        A curve they contradict (`CostModel.contradicted`) is measured again before the next
+        reply: in this process if there is one, else in the next (the file says so)."""
+        if not self.costs.calibrated or not self.costs.end_session():
+            return
+        self._measure_again = self.costs.contradicted()
+        self._save_costs()
+
+    def _save_costs(self) -> None:
+        entry = {**self.costs.to_dict(), "measure_again": self._measure_again}
+        _save(_calibration_file(), self._calibration_key(), entry, CALIBRATION_VERSION)
 
     def _noise_floor_key(self) -> str:
         return "|".join([NOISE_FLOOR_VERSION, *self._runtime_key((self.target,))])
@@ -168,14 +197,16 @@ class Engine:
         return self._noise_floor
 
     def close(self) -> None:
+        self.keep_costs()
         for backend in (self.target, self.draft):
             if backend is not None and hasattr(backend, "close"):
                 backend.close()
 
 
-# Saved curves of another version are measured again: "v3" curves time every draft length the
-# controller may choose; "v2" ones timed 1, 2, 4, 8 and 16 tokens and interpolated between.
-CALIBRATION_VERSION = "v3"
+# Saved curves of another version are measured again: "v4" curves keep each size's recent session
+# figures and are refined by live passes; "v3" ones kept one fastest timing per size; "v2" ones
+# timed 1, 2, 4, 8 and 16 tokens and interpolated between.
+CALIBRATION_VERSION = "v4"
 # "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
 NOISE_FLOOR_VERSION = "floor-v2"
 
@@ -200,14 +231,18 @@ def _read_saved(path: Path, key: str) -> dict | None:
 
 def _save(path: Path, key: str, value: dict, version: str) -> None:
     """Save a measurement under `key`; entries of other versions (keys not starting with `version`)
-    go. A read-only or damaged file only costs a measurement next time."""
+    go, and so does a damaged file. A file that cannot be read or written only costs a
+    measurement next time."""
     try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-        data = {k: v for k, v in data.items() if k.startswith(version + "|")}
+        try:
+            data = json.loads(path.read_text()) if path.exists() else {}
+            data = {k: v for k, v in data.items() if k.startswith(version + "|")}
+        except (ValueError, AttributeError):
+            data = {}
         data[key] = value
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(data, indent=1))
-    except (OSError, ValueError, AttributeError):
+    except OSError:
         pass
 
 

@@ -1,14 +1,17 @@
-"""The engine's calibration cache: measured once per machine and pair, reused, never overwritten
-by what one run saw online (a busy spell would otherwise set the costs of every later run)."""
+"""The engine's calibration cache: measured once per machine and pair, refined by every reply's
+live passes with low quantiles (a busy spell does not raise it; a quiet reply lowers a curve
+measured under load), measured again when live passes contradict it, ignored when damaged."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.plan import KSetting
+from edgespec.decoding.quiet_cost import SESSIONS
 from edgespec.engine import GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
@@ -17,29 +20,60 @@ def cpu_like(n: int) -> float:
     return 0.030 + 0.015 * (n - 1)
 
 
-def generate(engine, clock) -> None:
+def loaded(factor: float):
+    """The same machine while other jobs take a share of it."""
+    return lambda n: factor * cpu_like(n)
+
+
+def generate(engine, clock, max_tokens: int = 24) -> None:
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=24)))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=max_tokens)))
 
 
-def test_calibration_is_saved_once_reused_and_not_overwritten_by_online_updates(own_calibration_file, monkeypatch):
+def saved_entry(path) -> tuple[str, dict]:
+    ((key, entry),) = json.loads(path.read_text()).items()
+    return key, entry
+
+
+def quiet_figure(entry: dict, n: int) -> float:
+    """The saved curve at n, as the next run restores it."""
+    costs = CostModel()
+    costs.restore(entry)
+    return costs.verify(n)
+
+
+def save_curve_measured_at(factor: float, clock: VirtualClock) -> None:
+    """An earlier run measured the curve (and made no live pass) with the machine `factor` slower."""
+    engine = fake_engine(clock, verify=loaded(factor), draft_step=0.01)
+    with simulated_time(clock):
+        engine.cost_model()
+    engine.close()
+
+
+def reply(engine, sizes, verify, times: int = 5) -> None:
+    """A reply's live passes, fed as the controller feeds them, then the end of the reply."""
+    engine.cost_model()
+    for _ in range(times):
+        for n in sizes:
+            engine.costs.observe_verify(n, verify(n))
+    engine.keep_costs()
+
+
+def no_calibration(*args, **kwargs):
+    raise AssertionError("the saved curve should have been reused")
+
+
+def test_the_curve_is_measured_once_saved_keyed_as_before_and_reused(own_calibration_file, monkeypatch):
     clock = VirtualClock()
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     generate(engine, clock)
-    saved = json.loads(own_calibration_file.read_text())
-    ((key, curve),) = saved.items()
-    assert key.startswith("v3|")
-    assert sorted(map(int, curve["verify"])) == list(range(1, 18))  # every length auto may verify
-    assert curve["verify"]["3"] == pytest.approx(cpu_like(3))
-    assert curve["draft_step"] == pytest.approx(0.01)
-
-    engine.costs.observe_verify(2, 10.0)  # a busy spell seen online, in this process only
-    engine.close()
-    assert json.loads(own_calibration_file.read_text()) == saved
-
-    def no_calibration(*args, **kwargs):
-        raise AssertionError("a saved curve for this pair should have been reused")
+    key, entry = saved_entry(own_calibration_file)
+    assert key == engine._calibration_key() and key.startswith("v4|")
+    assert sorted(map(int, entry["verify"])) == list(range(1, 18))  # every length auto may verify
+    assert quiet_figure(entry, 3) == pytest.approx(cpu_like(3))
+    assert min(entry["draft_step"]) == pytest.approx(0.01)
+    assert entry["measure_again"] is False
 
     monkeypatch.setattr(CostModel, "calibrate", no_calibration)
     again = fake_engine(clock, verify=cpu_like, draft_step=0.01)
@@ -47,17 +81,134 @@ def test_calibration_is_saved_once_reused_and_not_overwritten_by_online_updates(
     assert again.costs.verify(2) == pytest.approx(cpu_like(2))
 
 
+def test_a_curve_measured_under_load_is_pulled_down_by_a_quiet_reply_and_saved_back(own_calibration_file, monkeypatch):
+    """Through a whole reply: the sizes it verified often enough move to what they cost now."""
+    clock = VirtualClock()
+    save_curve_measured_at(1.1, clock)  # under the contradiction margin: refined, not measured again
+    monkeypatch.setattr(CostModel, "calibrate", no_calibration)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    generate(engine, clock, max_tokens=60)
+    used = [n for n, count in Counter(engine.target.evals).items() if count >= 3]
+    assert used
+    _, entry = saved_entry(own_calibration_file)
+    for n in used:
+        assert quiet_figure(entry, n) == pytest.approx(cpu_like(n))
+    assert quiet_figure(entry, 17) == pytest.approx(loaded(1.1)(17))  # no pass there: as measured
+    assert entry["measure_again"] is False
+
+    nxt = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    nxt.cost_model()
+    for n in used:
+        assert nxt.costs.verify(n) == pytest.approx(cpu_like(n))
+
+
+def test_busy_spells_do_not_raise_a_good_curve(own_calibration_file):
+    clock = VirtualClock()
+    save_curve_measured_at(1.0, clock)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    reply(engine, range(1, 5), loaded(3.0), times=10)  # a whole reply while another job ran
+    for _ in range(SESSIONS):  # and more replies than the curve keeps, each busy for most of its passes
+        engine.cost_model()
+        for n in range(1, 5):
+            for seconds in [cpu_like(n)] * 4 + [loaded(2.5)(n)] * 12:
+                engine.costs.observe_verify(n, seconds)
+        engine.keep_costs()
+    _, entry = saved_entry(own_calibration_file)
+    for n in range(1, 5):
+        assert quiet_figure(entry, n) == pytest.approx(cpu_like(n))
+    assert entry["measure_again"] is False
+    assert engine.costs.verify(2) > 2 * cpu_like(2)  # while the controller prices the busy machine it runs on
+
+
+def test_a_machine_that_stays_slower_moves_the_curve_up(own_calibration_file):
+    clock = VirtualClock()
+    save_curve_measured_at(1.0, clock)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    for _ in range(SESSIONS):
+        reply(engine, (1, 2), loaded(1.5))
+    _, entry = saved_entry(own_calibration_file)
+    assert quiet_figure(entry, 2) == pytest.approx(loaded(1.5)(2))
+
+
+def test_a_contradicted_curve_is_measured_again_before_the_next_reply(own_calibration_file):
+    """Live passes far faster than the saved curve at several sizes: the sizes no pass tried are
+    likely as inflated, so the whole curve is measured again (in the next process, from the
+    file's mark, or in this one before its next reply)."""
+    clock = VirtualClock()
+    save_curve_measured_at(2.0, clock)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    reply(engine, (1, 2, 3), cpu_like)
+    _, entry = saved_entry(own_calibration_file)
+    assert entry["measure_again"] is True
+    assert quiet_figure(entry, 2) == pytest.approx(cpu_like(2))  # what the reply taught is kept
+    assert quiet_figure(entry, 10) == pytest.approx(loaded(2.0)(10))
+
+    nxt = fake_engine(clock, verify=cpu_like, draft_step=0.01)  # the next process
+    with simulated_time(clock):
+        nxt.cost_model()
+    assert nxt.costs.verify(10) == pytest.approx(cpu_like(10))
+    _, entry = saved_entry(own_calibration_file)
+    assert entry["measure_again"] is False
+    assert quiet_figure(entry, 10) == pytest.approx(cpu_like(10))
+
+    evals_before = len(engine.target.evals)
+    generate(engine, clock)  # the same process, its next reply
+    assert engine.target.evals[evals_before:evals_before + 18] == [1] + list(range(1, 18))  # measured first
+    assert engine.costs.verify(10) == pytest.approx(cpu_like(10), rel=0.2)
+
+
+def test_a_slightly_slow_reply_is_no_contradiction(own_calibration_file):
+    """Live passes slower than the curve (a busy moment, a longer context) never call for a measurement."""
+    clock = VirtualClock()
+    save_curve_measured_at(1.0, clock)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    reply(engine, range(1, 18), loaded(4.0))
+    assert saved_entry(own_calibration_file)[1]["measure_again"] is False
+
+
+@pytest.mark.parametrize("damage", [
+    "{not json",
+    '["a list"]',
+    "{KEY: 3}",
+    '{KEY: {"verify": {"1": 0.03, "2": 0.045}, "draft_step": 0.01}}',  # v3's form under v4's key
+    '{KEY: {"verify": {"1": [0.03], "2": [-1]}, "draft_step": null}}',
+    '{KEY: {"verify": {"1": [0.03], "2": ["fast"]}, "draft_step": null}}',
+    '{KEY: {"verify": {"1": [0.03]}, "draft_step": null}}',  # one size: no curve
+    '{KEY: {"draft_step": [0.01]}}',
+])
+def test_a_damaged_file_is_ignored_measured_again_and_replaced(own_calibration_file, damage):
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    own_calibration_file.write_text(damage.replace("KEY", json.dumps(engine._calibration_key())))
+    generate(engine, clock)
+    assert engine.costs.verify(2) == pytest.approx(cpu_like(2))
+    key, entry = saved_entry(own_calibration_file)
+    assert key == engine._calibration_key()
+    assert quiet_figure(entry, 2) == pytest.approx(cpu_like(2))
+
+
 def test_a_curve_saved_by_an_older_calibration_is_measured_again(own_calibration_file):
-    """Entries without the "v3" mark timed a few lengths only (v2), or once each and were refined
-    online (unmarked); they are not trusted."""
+    """Entries without the "v4" mark kept one timing per size (v3), timed a few lengths only (v2),
+    or were refined online with a moving average (unmarked); they are not trusted."""
     clock = VirtualClock()
     engine = fake_engine(clock, verify=cpu_like)
     key = engine._calibration_key()
     old = {"verify": {"1": 0.03, "2": 0.5}, "draft_step": None}
-    own_calibration_file.write_text(json.dumps({key.removeprefix("v3|"): old, "v2|" + key.removeprefix("v3|"): old}))
+    bare = key.removeprefix("v4|")
+    own_calibration_file.write_text(json.dumps({bare: old, "v2|" + bare: old, "v3|" + bare: old}))
     generate(engine, clock)
     assert engine.costs.verify(2) == pytest.approx(cpu_like(2))
-    assert list(json.loads(own_calibration_file.read_text())) == [engine._calibration_key()]  # the old one went
+    assert list(json.loads(own_calibration_file.read_text())) == [engine._calibration_key()]  # the old ones went
+
+
+def test_a_reply_without_the_cost_model_leaves_the_file_alone(own_calibration_file):
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    prompt = engine.target.tokenize("def add(a, b):\n")
+    with simulated_time(clock):
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, k=KSetting.parse("4"))))
+    engine.close()
+    assert not own_calibration_file.exists()
 
 
 @pytest.mark.parametrize("k", ["auto", "auto-chain"])

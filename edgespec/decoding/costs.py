@@ -6,16 +6,34 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
+from edgespec.decoding.quiet_cost import QuietCost
+
 
 class CostModel:
-    """Seconds per target pass verifying n tokens, and per draft-model step.
+    """Seconds per target pass verifying n tokens, and per draft-model step, at two time scales.
 
-    Measured points are smoothed per n (exponential moving average); between them the cost is
-    interpolated linearly and beyond the largest extrapolated with the last slope. The curve is
-    flat on a GPU and near-linear on a small CPU: nothing here assumes either.
+    Live (`verify`, `draft_step`): what the next pass will cost, for the controller's choice of
+    it. Each timing moves its size's estimate by SMOOTH (an exponential moving average), so within
+    a few passes it follows whatever this reply meets: a context grown long, a CPU shared with
+    another job, where the draft step and the target's pass need not slow alike.
+
+    Quiet (`QuietCost` per size and for the draft step): what a pass costs when nothing else runs,
+    which is what the next run will most likely find. Live passes refine it with low quantiles
+    (see quiet_cost.py); it is what `to_dict` saves and `restore` takes, and the live estimates
+    start from it. One estimator cannot serve both: a low quantile is slow to rise by design and
+    would price every pass of a busy reply as if the machine were quiet; a moving average saved
+    between runs would let one busy spell set the costs of every later run.
+
+    Between measured sizes the live cost is interpolated linearly and beyond the largest
+    extrapolated with the last slope. The curve is flat on a GPU and near-linear on a small CPU:
+    nothing here assumes either.
     """
 
     SMOOTH = 0.15
+    # The quiet curve is contradicted when live passes put it this much lower, since it was last
+    # measured or restored, at SEVERAL sizes or more: the measurement ran on a busy machine.
+    MARGIN = 0.15
+    SEVERAL = 2
 
     def __init__(self):
         self._verify: dict[int, float] = {}
@@ -23,6 +41,10 @@ class CostModel:
         self.draft_step: float | None = None  # seconds per draft-model token
         self.read_per_token: float | None = None  # seconds per token the draft model reads in one batch
         self.ngram_lookup = 0.0  # seconds per n-gram lookup
+        self._quiet_verify: dict[int, QuietCost] = {}
+        self._quiet_draft = QuietCost()
+        self._quiet_read = QuietCost()
+        self._start: dict[int, float] = {}  # the quiet curve when last measured or restored
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.SMOOTH * (new - old)
@@ -30,14 +52,17 @@ class CostModel:
     def observe_verify(self, n: int, seconds: float) -> None:
         self._verify[n] = self._ema(self._verify.get(n), seconds)
         self._curve.clear()
+        self._quiet_verify.setdefault(n, QuietCost()).add(seconds)
 
     def observe_draft(self, tokens: int, seconds: float) -> None:
         if tokens:
             self.draft_step = self._ema(self.draft_step, seconds / tokens)
+            self._quiet_draft.add(seconds / tokens)
 
     def observe_read(self, tokens: int, seconds: float) -> None:
         if tokens:
             self.read_per_token = self._ema(self.read_per_token, seconds / tokens)
+            self._quiet_read.add(seconds / tokens)
 
     def read(self, n: int) -> float:
         """Seconds for the draft model to read n tokens of text it has not seen (its catch-up).
@@ -55,16 +80,52 @@ class CostModel:
     def calibrated(self) -> bool:
         return len(self._verify) >= 2
 
+    def end_session(self) -> bool:
+        """Fold the live timings seen since the last call into the quiet curve (at the end of a
+        reply); whether it learnt anything worth saving."""
+        learnt = [q.end_session() for q in (*self._quiet_verify.values(), self._quiet_draft, self._quiet_read)]
+        return any(learnt)
+
+    def contradicted(self) -> bool:
+        """Whether live passes have put the quiet curve MARGIN lower than it was when last measured
+        or restored, at SEVERAL sizes or more. Then the measurement ran while other work did, and
+        the sizes no live pass has tried since are likely as inflated: the controller, finding
+        them dear, would never try them and learn otherwise. A curve live passes find higher is
+        no contradiction: busy moments only ever add time, and the quiet curve rises by itself
+        when the machine really is slower."""
+        fell = [n for n, now in self._quiet_curve().items()
+                if n in self._start and now < (1 - self.MARGIN) * self._start[n]]
+        return len(fell) >= self.SEVERAL
+
+    def _quiet_curve(self) -> dict[int, float]:
+        return {n: s for n, q in self._quiet_verify.items() if (s := q.seconds) is not None}
+
     def to_dict(self) -> dict:
-        return {"verify": {str(n): s for n, s in sorted(self._verify.items())}, "draft_step": self.draft_step,
-                "read_per_token": self.read_per_token}
+        """The quiet curve, as `restore` takes it: per size, and for the draft step and a token the
+        draft model reads, the recent sessions' figures in seconds, oldest first."""
+        verify = {str(n): self._quiet_verify[n].to_list() for n in sorted(self._quiet_curve())}
+        return {"verify": verify, "draft_step": self._quiet_draft.to_list() or None,
+                "read_per_token": self._quiet_read.to_list() or None}
 
     def restore(self, d: dict) -> None:
-        """Take measurements saved by `to_dict` (an earlier run on the same machine and models)."""
-        self._verify = {int(n): float(s) for n, s in d["verify"].items()}
+        """Take a quiet curve saved by `to_dict` (earlier runs on the same machine and models), and
+        start the live estimates from it. Raises ValueError, changing nothing, if `d` is not one."""
+        try:
+            verify = {int(n): QuietCost.from_list(v) for n, v in d["verify"].items()}
+            draft, read = (QuietCost() if d.get(key) is None else QuietCost.from_list(d[key])
+                           for key in ("draft_step", "read_per_token"))
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a saved cost curve: {e}") from e
+        self._quiet_verify, self._quiet_draft, self._quiet_read = verify, draft, read
+        self._start_from_quiet()
+
+    def _start_from_quiet(self) -> None:
+        """Live estimates and the contradiction check start from the quiet curve as it is now."""
+        self._start = self._quiet_curve()
+        self._verify = dict(self._start)
         self._curve.clear()
-        self.draft_step = None if d.get("draft_step") is None else float(d["draft_step"])
-        self.read_per_token = None if d.get("read_per_token") is None else float(d["read_per_token"])
+        self.draft_step = self._quiet_draft.seconds
+        self.read_per_token = self._quiet_read.seconds
 
     def verify(self, n: int) -> float:
         """Seconds for a target pass over n tokens (the controller asks this dozens of times a round)."""
@@ -106,10 +167,10 @@ class CostModel:
         target: verifying 4 tokens cost 45.8 ms, 3 tokens 58.3 ms), and the controller should
         draft the length that is cheap to verify, not the one a straight line suggests.
 
-        Each size keeps the fastest of `rounds` interleaved timings: another process waking up only
-        ever adds time, and a curve skewed by one busy moment would be kept for every later run
-        (measured here: a saved curve had verify(2) at 116 ms against 66-75 ms when quiet, and so
-        ruled out short drafts for good)."""
+        Each size's `rounds` interleaved timings are one session of its quiet cost (their low
+        quantile: the fastest of three), added to the sessions restored before, if any: another
+        process waking up only ever adds time, and one busy moment in a measurement would
+        otherwise rule out the sizes it hit. The live estimates then start from the quiet curve."""
         for backend, ns in ((target, range(1, max_n + 1)), (draft, (1,))):
             if backend is None:
                 continue
@@ -117,7 +178,7 @@ class CostModel:
             room = backend.n_ctx - start
             backend.eval([0], 1)  # warm-up: first calls pay for allocation
             backend.truncate(start)
-            fastest: dict[int, float] = {}
+            timings: dict[int, list[float]] = {}
             for _ in range(rounds):
                 for n in ns:
                     if n > room:
@@ -126,26 +187,27 @@ class CostModel:
                     backend.eval([0] * n, n)
                     elapsed = time.perf_counter() - t0
                     backend.truncate(start)
-                    fastest[n] = min(elapsed, fastest.get(n, elapsed))
-            for n, elapsed in fastest.items():
+                    timings.setdefault(n, []).append(elapsed)
+            for n, seconds in timings.items():
                 if backend is target:
-                    self.observe_verify(n, elapsed)
+                    self._quiet_verify.setdefault(n, QuietCost()).add_session(seconds)
                 else:
-                    self.observe_draft(n, elapsed)
+                    self._quiet_draft.add_session([s / n for s in seconds])
         if draft is not None and draft.n_ctx - len(draft.cached) >= self.READ_PROBE:
-            self.observe_read(self.READ_PROBE, self._fastest_read(draft, rounds))
+            self._quiet_read.add_session(self._read_timings(draft, rounds))
+        self._start_from_quiet()
 
-    READ_PROBE = 64  # tokens the draft model reads to time its catch-up
+    READ_PROBE = 64  # tokens the draft model reads, to time its catch-up
 
-    def _fastest_read(self, draft, rounds: int) -> float:
-        """The fastest of `rounds` timings of the draft model reading READ_PROBE tokens in one batch."""
-        start, fastest = len(draft.cached), float("inf")
+    def _read_timings(self, draft, rounds: int) -> list[float]:
+        """Seconds per token of the draft model reading READ_PROBE tokens in one batch, `rounds` times."""
+        start, per_token = len(draft.cached), []
         for _ in range(rounds):
             t0 = time.perf_counter()
             draft.eval([0] * self.READ_PROBE, 1)
-            fastest = min(fastest, time.perf_counter() - t0)
+            per_token.append((time.perf_counter() - t0) / self.READ_PROBE)
             draft.truncate(start)
-        return fastest
+        return per_token
 
 
 def best_k(acceptance: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
