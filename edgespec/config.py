@@ -79,6 +79,14 @@ class ModelSpec:
     allow_pickle: bool = False
 
 
+# Tokens at a prompt's end the draft model reads at most, by default. It agrees with the target
+# far more often when it has read the text a reply copies (an edited file, from its top), so the
+# window holds a whole file of a few hundred lines; the controller reads it only when the rest of
+# the reply can pay for it, and the bound keeps a long chat's catch-up bounded too
+# (scripts/draft_window.py measures agreement by window).
+DRAFT_WINDOW = 2048
+
+
 @dataclass(frozen=True)
 class PairConfig:
     name: str
@@ -92,6 +100,8 @@ class PairConfig:
     threads: int | None = None  # llamacpp: None = physical cores
     device_map: str = "auto"  # hf: accelerate device map
     description: str = ""
+    # tokens at the prompt's end the draft model reads (0: all of it); see ModelDrafter
+    draft_window: int = DRAFT_WINDOW
 
 
 @dataclass(frozen=True)
@@ -124,7 +134,8 @@ _MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source
 _PYPI_KEYS = ("pypi", "version", "parts", "member")
 _HUB_KEYS = ("hf", "file", "revision")
 _DERIVE_KEYS = ("derive", "layout")
-_PAIR_KEYS = ("backend", "target", "drafter", "context", "sampling", "n_gpu_layers", "threads", "device_map", "description")
+_PAIR_KEYS = ("backend", "target", "drafter", "context", "draft_window", "sampling", "n_gpu_layers", "threads",
+              "device_map", "description")
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -360,6 +371,7 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
         draft=draft,
         drafter=drafter,
         context=t.get("context", int, check=_positive),
+        draft_window=t.get("draft_window", int, DRAFT_WINDOW, check=_at_least(0, "0 = the whole prompt")),
         sampling=_sampling(t),
         n_gpu_layers=t.get("n_gpu_layers", int, None, check=_at_least(-1, "-1 = all layers")),
         threads=t.get("threads", int, None, check=_positive),

@@ -56,7 +56,9 @@ class Engine:
     def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None):
         self.pair, self.target, self.draft = pair, target, draft
         self.n_ctx = target.n_ctx
-        self._drafters: list[Drafter] = [NgramDrafter()] + ([ModelDrafter(draft)] if draft is not None else [])
+        self._drafters: list[Drafter] = [NgramDrafter()]
+        if draft is not None:
+            self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None))
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures

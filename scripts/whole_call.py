@@ -8,7 +8,7 @@ of its rounds, and its speedup the ratio of those medians to `--draft none`'s. T
 off (EDGESPEC_NO_CACHE=1): every call is cold.
 
     .venv/bin/python scripts/whole_call.py --case argparse.py:260 "Add type hints to every function." \\
-        --modes none,auto --rounds 2 --max-tokens 200 --json results/whole_call.json
+        --modes "none;auto" --rounds 2 --max-tokens 200 --json results/whole_call.json
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -38,13 +39,30 @@ def read_case(spec: str) -> tuple[str, str]:
     return spec, text
 
 
-def one_call(edgespec: str, text: str, instruction: str, mode: str, args) -> dict:
+def parse_modes(text: str) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """'none;auto;all=--draft auto -m wide --config my.toml;old=PYTHONPATH=../old --draft auto' ->
+    {label: (environment, `run` flags)}; a bare word is a --draft value, leading NAME=VALUE words
+    are environment variables (another checkout of edgespec, say)."""
+    modes = {}
+    for part in (p.strip() for p in text.split(";") if p.strip()):
+        label, eq, rest = part.partition("=")
+        words = shlex.split(rest) if eq else ["--draft", label.strip()]
+        env = {}
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+            name, _, value = words.pop(0).partition("=")
+            env[name] = value
+        modes[label.strip()] = (env, words)
+    return modes
+
+
+def one_call(edgespec: str, text: str, instruction: str, mode: tuple[dict[str, str], list[str]], args) -> dict:
     """Run one call; its wall clock (process start to exit) and the stats it wrote."""
+    extra_env, flags = mode
     with tempfile.TemporaryDirectory() as tmp:
         stats = Path(tmp) / "stats.json"
-        cmd = [edgespec, "run", instruction, "--draft", mode, "--max-tokens", str(args.max_tokens),
-               "--color", "never", "--stats-json", str(stats)] + (["-m", args.pair] if args.pair else [])
-        env = {**os.environ, "EDGESPEC_NO_CACHE": "1"}
+        cmd = [edgespec, "run", instruction, "--max-tokens", str(args.max_tokens), "--color", "never",
+               "--stats-json", str(stats), *flags]
+        env = {**os.environ, "EDGESPEC_NO_CACHE": "1", **extra_env}
         t0 = time.perf_counter()
         done = subprocess.run(cmd, input=text.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         wall = time.perf_counter() - t0
@@ -92,20 +110,21 @@ def commit() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs=2, action="append", metavar=("FILE[:LINES]", "INSTRUCTION"), required=True)
-    ap.add_argument("--modes", default="none,auto", help="--draft values, the first is the baseline")
+    ap.add_argument("--modes", default="none;auto",
+                    help="';'-separated --draft values or LABEL=RUN FLAGS; the first is the baseline")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=200)
-    ap.add_argument("--pair", default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     edgespec = str(Path(sys.executable).with_name("edgespec"))
-    modes = [m.strip() for m in args.modes.split(",")]
+    flags = parse_modes(args.modes)
+    modes = list(flags)
     cases = [(*read_case(spec), instruction) for spec, instruction in args.case]
     rows = []
     for round_ in range(args.rounds):
         for label, text, instruction in cases:
             for mode in modes:
-                r = one_call(edgespec, text, instruction, mode, args)
+                r = one_call(edgespec, text, instruction, flags[mode], args)
                 rows.append({"case": f"{label} | {instruction}", "mode": mode, "round": round_, **r})
                 print(f"round {round_} {label} {mode}: wall {r['wall_s']:.1f} s, TTFT {r['ttft_s']:.1f} s, "
                       f"decode {r['decode_s']:.1f} s, {r['tokens']} tokens", file=sys.stderr)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.config import ConfigError, Derived, HubSource, PypiChunks, load_registry
+from edgespec.config import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, load_registry
 
 
 @pytest.fixture(autouse=True)
@@ -56,6 +56,7 @@ def test_builtin_registry_holds_the_ngram_hf_and_hub_pairs():
     assert registry.pair("qwen2.5-coder-1.5b-hf").backend == "hf"
     seven = registry.pair("qwen2.5-coder-7b")
     assert seven.n_gpu_layers is None  # unset: every layer where llama.cpp can offload, none where it cannot
+    assert seven.draft_window == DRAFT_WINDOW  # unset: the default window
     assert seven.target.source == HubSource("Qwen/Qwen2.5-Coder-7B-Instruct-GGUF", "qwen2.5-coder-7b-instruct-q4_k_m.gguf")
     assert seven.target.sha256 is None  # no public page states it: the first pull records it
     assert seven.target.weights_gb == 4.68
@@ -175,6 +176,8 @@ def test_toml_syntax_error_names_the_line(tmp_path):
         (('target = "qwen2.5-coder-1.5b-instruct-q4_k_m"', 'target = "llama-3.2-1b-instruct"'),
          'pair "foo": key "target": model "llama-3.2-1b-instruct" has format "hf"; backend "llamacpp" needs "gguf"'),
         (("context = 4096", "context = 4096\nn_gpu_layers = -2"), 'pair "foo": key "n_gpu_layers": -2 must be >= -1'),
+        (("context = 4096", "context = 4096\ndraft_window = -1"),
+         'pair "foo": key "draft_window": -1 must be >= 0 (0 = the whole prompt)'),
         (("context = 4096", "context = 4096\n[pairs.foo.sampling]\ntop_p = 1.5"),
          'pair "foo": key "sampling.top_p": 1.5 is not in (0, 1] (1 = off)'),
         (("context = 4096", "context = 4096\n[pairs.foo.sampling]\ntemperature = inf"),
@@ -275,3 +278,10 @@ def test_home_is_shown_as_tilde(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as e:
         load_registry(path)
     assert str(e.value) == '~/.config/edgespec/models.toml: pair "foo": key "backend": "lamacpp" is not one of llamacpp, hf'
+
+
+def test_a_pair_sets_its_draft_window(tmp_path):
+    user = tmp_path / "models.toml"
+    user.write_text(PAIR.replace('drafter = "ngram"', 'drafter = "qwen2.5-coder-0.5b-instruct-q4_k_m"')
+                    + "draft_window = 0\n")
+    assert load_registry(user).pair("foo").draft_window == 0  # 0: the whole prompt

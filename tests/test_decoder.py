@@ -290,3 +290,20 @@ def test_the_next_turn_of_a_chat_keeps_the_draft_models_window_and_reads_only_wh
     assert [t.id for t in tokens2] == plain_greedy(target, turn, 30)
     assert drafter.start == start  # the view grew instead of moving
     assert sum(draft.evals) - read_before < 128  # nothing like a whole window read again
+
+
+# a 300-token prompt: a 64-token window starts at 192 (300 - 64, aligned down to 64); 0 reads it all
+@pytest.mark.parametrize("window, read", [(64, 300 - 192 + 1), (0, 300 + 1)])
+def test_an_engine_drafts_with_its_pairs_window(window, read):
+    from dataclasses import replace
+
+    from edgespec.decoding.drafters import DraftChoice
+    from edgespec.decoding.plan import KSetting
+    from edgespec.engine import Engine, GenerateSettings
+    from tests.fakes import fake_engine
+
+    fake = fake_engine()
+    engine = Engine(replace(fake.pair, draft_window=window), fake.target, fake.draft)
+    prompt = long_prompt(300, seed=3)
+    list(engine.generate_tokens(prompt, GenerateSettings(8, GREEDY, DraftChoice.MODEL, KSetting("fixed", 2))))
+    assert fake.draft.evals[0] == read  # its view of the prompt, and the first token

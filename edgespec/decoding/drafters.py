@@ -148,10 +148,10 @@ class ModelDrafter:
 
     kind = DrafterKind.MODEL
     free = False
-    WINDOW = 512  # tokens of the prompt's end it reads at most (None: all of it)
     ALIGN = 64  # view starts are multiples of this, so calls on one file that differ in their last words share it
 
-    def __init__(self, backend: Backend, window: int | None = WINDOW, read: Reader = sync_cache):
+    def __init__(self, backend: Backend, window: int | None = None, read: Reader = sync_cache):
+        """`window`: tokens of the prompt's end it reads at most (None: all of it)."""
         self.backend, self.window, self._read = backend, window, read
         self.start = 0  # the view of the text is context[start:]
 
