@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -15,7 +16,7 @@ from edgespec.decoding.events import Source, Step, Summary, Token
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, first_branch, is_chain
-from tests.fakes import MarkovBackend, plain_greedy
+from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
 GREEDY = SamplingParams()
 PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
@@ -236,3 +237,71 @@ def test_the_draft_model_drafts_its_chain_before_any_alternative():
     assert all(parents[n] in (ROOT, 0, 1, 2) for n in range(4, len(parents)))
     after = asked[4:]  # the first 4 asked whether an alternative could pay, while drafting
     assert [nodes for _, nodes in after] == list(range(4, 12)) and [p for p, _ in after] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+# -- where the reply's time goes (simulated time: each eval advances a virtual clock) -------------
+
+
+def timed_pair(draft_cls=ModelDrafter):
+    """A target costing 10 ms a token and a draft model costing 2 ms a token, on one virtual clock."""
+    clock = VirtualClock()
+    target = MarkovBackend(seed=7, cost=lambda n: 0.010 * n, clock=clock)
+    draft = MarkovBackend(seed=7, noise=1.5, cost=lambda n: 0.002 * n, clock=clock)
+    return clock, target, draft, SpeculativeDecoder(target, FixedK(3, "model"), [draft_cls(draft)])
+
+
+def test_the_first_tokens_time_is_split_into_the_targets_and_the_drafts_reading():
+    clock, target, draft, decoder = timed_pair()
+    with simulated_time(clock):
+        _, steps, s = run(decoder, n=20)
+    assert s.target_read_tokens == s.prompt_tokens == len(PROMPT)
+    assert s.target_read_s == pytest.approx(0.010 * len(PROMPT))  # the target reads the prompt in one pass
+    assert s.draft_read_before_first_s == pytest.approx(0.002 * len(PROMPT))  # the draft model's begin()
+    assert s.ttft_s == pytest.approx(s.target_read_s + s.draft_read_before_first_s)
+    assert s.decode_s == pytest.approx(s.draft_s + s.verify_s) and s.decode_s > 0
+    assert s.total_s == s.ttft_s + s.decode_s
+    assert s.total_tokens_per_s == pytest.approx(20 / s.total_s) and s.total_tokens_per_s < s.decode_tokens_per_s
+    assert s.read_s == sum(step.read_s for step in steps) == 0.0  # drafting every round: nothing to catch up
+    assert s.draft_read_s == s.draft_read_before_first_s
+
+
+def test_a_second_call_reads_only_what_the_cache_lacks():
+    _, target, _, decoder = timed_pair()
+    run(decoder, n=20)
+    _, _, again = run(decoder, n=20)
+    assert again.prompt_tokens == len(PROMPT) and again.target_read_tokens == 1  # its logits are needed again
+
+
+class LazyModelDrafter(ModelDrafter):
+    """A draft model that reads the prompt at its first use instead of before the first token."""
+
+    def begin(self, prompt):
+        pass
+
+
+def test_a_draft_models_reading_during_decoding_is_its_steps_read_s():
+    clock, target, draft, decoder = timed_pair(LazyModelDrafter)
+    with simulated_time(clock):
+        _, steps, s = run(decoder, n=20)
+    assert s.draft_read_before_first_s == 0.0
+    # the first draft reads the prompt and the first token at once: reading, inside that step's draft_s
+    assert steps[0].read_s == pytest.approx(0.002 * (len(PROMPT) + 1)) and steps[0].draft_s > steps[0].read_s
+    assert all(step.read_s == 0.0 for step in steps[1:])
+    assert s.read_s == s.draft_read_s == pytest.approx(steps[0].read_s)
+    assert s.ttft_s == pytest.approx(s.target_read_s)
+
+
+def test_the_summary_keeps_its_split_through_json_and_reads_older_files():
+    _, _, _, decoder = timed_pair(LazyModelDrafter)
+    _, _, s = run(decoder, n=12)
+    d = json.loads(json.dumps(s.to_dict()))
+    for key in ("ttft_s", "target_read_s", "target_read_tokens", "draft_read_before_first_s", "read_s", "decode_s"):
+        assert d[key] == getattr(s, key)
+    assert d["draft_read_s"] == s.draft_read_s and d["total_s"] == s.total_s
+    assert d["total_tokens_per_s"] == s.total_tokens_per_s
+    assert Summary.from_dict(d) == s
+    old = {"tokens": 12, "prefill_s": 0.3, "ttft_s": 0.4, "decode_s": 1.0, "stop_reason": "eos"}  # before the split
+    back = Summary.from_dict(old)
+    assert back.total_s == pytest.approx(1.4) and back.target_read_s == back.draft_read_s == 0.0
+    with pytest.raises(TypeError, match="target_read_s"):
+        Summary.from_dict({**d, "target_read_s": -1.0})

@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from edgespec.backends.base import Backend, ContextOverflow, sync_cache
+from edgespec.backends.base import Backend, ContextOverflow, reused_prefix, sync_cache
 from edgespec.decoding.drafters import Draft, Drafter
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.plan import Plan, Policy, RoundContext
@@ -79,11 +79,17 @@ class SpeculativeDecoder:
         summary = Summary(prompt_tokens=len(prompt))
         t_start = time.perf_counter()
 
-        first = choose(sync_cache(self.target, prompt, 1)[0], params, rng)
+        # the first token's path, timed in parts: the target reads the prompt, then the drafters begin
+        summary.target_read_tokens = len(prompt) - reused_prefix(self.target, prompt, 1)
+        logits = sync_cache(self.target, prompt, 1)[0]
+        t_read = time.perf_counter()
+        summary.target_read_s = t_read - t_start
+        first = choose(logits, params, rng)
         for drafter in self.drafters.values():
             if self.policy.may_use(drafter.kind):
+                t_begin = time.perf_counter()
                 drafter.begin(prompt)
-        summary.prefill_s = time.perf_counter() - t_start
+                summary.draft_read_before_first_s += time.perf_counter() - t_begin
         context = list(prompt) + [first]
         summary.ttft_s = time.perf_counter() - t_start
         t_decode = time.perf_counter()
@@ -166,6 +172,7 @@ class SpeculativeDecoder:
             rejected_ids=tuple(t for node, t in enumerate(draft.ids) if node not in on_path),
             draft_s=t1 - t0,
             verify_s=t2 - t1,
+            read_s=draft.catch_up_s,
             drafter=drafter.kind if draft.ids else None,
             controller=plan.state,
             parents=tuple(parents),
