@@ -260,6 +260,8 @@ def test_bench_interleaves_several_pairs_and_compares_each_with_the_first_ones_a
     summary = {(s["pair"], s["mode"]): s for s in saved["summary"]}
     assert summary[("tiny", "ar")]["speedup_vs_first_ar"] == 1.0
     assert summary[("short", "k2")]["speedup_vs_first_ar"] is not None
+    assert summary[("tiny", "ar")]["total_speedup_vs_first_ar"] == 1.0
+    assert summary[("short", "k2")]["total_speedup_vs_first_ar"] is not None
     assert "short" in r.stdout and "tiny" in r.stdout  # a pair column
 
 
