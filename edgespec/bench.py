@@ -2,7 +2,10 @@
 
 Modes run interleaved per prompt (ar, k2, ..., then the next prompt) so slow drift of a noisy
 machine hits every mode alike; speedups are medians of per-prompt ratios against `ar` measured
-next to them. Several pairs (a tuned layout and its original) are interleaved the same way, each
+next to them, both of the decoding alone and of the whole reply (reading the prompt, which gives the
+first token, then decoding): the whole reply is what a user waits for. Every measured generation
+starts cold (`Engine.empty_caches`): otherwise every mode but a prompt's first would find that
+prompt already read. Several pairs (a tuned layout and its original) are interleaved the same way, each
 prompt running every mode of every pair before the next, and each pair's speedups are given both
 against its own `ar` and against the first pair's. With `repeats` > 1 each prompt runs the whole interleaved round that many times and a
 prompt's speed in a mode is the median of its repeats: on a small shared CPU one run of a prompt
@@ -23,6 +26,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from rich.console import Group
 from rich.table import Table
 
 from edgespec.bench_hf_assisted import assisted_generate
@@ -87,6 +91,26 @@ class Row:
     vs_ar: str | None = None
     parting: Parting | None = None
     rounds: list[Round] = field(default_factory=list, repr=False)  # for explaining a parting
+    # Where the reply's time went (seconds, see Summary): the first token, of which the target's
+    # reading of the prompt (target_read_tokens of prompt_tokens evaluated); the draft model's
+    # reading, while decoding; decoding. None: the mode does not say (hf-assisted's generate reads
+    # inside its first pass).
+    prompt_tokens: int = 0
+    target_read_tokens: int = 0
+    ttft_s: float = 0.0
+    target_read_s: float | None = None
+    draft_read_s: float | None = None
+    decode_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        """The whole reply: first token, then decoding."""
+        return self.ttft_s + self.decode_s
+
+    @property
+    def total_tokens_per_s(self) -> float:
+        """Tokens per second of the whole reply (0: nothing was timed)."""
+        return self.tokens / self.total_s if self.total_s > 0 else 0.0
 
 
 EXACT, UNCHECKED = "exact", "unchecked"
@@ -196,14 +220,20 @@ def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) ->
 
 
 def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingParams) -> Row:
-    """One generation of `prompt` in `mode`, as a row not yet compared with ar."""
+    """One generation of `prompt` in `mode`, started cold, as a row not yet compared with ar."""
+    engine.empty_caches()
     if mode.name == HF_ASSISTED:
-        r = assisted_generate(engine.target, engine.draft, prompt_ids(engine, prompt), prompt.max_tokens)
+        ids = prompt_ids(engine, prompt)
+        r = assisted_generate(engine.target, engine.draft, ids, prompt.max_tokens)
         return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,
-                   r.target_passes, None, None, r.k_trace, r.ids)
+                   r.target_passes, None, None, r.k_trace, r.ids, prompt_tokens=len(ids),
+                   target_read_tokens=len(ids), ttft_s=r.ttft_s, decode_s=r.decode_s)
     summary, ids, rounds = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
     return Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s, summary.drafted,
-               summary.accepted, summary.target_passes, None, None, summary.k_series, ids, rounds=rounds)
+               summary.accepted, summary.target_passes, None, None, summary.k_series, ids, rounds=rounds,
+               prompt_tokens=summary.prompt_tokens, target_read_tokens=summary.target_read_tokens,
+               ttft_s=summary.ttft_s, target_read_s=summary.target_read_s, draft_read_s=summary.draft_read_s,
+               decode_s=summary.decode_s)
 
 
 def layout_lines(engine: Engine) -> list[str]:
@@ -300,20 +330,22 @@ def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
 
 
 def summarize(rows: Iterable[Row]) -> list[dict]:
-    """Per pair, suite and mode: median tokens/s, median per-prompt speedup vs the pair's own ar
-    (and, with several pairs, vs the first pair's ar), acceptance, tokens per pass, K histogram,
-    and the share of outputs identical to ar. A prompt's speed in a mode is the median of its repeats."""
+    """Per pair, suite and mode: median tokens/s of the decoding and of the whole reply, the median
+    per-prompt speedups of both vs the pair's own ar (and, with several pairs, vs the first pair's
+    ar), median times (first token, the target's and the draft model's reading, decoding, whole
+    reply), acceptance, tokens per pass, K histogram, and the share of outputs identical to ar. A
+    prompt's figure in a mode is the median of its repeats; each median time is taken on its own, so
+    they need not add up."""
     rows = list(rows)
-    repeats: dict[tuple[str, str, str, str], list[float]] = {}
-    for r in rows:
-        repeats.setdefault((r.pair, r.suite, r.id, r.mode), []).append(r.decode_tokens_per_s)
-    speed = {key: statistics.median(v) for key, v in repeats.items()}
+    speed = _prompt_medians(rows, lambda r: r.decode_tokens_per_s)
+    whole = _prompt_medians(rows, lambda r: r.total_tokens_per_s)
+    times = {name: _prompt_medians(rows, lambda r, name=name: getattr(r, name))
+             for name in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")}
     pairs = list(dict.fromkeys(r.pair for r in rows))
-    ar = {(pair, suite, id): v for (pair, suite, id, mode), v in speed.items() if mode == "ar"}
     out = []
     for pair, suite, mode in dict.fromkeys((r.pair, r.suite, r.mode) for r in rows):
         group = [r for r in rows if r.pair == pair and r.suite == suite and r.mode == mode]
-        per_prompt = {r.id: speed[(pair, suite, r.id, mode)] for r in group}
+        ids = list(dict.fromkeys(r.id for r in group))
         hist: dict[str, int] = {}
         for r in group:
             for k in r.k_trace:
@@ -327,9 +359,12 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "pair": pair,
             "suite": suite,
             "mode": mode,
-            "prompts": len(per_prompt),
-            "decode_tokens_per_s": statistics.median(per_prompt.values()),
-            "speedup_vs_ar": _median_ratio(per_prompt, ar, pair, suite),
+            "prompts": len(ids),
+            "decode_tokens_per_s": _median_of(speed, pair, suite, ids, mode),
+            "total_tokens_per_s": _median_of(whole, pair, suite, ids, mode),
+            "total_speedup_vs_ar": _median_ratio(whole, pair, suite, ids, mode, pair),
+            "speedup_vs_ar": _median_ratio(speed, pair, suite, ids, mode, pair),
+            **{name: _median_of(t, pair, suite, ids, mode) for name, t in times.items()},
             "acceptance": sum(r.accepted for r in group) / drafted if drafted else 0.0,
             "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
             # per pass that verified a draft: its nodes (a chain's K) and the accepted path's length
@@ -340,32 +375,79 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "vs_ar": {v: verdicts.count(v) for v in (EXACT, TIE, DIFF, UNCHECKED)} if verdicts else None,
         }
         if len(pairs) > 1:
-            entry["speedup_vs_first_ar"] = _median_ratio(per_prompt, ar, pairs[0], suite)
+            entry["total_speedup_vs_first_ar"] = _median_ratio(whole, pair, suite, ids, mode, pairs[0])
+            entry["speedup_vs_first_ar"] = _median_ratio(speed, pair, suite, ids, mode, pairs[0])
         out.append(entry)
     return out
 
 
-def _median_ratio(per_prompt: dict[str, float], ar: dict, pair: str, suite: str) -> float | None:
-    """Median of per-prompt speed over ar's. A speed of 0 is no speed: that run had no decoding to
-    time (a one-token reply; or `hf-assisted` whose first pass, which also reads the prompt,
-    produced the whole reply), so its prompt has no ratio."""
-    ratios = [v / ar[(pair, suite, id)] for id, v in per_prompt.items() if v and ar.get((pair, suite, id))]
+def _prompt_medians(rows: list[Row], figure: Callable[[Row], float | None]) -> dict[tuple, float]:
+    """(pair, suite, prompt id, mode) -> the median of `figure` over that prompt's repeats; a
+    figure the mode does not give (None) is left out."""
+    values: dict[tuple, list[float]] = {}
+    for r in rows:
+        value = figure(r)
+        if value is not None:
+            values.setdefault((r.pair, r.suite, r.id, r.mode), []).append(value)
+    return {key: statistics.median(v) for key, v in values.items()}
+
+
+def _median_of(medians: dict[tuple, float], pair: str, suite: str, ids: list[str], mode: str) -> float | None:
+    """The median over the prompts `ids` of their figures in `mode` (None: no prompt has one)."""
+    values = [medians[key] for id in ids if (key := (pair, suite, id, mode)) in medians]
+    return statistics.median(values) if values else None
+
+
+def _median_ratio(speeds: dict[tuple, float], pair: str, suite: str, ids: list[str], mode: str,
+                  ar_pair: str) -> float | None:
+    """Median of per-prompt speed in `mode` over `ar_pair`'s ar. A speed of 0 is no speed: that run
+    had nothing to time (a one-token reply's decoding; or `hf-assisted` whose first pass, which
+    also reads the prompt, produced the whole reply), so its prompt has no ratio."""
+    ratios = [v / ar for id in ids
+              if (v := speeds.get((pair, suite, id, mode))) and (ar := speeds.get((ar_pair, suite, id, "ar")))]
     return statistics.median(ratios) if ratios else None
 
 
 def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
     return {
         "meta": meta,
-        "rows": [{k: v for k, v in asdict(r).items() if k not in ("output_ids", "rounds")} for r in rows],
+        "rows": [{**{k: v for k, v in asdict(r).items() if k not in ("output_ids", "rounds")},
+                  "total_s": r.total_s, "total_tokens_per_s": r.total_tokens_per_s} for r in rows],
         "summary": summary,
     }
 
 
-def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None):
-    """The summary as a table; `= ar` counts outputs equal to plain decoding's, parted at a tie, and
-    parted beyond the target's noise floor (DIFF), in that order. The caption gives the auto modes'
-    mean accepted path over their mean tree size (nodes) per drafting pass. With several pairs, a pair column
-    and each pair's speedup against the first pair's ar."""
+def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None) -> Group:
+    """The summary as two tables, each narrow enough for an 80-column terminal (no outer edge): where
+    a reply's time went (`times_table`), then the speedups and how the drafting went (`speed_table`)."""
+    return Group(times_table(summary), speed_table(summary, floors))
+
+
+def times_table(summary: list[dict]) -> Table:
+    """Median seconds per pair, suite and mode: the first token (of which the target's reading of
+    the prompt), the draft model's reading, decoding, the whole reply, and its tokens/s."""
+    several = _several_pairs(summary)
+    t = Table(title="edgespec bench: where a reply's time goes (medians, seconds)", show_edge=False,
+              caption="TTFT (time to first token) holds the target's reading of the prompt and the draft model's "
+                      "reading before the first token; draft read: all the draft model's reading, before the first "
+                      "token and while decoding; whole = TTFT + decode; -: the mode does not say")
+    for col in (("pair",) if several else ()) + ("suite", "mode", "TTFT", "target read", "draft read", "decode",
+                                                 "whole", "whole tok/s"):
+        _add_column(t, col)
+    for s in summary:
+        cells = [s["pair"]] if several else []
+        cells += [s["suite"], s["mode"], *(_seconds(s[key]) for key in
+                                           ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s"))]
+        t.add_row(*cells, f"{s['total_tokens_per_s']:.1f}")
+    return t
+
+
+def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None) -> Table:
+    """The speedups of the whole reply, then of decoding alone, and how the drafting went; `= ar`
+    counts outputs equal to plain decoding's, parted at a tie, and parted beyond the target's noise
+    floor (DIFF), in that order. The caption gives the auto modes' mean accepted path over their mean
+    tree size (nodes) per drafting pass. With several pairs, a pair column and each pair's speedups
+    against the first pair's ar."""
     caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
     floors = floors or {}
     for pair, floor in floors.items():
@@ -375,28 +457,51 @@ def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None):
     if trees:  # the modes whose drafts may branch; every row's figures are in --json
         caption += "\naccepted path / tree size per drafting pass: " + ", ".join(
             f"{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees)
-    several = any("speedup_vs_first_ar" in s for s in summary)
+    several = _several_pairs(summary)
     first = summary[0]["pair"] if summary else ""
-    columns = (("pair",) if several else ()) + ("suite", "mode", "tok/s", "speedup vs ar") \
-        + ((f"vs {first} ar",) if several else ()) \
+    columns = (("pair",) if several else ()) + ("suite", "mode", "whole vs ar") \
+        + ((f"whole vs {first} ar",) if several else ()) + ("decode tok/s", "decode vs ar") \
+        + ((f"decode vs {first} ar",) if several else ()) \
         + ("acceptance", "tokens/pass", "K histogram", "= ar")
-    t = Table(title="edgespec bench", caption=caption)
+    t = Table(title="edgespec bench", caption=caption, show_edge=False)
     for col in columns:
-        # names are kept whole on a narrow terminal; the figures' headers wrap instead
-        t.add_column(col, justify="left" if col in ("pair", "suite", "mode", "K histogram") else "right",
-                     no_wrap=col in ("pair", "suite", "mode"))
+        _add_column(t, col)
     for s in summary:
         hist = histogram_text({int(k): v for k, v in s["k_histogram"].items()})
         cells = [s["pair"]] if several else []
-        cells += [s["suite"], s["mode"], f"{s['decode_tokens_per_s']:.1f}", _ratio(s["speedup_vs_ar"])]
+        cells += [s["suite"], s["mode"], _ratio(s["total_speedup_vs_ar"])]
+        cells += [_ratio(s["total_speedup_vs_first_ar"])] if several else []
+        cells += [f"{s['decode_tokens_per_s']:.1f}", _ratio(s["speedup_vs_ar"])]
         cells += [_ratio(s["speedup_vs_first_ar"])] if several else []
         cells += [f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist, _vs_ar_text(s["vs_ar"])]
         t.add_row(*cells)
     return t
 
 
+_SQUEEZABLE = ("decode tok/s", "acceptance", "tokens/pass", "= ar")  # short figures beside long headers
+
+
+def _add_column(t: Table, name: str) -> None:
+    """Names are kept whole on a narrow terminal, and times and speeds ("2.36x") too; headers and
+    the other figures wrap instead."""
+    if name in ("pair", "suite", "mode"):
+        t.add_column(name, no_wrap=True)
+    elif name == "K histogram":
+        t.add_column(name)
+    else:
+        t.add_column(name, justify="right", min_width=5 if name not in _SQUEEZABLE else None)
+
+
+def _several_pairs(summary: list[dict]) -> bool:
+    return any("speedup_vs_first_ar" in s for s in summary)
+
+
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _vs_ar_text(counts: dict | None) -> str:
@@ -418,7 +523,7 @@ def check_plot_path(path: Path) -> None:
 
 
 def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
-    """Speedup per suite and mode (bars), and K over time for the `auto` generation that drafted most."""
+    """Whole-reply speedup per suite and mode (bars), and K over time for the `auto` generation that drafted most."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -431,13 +536,13 @@ def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.8 / max(len(series), 1)
     for i, (pair, mode) in enumerate(series):
-        vals = [next((s["speedup_vs_ar"] or 0 for s in summary
+        vals = [next((s["total_speedup_vs_ar"] or 0 for s in summary
                       if s["pair"] == pair and s["suite"] == su and s["mode"] == mode), 0) for su in suites]
         ax1.bar([j + i * width for j in range(len(suites))], vals, width,
                 label=f"{pair} {mode}" if len(pairs) > 1 else mode)
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(suites))], suites)
-    ax1.set_ylabel("decode speed vs plain (median of per-prompt ratios)")
+    ax1.set_ylabel("whole reply (first token + decoding) speed vs plain\n(median of per-prompt ratios)")
     if series:
         ax1.legend(fontsize=8)
     trace_mode = "auto" if any(r.mode == "auto" for r in rows) else (modes[0] if modes else "ar")

@@ -22,8 +22,10 @@ class AssistedRun:
     engine emits them; `tokens` is their count. `decode_tokens_per_s` counts the tokens after the
     first target pass per second after it: that pass reads the prompt (the engine's prefill) and, here,
     also verifies the first draft, so its tokens and its time are both left out (0 when it produced
-    the whole reply: nothing is left to time). `target_passes` counts every target forward (the
-    first included), `k_trace` the draft length of each.
+    the whole reply: nothing is left to time). `ttft_s` runs from the call to the end of that first
+    pass (both models reading the prompt, the first draft and its verification), `decode_s` from
+    there to the last pass. `target_passes` counts every target forward (the first included),
+    `k_trace` the draft length of each.
     """
 
     ids: list[int]
@@ -33,6 +35,8 @@ class AssistedRun:
     drafted: int
     accepted: int
     k_trace: list[int]
+    ttft_s: float
+    decode_s: float
 
 
 class _AssistedTrace:
@@ -82,6 +86,7 @@ def assisted_generate(target: HFBackend, draft: HFBackend, prompt_ids: Sequence[
     pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos[0] if eos else None)
     trace = _AssistedTrace(clock)
     hook = draft.model.register_forward_hook(trace.draft_forward)
+    start = clock()
     try:
         with torch.inference_mode(), quiet_transformers():
             ids = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
@@ -98,9 +103,10 @@ def assisted_generate(target: HFBackend, draft: HFBackend, prompt_ids: Sequence[
     passes = trace.passes
     validated = sum(n for _, n, _ in passes)
     rate = 0.0
+    ttft = passes[0][0] - start if passes else clock() - start
     if len(passes) > 1:
         decoded = len(new) - min(passes[0][1], len(new))
         span = passes[-1][0] - passes[0][0]
         rate = decoded / span if span > 0 else 0.0
     return AssistedRun(new, len(new), rate, len(passes), sum(k for *_, k in passes), validated - len(passes),
-                       [k for *_, k in passes])
+                       [k for *_, k in passes], ttft, passes[-1][0] - passes[0][0] if passes else 0.0)

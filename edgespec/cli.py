@@ -109,9 +109,9 @@ def reply(engine, text: str, system: str | None, raw: bool, settings, color: str
     if summary.stop_reason == "context":
         click.echo(f"edgespec: the reply was cut: the {engine.n_ctx}-token context is full", err=True)
     if stats:
-        click.echo(stats_line(summary), err=True)
+        click.echo(stats_line(summary, engine.load_s), err=True)
     if stats_json:
-        data = json.dumps({"pair": engine.pair.name, **summary.to_dict()}, indent=2) + "\n"
+        data = json.dumps({"pair": engine.pair.name, **summary.to_dict(), "load_s": engine.load_s}, indent=2) + "\n"
         write_or_rescue(stats_json, lambda tmp: tmp.write_text(data), "stats")
 
 

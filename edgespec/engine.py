@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,8 @@ class NoDraftModel(SettingError):
 class Engine:
     """A target backend, an optional draft-model backend, and the drafters built on them."""
 
-    def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None):
+    def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None,
+                 load_s: dict[str, float] | None = None):
         self.pair, self.target, self.draft = pair, target, draft
         self.n_ctx = target.n_ctx
         self._drafters: list[Drafter] = [NgramDrafter()]
@@ -63,6 +65,9 @@ class Engine:
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
         self._noise_floor: NoiseFloor | None = None
+        # seconds `open_engine` spent per part of the load: "check" (the model files' size and
+        # sha256, hashed once per file version), "target" and "draft" (each model's load)
+        self.load_s = load_s or {}
 
     def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
         return self.generate_tokens(self.chat_tokens(messages), settings, cancel)
@@ -96,6 +101,14 @@ class Engine:
             yield from events
         finally:
             self.keep_costs()
+
+    def empty_caches(self) -> None:
+        """Forget what the target and the draft model have read, so the next generation reads its
+        whole prompt: a measurement of a cold call (the bench) must not reuse the previous one's
+        cached prefix."""
+        for backend in (self.target, self.draft):
+            if backend is not None:
+                backend.truncate(0)
 
     def placements(self) -> dict[str, Placement]:
         """Where each loaded model runs ("target", and "draft" when a draft model is loaded), as its
@@ -295,18 +308,27 @@ def find_pair(pair_name: str | None = None, config_path: Path | None = None,
 
 
 def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engine:
-    """Load a pair: check its files, load the target (and the draft model if it may be used)."""
+    """Load a pair: check its files, load the target (and the draft model if it may be used: not
+    for --draft ngram or none). The engine's `load_s` has the seconds of each part; the draft's
+    includes checking that its vocabulary is the target's."""
     store = Store()
+    t0 = time.perf_counter()
     target_path = store.ensure(pair.target, pair.name)
     use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
     draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
+    t1 = time.perf_counter()
     target = load_backend(pair, pair.target, target_path)
+    t2 = time.perf_counter()
+    load_s = {"check": t1 - t0, "target": t2 - t1}
     try:
-        draft_backend = _load_draft(pair, target, target_path, draft_path) if draft_path is not None else None
+        draft_backend = None
+        if draft_path is not None:
+            draft_backend = _load_draft(pair, target, target_path, draft_path)
+            load_s["draft"] = time.perf_counter() - t2
     except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
         target.close()
         raise
-    return Engine(pair, target, draft_backend)
+    return Engine(pair, target, draft_backend, load_s)
 
 
 def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:

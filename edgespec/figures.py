@@ -2,27 +2,32 @@
 
 `run --stats`, the chat app's stats bar and the line under each finished reply all show the same
 few numbers, named as llama.cpp's tools name them (tokens/s, TTFT, acceptance, tokens per target
-pass): `figure_parts` words them, each front end joins and styles them its own way.
+pass): `figure_parts` words them, each front end joins and styles them its own way. The figure a
+user waits for is the whole reply (first token + decoding); decode speed alone leaves out the
+reading of the prompt, often the larger part of a call on a real file.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
 from edgespec.decoding.events import Summary
 
 
 class FigureParts(NamedTuple):
-    speed: str
+    speed: str  # decode tokens/s
     tokens: str
-    ttft: str
+    ttft: str  # time to first token (with its reading split out, unless compact)
     acceptance: str
     per_pass: str
+    decode: str  # decoding time
+    total: str  # the whole reply: time and tokens/s
 
 
 def figure_parts(s: Summary, compact: bool = False) -> FigureParts:
-    """Decode speed, tokens, time to first token, acceptance, tokens per target pass. `compact`
-    words them for a one-line bar that also holds sparklines (the chat app)."""
+    """Decode speed, tokens, time to first token, acceptance, tokens per target pass, decoding time
+    and the whole reply. `compact` words them for a one-line bar that also holds sparklines (the
+    chat app)."""
     if not s.drafted:
         acceptance = "accept –" if compact else "acceptance –"
     elif compact:
@@ -30,8 +35,12 @@ def figure_parts(s: Summary, compact: bool = False) -> FigureParts:
     else:
         acceptance = f"acceptance {s.acceptance:.0%} ({s.accepted}/{s.drafted} drafted)"
     per_pass = f"{s.tokens_per_pass:.2f} {'tok' if compact else 'tokens'}/pass"
-    return FigureParts(f"{s.decode_tokens_per_s:.1f} tok/s", f"{s.tokens} tokens", f"TTFT {s.ttft_s:.2f} s", acceptance,
-                       per_pass)
+    ttft, decode = f"TTFT {s.ttft_s:.2f} s", f"decode {s.decode_s:.2f} s"
+    if not compact:
+        ttft += f" (target read {s.target_read_s:.2f} s)"
+        decode += f" (draft read {s.draft_read_s:.2f} s)"
+    return FigureParts(f"{s.decode_tokens_per_s:.1f} tok/s", f"{s.tokens} tokens", ttft, acceptance, per_pass, decode,
+                       f"total {s.total_s:.2f} s, {s.total_tokens_per_s:.1f} tok/s")
 
 
 def histogram_text(histogram: dict[int, int]) -> str:
@@ -39,6 +48,16 @@ def histogram_text(histogram: dict[int, int]) -> str:
     return " ".join(f"{k}:{v}" for k, v in sorted(histogram.items())) or "-"
 
 
-def stats_line(s: Summary) -> str:
-    """The one line `edgespec run --stats` prints on stderr."""
-    return ", ".join([*figure_parts(s), f"K histogram {histogram_text(s.k_histogram)}", f"stop: {s.stop_reason}"])
+def load_text(load_s: Mapping[str, float]) -> str:
+    """'load 1.93 s (check 0.01 s, target 1.50 s, draft 0.42 s)': what opening the pair took."""
+    parts = ", ".join(f"{part} {seconds:.2f} s" for part, seconds in load_s.items())
+    return f"load {sum(load_s.values()):.2f} s ({parts})"
+
+
+def stats_line(s: Summary, load_s: Mapping[str, float] | None = None) -> str:
+    """The one line `edgespec run --stats` prints on stderr: in the order the user waited, the load
+    (when given), the first token, decoding, the whole reply, then how the drafting went."""
+    p = figure_parts(s)
+    load = [load_text(load_s)] if load_s else []
+    return ", ".join([*load, p.ttft, p.decode, p.total, f"decode {p.speed}", p.tokens, p.acceptance, p.per_pass,
+                      f"K histogram {histogram_text(s.k_histogram)}", f"stop: {s.stop_reason}"])

@@ -221,8 +221,8 @@ def run_decode(target, draft, prompt, n_tokens, mode: str, oracle, costs) -> Dec
         for t in timed:
             t.detach()
     # host time: decode wall time outside model passes. The target's prompt pass is not decode time
-    # (summary.prefill_s); the draft model's first catch-up on the prompt is, as in the user's loop.
-    host_s = max(summary.decode_s - (model_s - summary.prefill_s), 0.0)
+    # (summary.target_read_s); the draft model's reading during decoding is, as in the user's loop.
+    host_s = max(summary.decode_s - (model_s - summary.target_read_s), 0.0)
     seq = list(prompt[-1:]) + ids
     follows = sum(oracle(p) == n for p, n in zip(seq, seq[1:])) / max(len(ids), 1)
     return DecodeResult(mode=mode, tokens=summary.tokens, seconds=summary.decode_s, passes=summary.target_passes,

@@ -37,8 +37,12 @@ DEV_SET = Path("/work/shared/bench/dev.jsonl")
 SHIPPED = Path(str(files("edgespec") / "data" / "dev.jsonl"))
 GREEDY = SamplingParams()
 
-ROW_KEYS = {"id", "suite", "mode", "tokens", "decode_tokens_per_s", "drafted", "accepted", "target_passes", "matches_ar"}
-SUMMARY_KEYS = {"suite", "mode", "decode_tokens_per_s", "speedup_vs_ar", "acceptance", "tokens_per_pass", "k_histogram"}
+ROW_KEYS = {"id", "suite", "mode", "tokens", "decode_tokens_per_s", "drafted", "accepted", "target_passes", "matches_ar",
+            "prompt_tokens", "target_read_tokens", "ttft_s", "target_read_s", "draft_read_s",
+            "decode_s", "total_s", "total_tokens_per_s"}
+SUMMARY_KEYS = {"suite", "mode", "decode_tokens_per_s", "speedup_vs_ar", "acceptance", "tokens_per_pass", "k_histogram",
+                "total_tokens_per_s", "total_speedup_vs_ar", "ttft_s", "target_read_s", "draft_read_s", "decode_s",
+                "total_s"}
 
 # -- the suite file ---------------------------------------------------------------------------
 
@@ -227,6 +231,25 @@ def test_run_bench_rows_carry_the_engine_figures(bench_run):
         assert rows["auto"].decode_tokens_per_s > 1.3 * rows["ar"].decode_tokens_per_s
 
 
+def test_every_measured_generation_starts_cold(bench_run):
+    """Every mode runs on the same engine: without emptying its caches, each mode after a prompt's
+    first would find that prompt already read (one token evaluated) and time almost no reading."""
+    for r in bench_run.rows:
+        assert r.prompt_tokens > 1 and r.target_read_tokens == r.prompt_tokens, (r.id, r.mode)
+
+
+def test_run_bench_rows_split_the_whole_reply(bench_run):
+    for r in bench_run.rows:
+        # simulated time: the target reads a whole prompt in one 10 ms pass; the draft model 1 ms a token
+        assert r.target_read_s == pytest.approx(0.010), (r.id, r.mode)
+        assert r.ttft_s == pytest.approx(r.target_read_s)  # no drafter reads before the first token
+        if r.mode in ("ar", "ngram-k4"):  # the draft model never runs
+            assert r.draft_read_s == 0.0
+        else:  # it reads the prompt and the first token at its first draft
+            assert r.draft_read_s == pytest.approx(0.001 * (r.prompt_tokens + 1))
+        assert r.total_s == r.ttft_s + r.decode_s and r.total_tokens_per_s == pytest.approx(r.tokens / r.total_s)
+
+
 def test_run_bench_flags_outputs_that_differ_from_ar():
     engine = fake_engine(noise=0.5)
     prompts = [BenchPrompt("x", "s", "completion", 24, prompt="abc abc abc")]
@@ -288,6 +311,31 @@ def test_summarize_computes_medians_of_per_prompt_ratios_and_totals():
     assert ar["tree_size"] == ar["accepted_length"] == 0.0
     assert summary["b", "k2"]["speedup_vs_ar"] == pytest.approx(0.5)
     assert summary["b", "k2"]["acceptance"] == 0.0
+
+
+def timed_row(id, mode, tps, ttft, decode, target_read=None, draft_read=None):
+    r = row(id, "a", mode, tps)  # 100 tokens
+    r.ttft_s, r.decode_s, r.target_read_s, r.draft_read_s = ttft, decode, target_read, draft_read
+    return r
+
+
+def test_summarize_gives_whole_reply_speedups_and_median_times():
+    # whole replies of 100 tokens: ar 10 s each, k2 5 s, 8 s and 9 s
+    rows = [timed_row("a/0", "ar", 11.0, 1.0, 9.0, 1.0, 0.0), timed_row("a/0", "k2", 26.0, 1.2, 3.8, 1.0, 0.2),
+            timed_row("a/1", "ar", 12.5, 2.0, 8.0, 2.0, 0.0), timed_row("a/1", "k2", 18.0, 2.5, 5.5, 2.0, 0.5),
+            timed_row("a/2", "ar", 16.5, 4.0, 6.0, 4.0, 0.0), timed_row("a/2", "k2", 21.5, 4.4, 4.6, 4.0, 0.4),
+            timed_row("a/0", "hf-assisted", 20.0, 1.5, 4.5), timed_row("a/1", "hf-assisted", 0.0, 9.0, 0.0)]
+    s = {x["mode"]: x for x in summarize(rows)}
+    k2 = s["k2"]
+    assert k2["total_speedup_vs_ar"] == pytest.approx(10 / 8)  # the median of 2.0, 1.25, 1.11
+    assert k2["speedup_vs_ar"] == pytest.approx(statistics.median([26 / 11, 18 / 12.5, 21.5 / 16.5]))
+    assert (k2["ttft_s"], k2["target_read_s"], k2["draft_read_s"]) == pytest.approx((2.5, 2.0, 0.4))
+    assert (k2["decode_s"], k2["total_s"], k2["total_tokens_per_s"]) == pytest.approx((4.6, 8.0, 100 / 8))
+    assert s["ar"]["total_speedup_vs_ar"] == pytest.approx(1.0) and s["ar"]["total_s"] == pytest.approx(10.0)
+    peer = s["hf-assisted"]  # its reading is not split out; a reply its first pass made whole still has a speed
+    assert peer["target_read_s"] is None and peer["draft_read_s"] is None
+    assert peer["total_speedup_vs_ar"] == pytest.approx(statistics.median([10 / 6, 10 / 9]))
+    assert peer["speedup_vs_ar"] == pytest.approx(20 / 11)  # a/1 decoded nothing: no decode ratio
 
 
 def test_run_bench_repeats_the_interleaved_round_of_each_prompt():
@@ -354,10 +402,16 @@ def test_to_json_has_the_documented_schema(bench_run):
 def test_table_lists_every_suite_and_mode():
     from rich.console import Console
 
-    console = Console(record=True, width=160)
+    console = Console(record=True, width=250)
     console.print(bench.table(summarize(HAND_ROWS)))
     text = console.export_text()
     assert "1.50x" in text and "0.50x" in text and "60%" in text and "0:1 2:4 10:1" in text
+    assert text.index("whole vs ar") < text.index("decode vs ar")  # what the user waits for comes first
+    console.print(bench.table(summarize([timed_row("a/0", "ar", 11.0, 1.0, 9.0, 0.75, 0.0),
+                                         timed_row("a/0", "k2", 26.0, 1.25, 3.75, 0.75, 0.25)])))
+    times, speeds = [l.split() for l in console.export_text().splitlines() if " k2 " in l][-2:]
+    assert [x for x in times if x != "│"] == ["a", "k2", "1.25", "0.75", "0.25", "3.75", "5.00", "20.0"]
+    assert [x for x in speeds if x != "│"][:5] == ["a", "k2", "2.00x", "26.0", "2.36x"]
     assert "accepted path / tree size" not in text  # no auto mode: every draft was a chain of K
     auto = [replace(r, mode="auto") for r in HAND_ROWS if r.mode == "k2"] + [r for r in HAND_ROWS if r.mode == "ar"]
     console.print(bench.table(summarize(auto)))
@@ -435,9 +489,12 @@ def test_bench_command_writes_json_and_plot(cli_env):
         assert 0 < x["tokens"] <= 12 and x["target_passes"] > 0
     assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {(s, m) for s in ("code", "talk") for m in ("ar", "k2", "auto")}
     for s in doc["summary"]:
-        assert SUMMARY_KEYS <= set(s) and s["speedup_vs_ar"] is not None
+        assert SUMMARY_KEYS <= set(s) and s["speedup_vs_ar"] is not None and s["total_speedup_vs_ar"] is not None
+    for x in rows:  # each run starts cold, and its times add up
+        assert x["target_read_tokens"] == x["prompt_tokens"] > 0
+        assert x["ttft_s"] >= x["target_read_s"] > 0 and x["total_s"] == pytest.approx(x["ttft_s"] + x["decode_s"])
     assert (cli_env / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "speedup" in r.stdout  # the table
+    assert "TTFT" in r.stdout and "edgespec bench" in r.stdout  # the tables
 
 
 def test_bench_command_reports_a_bad_suite_in_one_line(cli_env):

@@ -62,6 +62,36 @@ def test_run_streams_only_text_to_stdout_and_stats_to_stderr(env):
     assert 0 < stats["tokens"] <= 20
 
 
+def test_stats_split_the_whole_reply_and_the_load(env):
+    out = env / "stats.json"
+    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "12", "--stats", "--stats-json", str(out))
+    assert r.exit_code == 0, r.stderr
+    stats = json.loads(out.read_text())
+    assert stats["ttft_s"] >= stats["target_read_s"] > 0
+    assert stats["target_read_tokens"] == stats["prompt_tokens"] > 0
+    assert stats["draft_s"] >= stats["draft_read_s"] >= 0
+    assert stats["total_s"] == pytest.approx(stats["ttft_s"] + stats["decode_s"])
+    assert stats["total_tokens_per_s"] == pytest.approx(stats["tokens"] / stats["total_s"])
+    assert set(stats["load_s"]) == {"check", "target", "draft"} and all(v > 0 for v in stats["load_s"].values())
+    (line,) = [l for l in r.stderr.splitlines() if l.strip()]
+    load = stats["load_s"]
+    assert line.startswith(f"load {sum(load.values()):.2f} s (check {load['check']:.2f} s, "
+                           f"target {load['target']:.2f} s, draft {load['draft']:.2f} s), ")
+    for part in (f"TTFT {stats['ttft_s']:.2f} s (target read {stats['target_read_s']:.2f} s)",
+                 f"decode {stats['decode_s']:.2f} s (draft read {stats['draft_read_s']:.2f} s)",
+                 f"total {stats['total_s']:.2f} s, {stats['total_tokens_per_s']:.1f} tok/s",
+                 f"decode {stats['decode_tokens_per_s']:.1f} tok/s", "acceptance"):
+        assert part in line
+
+
+def test_no_draft_model_is_loaded_for_plain_decoding(env):
+    out = env / "stats.json"
+    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "4", "--draft", "none", "--stats-json", str(out))
+    assert r.exit_code == 0, r.stderr
+    stats = json.loads(out.read_text())
+    assert set(stats["load_s"]) == {"check", "target"} and stats["draft_read_s"] == 0.0
+
+
 def test_color_always_marks_tokens_by_source(env):
     r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "24", "--color", "always", "--draft", "model", "--k", "3")
     assert r.exit_code == 0, r.stderr
@@ -230,6 +260,8 @@ def test_bench_interleaves_several_pairs_and_compares_each_with_the_first_ones_a
     summary = {(s["pair"], s["mode"]): s for s in saved["summary"]}
     assert summary[("tiny", "ar")]["speedup_vs_first_ar"] == 1.0
     assert summary[("short", "k2")]["speedup_vs_first_ar"] is not None
+    assert summary[("tiny", "ar")]["total_speedup_vs_first_ar"] == 1.0
+    assert summary[("short", "k2")]["total_speedup_vs_first_ar"] is not None
     assert "short" in r.stdout and "tiny" in r.stdout  # a pair column
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -307,3 +308,53 @@ def test_an_engine_drafts_with_its_pairs_window(window, read):
     prompt = long_prompt(300, seed=3)
     list(engine.generate_tokens(prompt, GenerateSettings(8, GREEDY, DraftChoice.MODEL, KSetting("fixed", 2))))
     assert fake.draft.evals[0] == read  # its view of the prompt, and the first token
+
+
+# -- where the reply's time goes (simulated time: each eval advances a virtual clock) -------------
+
+
+def timed_pair():
+    """A target costing 10 ms a token and a draft model costing 2 ms a token, on one virtual clock."""
+    clock = VirtualClock()
+    target = MarkovBackend(seed=7, cost=lambda n: 0.010 * n, clock=clock)
+    draft = MarkovBackend(seed=7, noise=1.5, cost=lambda n: 0.002 * n, clock=clock)
+    return clock, target, draft, SpeculativeDecoder(target, FixedK(3, "model"), [ModelDrafter(draft)])
+
+
+def test_the_first_token_is_the_targets_reading_and_the_draft_models_is_in_its_first_step():
+    clock, target, draft, decoder = timed_pair()
+    with simulated_time(clock):
+        _, steps, s = run(decoder, n=20)
+    assert s.target_read_tokens == s.prompt_tokens == len(PROMPT)
+    assert s.target_read_s == pytest.approx(0.010 * len(PROMPT))  # the target reads the prompt in one pass
+    assert s.ttft_s == pytest.approx(s.target_read_s)  # and nothing else stands before the first token
+    # the first draft reads the prompt and the first token at once: reading, inside that step's draft_s
+    assert steps[0].read_s == pytest.approx(0.002 * (len(PROMPT) + 1)) and steps[0].draft_s > steps[0].read_s
+    assert all(step.read_s == 0.0 for step in steps[1:])  # drafting every round: nothing to catch up
+    assert s.draft_read_s == pytest.approx(steps[0].read_s)
+    assert s.decode_s == pytest.approx(s.draft_s + s.verify_s) and s.decode_s > 0
+    assert s.total_s == s.ttft_s + s.decode_s
+    assert s.total_tokens_per_s == pytest.approx(20 / s.total_s) and s.total_tokens_per_s < s.decode_tokens_per_s
+
+
+def test_a_second_call_reads_only_what_the_cache_lacks():
+    _, target, _, decoder = timed_pair()
+    run(decoder, n=20)
+    _, _, again = run(decoder, n=20)
+    assert again.prompt_tokens == len(PROMPT) and again.target_read_tokens == 1  # its logits are needed again
+
+
+def test_the_summary_keeps_its_split_through_json_and_reads_older_files():
+    _, _, _, decoder = timed_pair()
+    _, _, s = run(decoder, n=12)
+    d = json.loads(json.dumps(s.to_dict()))
+    for key in ("ttft_s", "target_read_s", "target_read_tokens", "draft_read_s", "decode_s"):
+        assert d[key] == getattr(s, key)
+    assert d["total_s"] == s.total_s
+    assert d["total_tokens_per_s"] == s.total_tokens_per_s
+    assert Summary.from_dict(d) == s
+    old = {"tokens": 12, "prefill_s": 0.3, "ttft_s": 0.4, "decode_s": 1.0, "stop_reason": "eos"}  # before the split
+    back = Summary.from_dict(old)
+    assert back.total_s == pytest.approx(1.4) and back.target_read_s == back.draft_read_s == 0.0
+    with pytest.raises(TypeError, match="target_read_s"):
+        Summary.from_dict({**d, "target_read_s": -1.0})

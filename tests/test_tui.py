@@ -101,7 +101,7 @@ def script(text: str = REPLY, rounds=ROUNDS) -> list:
 
 def summarize(events: list, stop_reason: str) -> Summary:
     """The Summary the decoder would end `events` with (its Tally of them, plus timings)."""
-    s = Summary(prompt_tokens=42, prefill_s=0.12, ttft_s=0.15, stop_reason=stop_reason)
+    s = Summary(prompt_tokens=42, target_read_tokens=42, target_read_s=0.12, ttft_s=0.15, stop_reason=stop_reason)
     for e in events:
         s.add(e)
     s.decode_s = (s.draft_s + s.verify_s) * 1.08

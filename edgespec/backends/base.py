@@ -105,6 +105,11 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int) -> int:
+    """How many of `tokens` `sync_cache` would keep from the cache; it evaluates the rest."""
+    return min(common_prefix(backend.cached, tokens), len(tokens) - n_logits)
+
+
 def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.ndarray:
     """Make the cache hold exactly `tokens` and return logits for the last `n_logits` of them.
 
@@ -113,7 +118,7 @@ def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.nda
     """
     if len(tokens) > backend.n_ctx:
         raise ContextOverflow(f"{len(tokens)} tokens do not fit the {backend.n_ctx}-token context")
-    keep = min(common_prefix(backend.cached, tokens), len(tokens) - n_logits)
+    keep = reused_prefix(backend, tokens, n_logits)
     if keep < len(backend.cached):
         backend.truncate(keep)
     return backend.eval(tokens[keep:], n_logits)

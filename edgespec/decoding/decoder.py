@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from edgespec.backends.base import Backend, ContextOverflow, sync_cache
+from edgespec.backends.base import Backend, ContextOverflow, reused_prefix, sync_cache
 from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.plan import Plan, Policy, RoundContext
@@ -82,8 +82,11 @@ class SpeculativeDecoder:
 
         # The first token needs only the target's reading of the prompt: it goes out before any
         # drafter is asked to do anything (a draft model reads when it is first used, if ever).
-        first = choose(sync_cache(self.target, prompt, 1)[0], params, rng)
-        summary.prefill_s = summary.ttft_s = time.perf_counter() - t_start
+        summary.target_read_tokens = len(prompt) - reused_prefix(self.target, prompt, 1)
+        logits = sync_cache(self.target, prompt, 1)[0]
+        summary.target_read_s = time.perf_counter() - t_start
+        first = choose(logits, params, rng)
+        summary.ttft_s = time.perf_counter() - t_start
         context = list(prompt) + [first]
         t_decode = time.perf_counter()
 
@@ -170,6 +173,7 @@ class SpeculativeDecoder:
             rejected_ids=tuple(t for node, t in enumerate(draft.ids) if node not in on_path),
             draft_s=t1 - t0,
             verify_s=t2 - t1,
+            read_s=draft.catch_up_s,
             drafter=drafter.kind if draft.ids else None,
             controller=plan.state,
             parents=tuple(parents),

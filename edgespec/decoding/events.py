@@ -46,7 +46,9 @@ class ControllerState:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One target pass: what was drafted, how much survived, what it cost (seconds).
+    """One target pass: what was drafted, how much survived, what it cost (seconds). `read_s` is
+    the part of `draft_s` the draft model spent reading committed text it had not seen (after plain
+    or n-gram rounds, or the prompt itself when it reads it at its first use): reading, not drafting.
 
     The draft is a tree (`decoding/tree.py`): `drafted_ids[i]` hangs under `parents[i]`, and `path`
     lists the accepted nodes from the root down. A chain (parents None) accepted its first
@@ -62,6 +64,7 @@ class Step:
     controller: ControllerState | None = None
     parents: tuple[int, ...] | None = None  # None: a chain
     path: tuple[int, ...] | None = None  # None: the chain's first `accepted` nodes
+    read_s: float = 0.0
 
     def tree(self) -> tuple[list[int], list[int]]:
         """(parents, path), a chain's spelled out."""
@@ -104,6 +107,7 @@ class Tally:
     target_passes: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    draft_read_s: float = 0.0  # the draft model reading text it had not seen (part of draft_s)
     plain_passes: int = 0  # passes with K = 0: the reference cost of one plain token
     plain_s: float = 0.0
     k_histogram: dict[int, int] = field(default_factory=dict)  # target passes per draft length
@@ -122,6 +126,7 @@ class Tally:
         self.accepted += event.accepted
         self.draft_s += event.draft_s
         self.verify_s += event.verify_s
+        self.draft_read_s += event.read_s
         self.k_histogram[event.k] = self.k_histogram.get(event.k, 0) + 1
         self.k_series.append(event.k)
         if event.k:
@@ -146,26 +151,44 @@ class Tally:
 
 @dataclass(slots=True)
 class Summary(Tally):
-    """Totals for one generation: its Tally plus the timings only the decoder knows. Prefill (both
-    models reading the prompt) produces the first token and counts in ttft_s; decode_s runs from
-    the first token to the last."""
+    """Totals for one generation: its Tally plus the timings only the decoder knows (seconds).
+
+    The whole reply, what the user waits for, is `total_s` = `ttft_s` + `decode_s`:
+    - `ttft_s`, from the call to the first token: the target reading the prompt (`target_read_s`,
+      which yields the first token; `target_read_tokens` of the prompt were evaluated, the rest
+      was already in its cache); no drafter reads before the first token;
+    - `decode_s`, from the first token to the last; the draft model's reading of the prompt and
+      of text it had not seen is `draft_read_s` (inside `draft_s`)."""
 
     prompt_tokens: int = 0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
+    target_read_tokens: int = 0
     ttft_s: float = 0.0
+    target_read_s: float = 0.0
+    decode_s: float = 0.0
     stop_reason: str = ""  # "eos", "length", "context", "cancelled" ("error" for a failed reply)
 
     @property
     def decode_tokens_per_s(self) -> float:
-        """Tokens after the first (which prefill produced) per second of decoding."""
+        """Tokens after the first (which the prompt's reading produced) per second of decoding."""
         return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
+
+    @property
+    def total_s(self) -> float:
+        """The whole reply: the first token, then decoding."""
+        return self.ttft_s + self.decode_s
+
+    @property
+    def total_tokens_per_s(self) -> float:
+        """Tokens per second of the whole reply, the prompt's reading included."""
+        return self.tokens / self.total_s if self.total_s > 0 else 0.0
 
     def to_dict(self) -> dict:
         """JSON-ready: the fields, plus the derived rates for readers of the file."""
         d = asdict(self)
         d["k_histogram"] = {str(k): v for k, v in sorted(self.k_histogram.items())}
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
+        d["total_s"] = self.total_s
+        d["total_tokens_per_s"] = self.total_tokens_per_s
         d["acceptance"] = self.acceptance
         d["tokens_per_pass"] = self.tokens_per_pass
         return d

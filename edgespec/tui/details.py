@@ -69,8 +69,13 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
     decode = Text()
     decode.append(f"{s.decode_tokens_per_s:.1f} tok/s", style="bold")
     decode.append(f" · TTFT {s.ttft_s:.2f} s")
-    if s.prompt_tokens:
-        decode.append(f" · prefill {s.prompt_tokens} tokens in {s.prefill_s:.2f} s")
+    if s.target_read_tokens:  # the rest of the prompt was in the cache (a chat's earlier turns)
+        decode.append(f" · read {s.target_read_tokens} of {s.prompt_tokens} prompt tokens in {s.target_read_s:.2f} s")
+    elif s.prompt_tokens:  # saved by a version that did not count them
+        decode.append(f" · {s.prompt_tokens} prompt tokens")
+    if s.draft_read_s:
+        decode.append(f" · draft read {s.draft_read_s:.2f} s")
+    decode.append(f" · whole reply {s.total_s:.2f} s")
     grid.add_row("decode", decode)
     if s.target_passes:
         acc = f" ({s.acceptance:.0%})" if s.drafted else ""

@@ -132,7 +132,8 @@ def frozen_line(f: ReplyFigures) -> Text:
     """The one-line record under a finished reply."""
     s = f.summary
     t = Text(style="dim")
-    t.append(" · ".join(figure_parts(s, compact=True)))
+    p = figure_parts(s, compact=True)  # the whole reply's split is in the details panel
+    t.append(" · ".join((p.speed, p.tokens, p.ttft, p.acceptance, p.per_pass)))
     _sparks(s, t, "dim")
     if f.error:
         t.append(f"  · failed: {f.error}", style="not dim bold")
