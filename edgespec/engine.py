@@ -7,13 +7,17 @@
 `chat` and `generate_tokens` are generators; they may run in a worker thread and be stopped with `cancel`
 (checked once per target pass; the generator then ends with a Summary whose stop_reason is
 "cancelled"). The engine keeps its caches between calls, so a chat's earlier turns are not
-re-evaluated, and its cost measurements, so the controller starts warm on the next reply.
+re-evaluated, and its cost measurements, so the controller starts warm on the next reply. With a
+prompt cache (`cache=`, passed by the front ends that serve a user, never by the bench), it also
+loads what an earlier process read of the same prompt before reading it, and saves what it read
+after each reply (`edgespec.prompt_cache`).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +30,12 @@ from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter, NgramDrafter
-from edgespec.decoding.events import Event
+from edgespec.decoding.events import Event, Summary
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError, SettingError
 from edgespec.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
+from edgespec.prompt_cache import PromptCache
 from edgespec.store import Store, home
 from edgespec.vocab import check_loaded_pair, check_pair, read_vocabulary
 
@@ -53,10 +58,12 @@ class NoDraftModel(SettingError):
 class Engine:
     """A target backend, an optional draft-model backend, and the drafters built on them."""
 
-    def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None):
-        self.pair, self.target, self.draft = pair, target, draft
+    def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None,
+                 cache: PromptCache | None = None):
+        self.pair, self.target, self.draft, self.cache = pair, target, draft, cache
         self.n_ctx = target.n_ctx
-        self._drafters: list[Drafter] = [NgramDrafter()] + ([ModelDrafter(draft)] if draft is not None else [])
+        model_drafter = [ModelDrafter(draft, before_read=self.read_hook)] if draft is not None else []
+        self._drafters: list[Drafter] = [NgramDrafter()] + model_drafter
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
         self._noise_floor: NoiseFloor | None = None
@@ -82,7 +89,30 @@ class Engine:
             raise NoDraftModel(self.pair.name)
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
-        return decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
+        if self.cache is None:
+            return decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
+        return self._cached(prompt, lambda: decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel))
+
+    def read_hook(self, backend: Backend, tokens: Sequence[int]) -> int:
+        """Called before a model reads `tokens` (the target here, the draft model from its drafter):
+        loads the longest saved prefix of them from the prompt cache. Tokens it saved reading."""
+        return self.cache.warm(backend, tokens) if self.cache is not None else 0
+
+    def _cached(self, prompt: list[int], generate) -> Iterator[Event]:
+        """`generate()`'s events, with the target warmed from the prompt cache first (the time it
+        takes counts in the Summary's prefill and time to first token) and the models' states saved
+        once the Summary is out (the reply is complete on screen while they are written)."""
+        start = time.perf_counter()
+        self.read_hook(self.target, prompt)
+        warm_s = time.perf_counter() - start
+        for event in generate():
+            if isinstance(event, Summary):
+                event.prefill_s += warm_s
+                event.ttft_s += warm_s
+            yield event
+        for backend in (self.target, self.draft):
+            if backend is not None:
+                self.cache.save(backend)
 
     def placements(self) -> dict[str, Placement]:
         """Where each loaded model runs ("target", and "draft" when a draft model is loaded), as its
@@ -257,8 +287,9 @@ def find_pair(pair_name: str | None = None, config_path: Path | None = None,
     return pair
 
 
-def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engine:
-    """Load a pair: check its files, load the target (and the draft model if it may be used)."""
+def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: PromptCache | None = None) -> Engine:
+    """Load a pair: check its files, load the target (and the draft model if it may be used).
+    `cache`: the prompt cache its replies read from and save to (none: every reply reads cold)."""
     store = Store()
     target_path = store.ensure(pair.target, pair.name)
     use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
@@ -269,7 +300,7 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engi
     except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
         target.close()
         raise
-    return Engine(pair, target, draft_backend)
+    return Engine(pair, target, draft_backend, cache)
 
 
 def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:

@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from edgespec.backends.base import Backend, ContextOverflow, sync_cache
+from edgespec.backends.base import Backend, ContextOverflow, reusable, sync_cache
 from edgespec.decoding.drafters import Draft, Drafter
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.plan import Plan, Policy, RoundContext
@@ -76,7 +76,7 @@ class SpeculativeDecoder:
             )
         rng = np.random.default_rng(params.seed)
         text = IncrementalText(self.target)
-        summary = Summary(prompt_tokens=len(prompt))
+        summary = Summary(prompt_tokens=len(prompt), prompt_cached=reusable(self.target, prompt))
         t_start = time.perf_counter()
 
         first = choose(sync_cache(self.target, prompt, 1)[0], params, rng)

@@ -41,6 +41,8 @@ StopRule = Callable[[int, float], bool]
 # (drafter probability of an alternative beside the chain token at a position (0 for the first), nodes
 # drafted so far) -> add it
 BranchRule = Callable[[float, int, int], bool]
+# (backend, tokens it is about to read) -> tokens it no longer needs to read
+ReadHook = Callable[[Backend, Sequence[int]], int]
 
 
 class DrafterKind(str, Enum):
@@ -131,8 +133,10 @@ class ModelDrafter:
     kind = DrafterKind.MODEL
     free = False
 
-    def __init__(self, backend: Backend):
-        self.backend = backend
+    def __init__(self, backend: Backend, before_read: ReadHook | None = None):
+        """`before_read(backend, tokens)` is called before the model reads a prompt: the engine
+        loads a saved state of its prefix there (the prompt cache), without this module knowing."""
+        self.backend, self.before_read = backend, before_read
 
     ALTERNATIVES = 2  # the most alternatives beside one drafted token (top-3 at that position)
     MAX_NODES = 16  # the most nodes of a tree (its branches stay within llama.cpp's MAX_BRANCHES)
@@ -212,6 +216,8 @@ class ModelDrafter:
 
     def begin(self, prompt: Sequence[int]) -> None:
         """Read the prompt alongside the target's prefill, so the first draft has no catch-up."""
+        if self.before_read is not None:
+            self.before_read(self.backend, prompt)
         sync_cache(self.backend, prompt, 1)
 
     def accept(self, n_committed: int) -> None:

@@ -151,6 +151,9 @@ class Summary(Tally):
     the first token to the last."""
 
     prompt_tokens: int = 0
+    # prompt tokens the target did not read: already in its cache (an earlier reply in this
+    # process, or a state loaded from the prompt cache)
+    prompt_cached: int = 0
     prefill_s: float = 0.0
     decode_s: float = 0.0
     ttft_s: float = 0.0
