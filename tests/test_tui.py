@@ -700,8 +700,8 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     engine = FakeEngine()
     seen: dict = {}
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft: seen.update(
-        pair=pair, draft=draft) or engine, raising=False)
+    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft, cache: seen.update(
+        pair=pair, draft=draft, cache=cache) or engine, raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: seen.update(reopened=True))
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     monkeypatch.setattr(ChatApp, "run", lambda self: seen.update(app=self))
@@ -710,6 +710,7 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     app = seen["app"]
     assert seen["reopened"] and seen["draft"] == "ngram" and engine.closed
+    assert seen["cache"].folder == tmp_path / "prompt-cache"  # each reply is saved for a later --resume
     assert app._first_message == "diff --git a/x b/x" and app.system == "review this"
     assert app.settings.sampling == SamplingParams(temperature=0.7) and app.settings.draft == "ngram"
 
