@@ -129,11 +129,11 @@ class PromptCache:
         state: bytearray | None = None
         try:
             if self.memory_entries and not self._covered(self._memory.get(identity, []), tokens):
-                state = bytearray(backend.save_state())
+                state = _state_of(backend)
                 self._remember(Entry(identity, tokens, state=state))
             on_disk = self._disk_entries(identity)
             if not self._covered(on_disk, tokens):
-                state = state if state is not None else bytearray(backend.save_state())
+                state = state if state is not None else _state_of(backend)
                 self._write(Entry(identity, tokens), state, [e for e in on_disk if _superseded(e, tokens)])
         except BackendError as e:
             self._say("state", f"prompt cache: {e}; this reply's state is not saved")
@@ -270,6 +270,11 @@ class PromptCache:
                 break
             _remove(path)
             total -= size
+
+
+def _state_of(backend: Backend) -> bytearray:
+    state = backend.save_state()
+    return state if isinstance(state, bytearray) else bytearray(state)
 
 
 def _superseded(entry: Entry, tokens: list[int]) -> bool:

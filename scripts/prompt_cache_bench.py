@@ -89,7 +89,8 @@ def stream_call(url: str, model: str, text: str, max_tokens: int) -> dict:
             last = chunk
     return {"client_ttft_s": first, "wall_s": time.perf_counter() - start,
             "engine_ttft_s": (last.get("metrics") or {}).get("ttft_s"),
-            "prompt_tokens": (last.get("usage") or {}).get("prompt_tokens")}
+            "prompt_tokens": (last.get("usage") or {}).get("prompt_tokens"),
+            "cached_tokens": ((last.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")}
 
 
 def serve_scenario(pair: str | None, files: dict[str, str], max_tokens: int) -> list[dict]:
@@ -101,7 +102,8 @@ def serve_scenario(pair: str | None, files: dict[str, str], max_tokens: int) -> 
             one = stream_call(url, model, files[name] + "\n\n" + INSTRUCTIONS[i], max_tokens)
             calls.append({"request": i + 1, "file": name, **one})
             print(f"serve request {i + 1} ({name}): first text after {one['client_ttft_s']:.3f} s "
-                  f"(engine TTFT {one['engine_ttft_s']:.3f} s), {one['prompt_tokens']} prompt tokens", flush=True)
+                  f"(engine TTFT {one['engine_ttft_s']:.3f} s), {one['cached_tokens']}/{one['prompt_tokens']} prompt "
+                  "tokens cached", flush=True)
         return calls
     finally:
         os.kill(server.pid, signal.SIGINT)
