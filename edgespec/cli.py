@@ -18,6 +18,7 @@ import click
 from edgespec import __version__
 from edgespec.cli_common import (
     OneLineErrorGroup,
+    cache_option,
     config_option,
     decoding_options,
     error_boundary,
@@ -67,18 +68,23 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
 @click.option("--stats", is_flag=True, help="One line of speed and acceptance figures on stderr.")
 @click.option("--stats-json", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the generation summary as JSON to this file.")
+@cache_option
 @error_boundary
 def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p, seed, max_tokens, raw, color,
-        stats, stats_json):
-    """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout."""
+        stats, stats_json, no_cache):
+    """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout.
+
+    Piped text comes first and the PROMPT after it, so asking another thing about the same input
+    finds it in the prompt cache and reads only the new instruction (see --no-cache)."""
     from edgespec.engine import GenerateSettings, find_pair, open_engine
+    from edgespec.prompt_cache import open_cache
 
     text = compose_message(read_stdin(), prompt)
     if raw and system:
         raise UsageError("--system has no meaning with --raw (no chat template)")
     if stats_json:
         check_writable(stats_json, "--stats-json")
-    engine = open_engine(find_pair(pair, config, draft), draft)
+    engine = open_engine(find_pair(pair, config, draft), draft, open_cache(config, no_cache))
     try:
         settings = GenerateSettings(
             max_tokens=max_tokens,

@@ -33,6 +33,13 @@ def config_option(f: Callable) -> Callable:
     )(f)
 
 
+def cache_option(f: Callable) -> Callable:
+    """--no-cache (or EDGESPEC_NO_CACHE=1): neither load nor save prompt states (`prompt_cache`)."""
+    return click.option("--no-cache", "no_cache", is_flag=True, envvar="EDGESPEC_NO_CACHE",
+                        help="Read every prompt from scratch and save nothing to the prompt cache "
+                             "(or $EDGESPEC_NO_CACHE=1).")(f)
+
+
 def pair_options(f: Callable) -> Callable:
     """-m/--pair and --config."""
     f = click.option("-m", "--pair", "pair", default=None, help="Model pair from models.toml (default: the registry's default).")(f)

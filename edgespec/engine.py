@@ -7,7 +7,10 @@
 `chat` and `generate_tokens` are generators; they may run in a worker thread and be stopped with `cancel`
 (checked once per target pass; the generator then ends with a Summary whose stop_reason is
 "cancelled"). The engine keeps its caches between calls, so a chat's earlier turns are not
-re-evaluated, and its cost measurements, so the controller starts warm on the next reply.
+re-evaluated, and its cost measurements, so the controller starts warm on the next reply. With a
+prompt cache (`cache=`, passed by the front ends that serve a user, never by the bench), it also
+loads what an earlier process read of the same prompt before reading it, and saves what it read
+after each reply (`edgespec.prompt_cache`).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter, NgramDrafter
-from edgespec.decoding.events import Event
+from edgespec.decoding.events import Event, Summary
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import EdgespecError, SettingError
 from edgespec.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
+from edgespec.prompt_cache import PromptCache
 from edgespec.store import Store, home
 from edgespec.vocab import check_loaded_pair, check_pair, read_vocabulary
 
@@ -55,12 +59,12 @@ class Engine:
     """A target backend, an optional draft-model backend, and the drafters built on them."""
 
     def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None,
-                 load_s: dict[str, float] | None = None):
-        self.pair, self.target, self.draft = pair, target, draft
+                 load_s: dict[str, float] | None = None, cache: PromptCache | None = None):
+        self.pair, self.target, self.draft, self.cache = pair, target, draft, cache
         self.n_ctx = target.n_ctx
         self._drafters: list[Drafter] = [NgramDrafter()]
         if draft is not None:
-            self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None))
+            self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
         self.costs = CostModel()  # shared by every auto policy: the hardware does not change
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
@@ -92,7 +96,8 @@ class Engine:
         if self._measure_again and settings.k.cost_aware:
             self.measure_costs()
         decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
-        return self._keeping_costs(decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel))
+        events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
+        return self._keeping_costs(events if self.cache is None else self._cached(prompt, events))
 
     def _keeping_costs(self, events: Iterator[Event]) -> Iterator[Event]:
         """`events`, then what their passes taught the cost curve is saved (also when the caller
@@ -101,6 +106,27 @@ class Engine:
             yield from events
         finally:
             self.keep_costs()
+
+    def read_hook(self, backend: Backend, tokens: Sequence[int]) -> int:
+        """Called before a model reads `tokens` (the target here, the draft model from its drafter):
+        loads the longest saved prefix of them from the prompt cache. Tokens it saved reading."""
+        return self.cache.warm(backend, tokens) if self.cache is not None else 0
+
+    def _cached(self, prompt: list[int], events: Iterator[Event]) -> Iterator[Event]:
+        """`events`, with the target warmed from the prompt cache first (the time it takes counts
+        in the Summary's target reading and time to first token) and the models' states saved once
+        the Summary is out (the reply is complete on screen while they are written)."""
+        start = time.perf_counter()
+        self.read_hook(self.target, prompt)
+        warm_s = time.perf_counter() - start
+        for event in events:
+            if isinstance(event, Summary):
+                event.target_read_s += warm_s
+                event.ttft_s += warm_s
+            yield event
+        for backend in (self.target, self.draft):
+            if backend is not None:
+                self.cache.save(backend)
 
     def empty_caches(self) -> None:
         """Forget what the target and the draft model have read, so the next generation reads its
@@ -307,10 +333,11 @@ def find_pair(pair_name: str | None = None, config_path: Path | None = None,
     return pair
 
 
-def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engine:
+def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: PromptCache | None = None) -> Engine:
     """Load a pair: check its files, load the target (and the draft model if it may be used: not
     for --draft ngram or none). The engine's `load_s` has the seconds of each part; the draft's
-    includes checking that its vocabulary is the target's."""
+    includes checking that its vocabulary is the target's. `cache`: the prompt cache its replies
+    read from and save to (none: every reply reads cold)."""
     store = Store()
     t0 = time.perf_counter()
     target_path = store.ensure(pair.target, pair.name)
@@ -328,7 +355,7 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO) -> Engi
     except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
         target.close()
         raise
-    return Engine(pair, target, draft_backend, load_s)
+    return Engine(pair, target, draft_backend, load_s=load_s, cache=cache)
 
 
 def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:

@@ -101,7 +101,7 @@ def script(text: str = REPLY, rounds=ROUNDS) -> list:
 
 def summarize(events: list, stop_reason: str) -> Summary:
     """The Summary the decoder would end `events` with (its Tally of them, plus timings)."""
-    s = Summary(prompt_tokens=42, target_read_tokens=42, target_read_s=0.12, ttft_s=0.15, stop_reason=stop_reason)
+    s = Summary(prompt_tokens=42, target_read_s=0.12, ttft_s=0.15, stop_reason=stop_reason)
     for e in events:
         s.add(e)
     s.decode_s = (s.draft_s + s.verify_s) * 1.08
@@ -700,8 +700,8 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     engine = FakeEngine()
     seen: dict = {}
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft: seen.update(
-        pair=pair, draft=draft) or engine, raising=False)
+    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft, cache: seen.update(
+        pair=pair, draft=draft, cache=cache) or engine, raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: seen.update(reopened=True))
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     monkeypatch.setattr(ChatApp, "run", lambda self: seen.update(app=self))
@@ -710,6 +710,7 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     app = seen["app"]
     assert seen["reopened"] and seen["draft"] == "ngram" and engine.closed
+    assert seen["cache"].folder == tmp_path / "prompt-cache"  # each reply is saved for a later --resume
     assert app._first_message == "diff --git a/x b/x" and app.system == "review this"
     assert app.settings.sampling == SamplingParams(temperature=0.7) and app.settings.draft == "ngram"
 

@@ -96,6 +96,26 @@ class Backend(Protocol):
     def vocabulary(self) -> Vocabulary: ...
 
 
+class StatefulBackend(Backend, Protocol):
+    """A backend whose cache can be saved and loaded again, in this process or another (the prompt
+    cache, `edgespec.prompt_cache`). Optional: callers test for `save_state`. llama.cpp's backend
+    has it; the transformers backend keeps no saved states."""
+
+    def cache_identity(self) -> str:
+        """What decides a saved state's bytes besides its tokens (model file, runtime build, cache
+        settings): a state loads only into a backend of the same identity."""
+        ...
+
+    def save_state(self) -> bytes | bytearray:
+        """The cache's state, covering exactly the tokens of `cached`."""
+        ...
+
+    def load_state(self, data: bytes | bytearray, tokens: Sequence[int]) -> None:
+        """Replace the cache with a saved state that covered `tokens`; BackendError when the runtime
+        refuses it (the cache is then empty)."""
+        ...
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest shared prefix of two token lists."""
     n = min(len(a), len(b))
@@ -105,9 +125,9 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int) -> int:
+def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int = 1) -> int:
     """How many of `tokens` `sync_cache` would keep from the cache; it evaluates the rest."""
-    return min(common_prefix(backend.cached, tokens), len(tokens) - n_logits)
+    return max(0, min(common_prefix(backend.cached, tokens), len(tokens) - n_logits))
 
 
 def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.ndarray:
@@ -122,3 +142,4 @@ def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.nda
     if keep < len(backend.cached):
         backend.truncate(keep)
     return backend.eval(tokens[keep:], n_logits)
+

@@ -159,6 +159,31 @@ def placement_of(layer_devices: Sequence[str], threads: int) -> Placement:
     return Placement("gpu+cpu", f"{layers}, the rest on {threads} CPU threads", threads)
 
 
+def _u8_array(buffer: bytearray):
+    """A ctypes view of `buffer` (no copy) for llama.cpp's uint8_t* parameters."""
+    return (ctypes.c_uint8 * len(buffer)).from_buffer(buffer)
+
+
+def _state_identity(lc, path: Path, mparams, cparams, placement: Placement) -> str:
+    """What a saved KV state depends on besides its tokens (see `LlamaCppBackend.cache_identity`).
+    The model file is named by path, size, inode and times: any change to it (a new pull, an edit)
+    makes a new identity, without hashing a gigabyte on every load; the store verified its sha256
+    before the load."""
+    st = Path(path).stat()
+    settings = {name: getattr(cparams, name) for name in _STATE_SETTINGS}
+    return "|".join([
+        f"llama-cpp-python {lc.__version__}", lc.llama_print_system_info().decode("utf-8", "replace").strip(),
+        f"{Path(path).resolve()} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}",
+        f"n_gpu_layers {mparams.n_gpu_layers}", f"{placement.device} {placement.detail}",
+        " ".join(f"{k} {v}" for k, v in settings.items()),
+    ])
+
+
+# The context settings that decide what a state holds or how its numbers were computed.
+_STATE_SETTINGS = ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "type_k", "type_v", "flash_attn_type",
+                   "offload_kqv", "swa_full", "rope_freq_base", "rope_freq_scale")
+
+
 def quantize(source: Path, dest: Path, ftype: str, threads: int | None = None) -> Path:
     """Write `source` (an f32/f16 GGUF) quantized to llama.cpp's file type `ftype` ("Q4_K_M", "Q8_0",
     ...; tensors whose rows do not fit its blocks get llama.cpp's fallback type) to `dest`."""
@@ -242,6 +267,7 @@ class LlamaCppBackend:
         if not self._ctx:
             raise BackendError(_failure(f"llama.cpp could not create a {self.n_ctx}-token context for {path}"))
         self._mem = lc.llama_get_memory(self._ctx)
+        self._identity = _state_identity(lc, path, mparams, cparams, self.placement)
         self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
         self._tree = None  # what eval_tree left for keep_path: nodes' branches, tokens, branch count
@@ -398,6 +424,35 @@ class LlamaCppBackend:
         tokens = tuple(lc.llama_vocab_get_text(self._vocab, t) or b"" for t in range(self.n_vocab))
         bos = lc.llama_vocab_bos(self._vocab)
         return Vocabulary(self.n_vocab, tokens, self.eos_ids, bos if bos >= 0 else None)
+
+    # -- saved states (the prompt cache) ------------------------------------------------------
+
+    def cache_identity(self) -> str:
+        """What decides the bytes of `save_state` beside the tokens: the model file, the llama.cpp
+        build, and the context and cache settings. A state is only loaded into a backend of the
+        same identity (`edgespec.prompt_cache` checks it)."""
+        return self._identity
+
+    def save_state(self) -> bytearray:
+        """The KV cells of sequence 0 (the tokens of `cached`), as llama.cpp serializes them."""
+        lc = self._lc
+        data = bytearray(lc.llama_state_seq_get_size(self._ctx, 0))
+        n = lc.llama_state_seq_get_data(self._ctx, _u8_array(data), len(data), 0) if data else 0
+        if n == 0:
+            raise BackendError("llama.cpp could not copy the cache's state")
+        return data[:n] if n < len(data) else data
+
+    def load_state(self, data: bytes | bytearray, tokens: Sequence[int]) -> None:
+        """Replace the cache with a state from `save_state` of a backend with this `cache_identity`,
+        which held `tokens`. BackendError when llama.cpp refuses it; the cache is then empty."""
+        lc = self._lc
+        self.truncate(0)
+        buffer = data if isinstance(data, bytearray) else bytearray(data)
+        _error_lines.clear()
+        if len(tokens) > self.n_ctx or lc.llama_state_seq_set_data(self._ctx, _u8_array(buffer), len(buffer), 0) == 0:
+            lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            raise BackendError(_failure("llama.cpp could not load a saved state"))
+        self.cached = list(tokens)
 
     # -- lifetime ----------------------------------------------------------------------------
 

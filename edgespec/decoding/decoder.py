@@ -77,12 +77,11 @@ class SpeculativeDecoder:
             )
         rng = np.random.default_rng(params.seed)
         text = IncrementalText(self.target)
-        summary = Summary(prompt_tokens=len(prompt))
+        summary = Summary(prompt_tokens=len(prompt), prompt_cached=reused_prefix(self.target, prompt))
         t_start = time.perf_counter()
 
         # The first token needs only the target's reading of the prompt: it goes out before any
         # drafter is asked to do anything (a draft model reads when it is first used, if ever).
-        summary.target_read_tokens = len(prompt) - reused_prefix(self.target, prompt, 1)
         logits = sync_cache(self.target, prompt, 1)[0]
         summary.target_read_s = time.perf_counter() - t_start
         first = choose(logits, params, rng)

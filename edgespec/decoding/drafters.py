@@ -42,6 +42,8 @@ StopRule = Callable[[int, float], bool]
 # (drafter probability of an alternative beside the chain token at a position (0 for the first), nodes
 # drafted so far) -> add it
 BranchRule = Callable[[float, int, int], bool]
+# (backend, tokens it is about to read) -> tokens it no longer needs to read
+ReadHook = Callable[[Backend, Sequence[int]], int]
 
 
 class DrafterKind(str, Enum):
@@ -131,11 +133,6 @@ class Drafter(Protocol):
         ...
 
 
-# (backend, tokens, n_logits) -> logits: how a draft model catches up with the text (`sync_cache`,
-# or the engine's reading through its prompt cache)
-Reader = Callable[[Backend, Sequence[int], int], np.ndarray]
-
-
 class ModelDrafter:
     """A small draft model, run autoregressively for up to k tokens.
 
@@ -150,9 +147,12 @@ class ModelDrafter:
     free = False
     ALIGN = 64  # view starts are multiples of this, so calls on one file that differ in their last words share it
 
-    def __init__(self, backend: Backend, window: int | None = None, read: Reader = sync_cache):
-        """`window`: tokens of the prompt's end it reads at most (None: all of it)."""
-        self.backend, self.window, self._read = backend, window, read
+    def __init__(self, backend: Backend, window: int | None = None, before_read: ReadHook | None = None):
+        """`window`: tokens of the prompt's end it reads at most (None: all of it).
+        `before_read(backend, tokens)` is called when a generation begins, before the model may
+        read anything: the engine loads a saved state of a prefix of its view there (the prompt
+        cache), without this module knowing."""
+        self.backend, self.window, self.before_read = backend, window, before_read
         self.start = 0  # the view of the text is context[start:]
 
     ALTERNATIVES = 2  # the most alternatives beside one drafted token (top-3 at that position)
@@ -183,7 +183,7 @@ class ModelDrafter:
         view = context[self.start:]
         behind = len(view) - common_prefix(self.backend.cached, view)
         t0 = time.perf_counter()
-        logits = self._read(self.backend, view, 1)[0]
+        logits = sync_cache(self.backend, view, 1)[0]
         if behind > 2:  # drafting every round leaves one or two tokens to read
             out.catch_up_s, out.catch_up_tokens = time.perf_counter() - t0, behind
         # The chain first; alternatives are weighed once it is drafted, position by position, so that
@@ -233,13 +233,16 @@ class ModelDrafter:
         return out
 
     def begin(self, prompt: Sequence[int]) -> None:
-        """Place the view's start; read nothing yet. A view that would still hold between `window`
-        and twice `window` tokens is kept, so the next turn of a chat reads only what is new."""
+        """Place the view's start, and load a saved state of the view if there is one; read
+        nothing. A view that would still hold between `window` and twice `window` tokens is kept,
+        so the next turn of a chat reads only what is new."""
         n = len(prompt)
         if self.window is None or n <= self.window:
             self.start = 0
         elif not (self.start <= n - self.window and n - self.start <= 2 * self.window):
             self.start = (n - self.window) // self.ALIGN * self.ALIGN
+        if self.before_read is not None:
+            self.before_read(self.backend, prompt[self.start:])
 
     def behind(self, context: Sequence[int]) -> int:
         """Tokens of the view it has not read: what its next draft must read first."""

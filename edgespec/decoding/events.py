@@ -161,7 +161,9 @@ class Summary(Tally):
       of text it had not seen is `draft_read_s` (inside `draft_s`)."""
 
     prompt_tokens: int = 0
-    target_read_tokens: int = 0
+    # prompt tokens the target did not read: already in its cache (an earlier reply in this
+    # process, or a state loaded from the prompt cache); it read the rest (`target_read_tokens`)
+    prompt_cached: int = 0
     ttft_s: float = 0.0
     target_read_s: float = 0.0
     decode_s: float = 0.0
@@ -171,6 +173,11 @@ class Summary(Tally):
     def decode_tokens_per_s(self) -> float:
         """Tokens after the first (which the prompt's reading produced) per second of decoding."""
         return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
+
+    @property
+    def target_read_tokens(self) -> int:
+        """Prompt tokens the target read: those not already in its cache."""
+        return self.prompt_tokens - self.prompt_cached
 
     @property
     def total_s(self) -> float:
@@ -187,6 +194,7 @@ class Summary(Tally):
         d = asdict(self)
         d["k_histogram"] = {str(k): v for k, v in sorted(self.k_histogram.items())}
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
+        d["target_read_tokens"] = self.target_read_tokens
         d["total_s"] = self.total_s
         d["total_tokens_per_s"] = self.total_tokens_per_s
         d["acceptance"] = self.acceptance

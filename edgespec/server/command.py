@@ -12,7 +12,7 @@ import socket
 
 import click
 
-from edgespec.cli_common import decoding_options, error_boundary, pair_options, sampling_from_flags
+from edgespec.cli_common import cache_option, decoding_options, error_boundary, pair_options, sampling_from_flags
 from edgespec.errors import UsageError
 
 
@@ -60,16 +60,20 @@ def base_url(sock: socket.socket) -> str:
               help="Require 'Authorization: Bearer KEY' on every endpoint but /health (or $EDGESPEC_API_KEY).")
 @click.option("--queue", "queue_size", type=click.IntRange(min=0), default=8, show_default=True,
               help="Requests that may wait while the engine serves one; beyond that, 503 with Retry-After.")
+@cache_option
 @error_boundary
-def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, port, api_key, queue_size):
+def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, port, api_key, queue_size, no_cache):
     """Serve the pair over OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models) for
     editors, agents and the openai SDK; responses carry speculative metrics and, on request, every
-    token's origin."""
+    token's origin. The last few prompts' states stay in memory (and on disk), so a client that
+    alternates between files finds each one already read."""
     from edgespec.engine import EngineThread, GenerateSettings, find_pair, open_engine
+    from edgespec.prompt_cache import SERVE_MEMORY_ENTRIES, open_cache
     from edgespec.server.app import create_app
     from edgespec.server.engine_worker import EngineWorker
 
     pair_config = find_pair(pair, config, draft)
+    cache = open_cache(config, no_cache, memory_entries=SERVE_MEMORY_ENTRIES)
     sock = listen(host, port)
     try:
         if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback and not api_key:
@@ -78,7 +82,7 @@ def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, 
         click.echo("edgespec: loading the model pair…", err=True)
         engine_thread = EngineThread()  # loads the engine and runs every generation (see EngineThread)
         try:
-            engine = engine_thread.call(open_engine, pair_config, draft)
+            engine = engine_thread.call(open_engine, pair_config, draft, cache)
         except BaseException:
             engine_thread.shutdown()
             raise

@@ -23,6 +23,7 @@ from edgespec.server.schemas import (
     Delta,
     FinishReason,
     Metrics,
+    PromptTokensDetails,
     SpeculativeDecoding,
     TextChoice,
     TextCompletion,
@@ -61,7 +62,8 @@ class Reply:
 
     def usage(self) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.sent.tokens,
-                     total_tokens=self.prompt_tokens + self.sent.tokens)
+                     total_tokens=self.prompt_tokens + self.sent.tokens,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=self.summary.prompt_cached))
 
     def metrics(self) -> Metrics:
         t = self.sent

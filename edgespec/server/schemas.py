@@ -155,10 +155,15 @@ class TokenOrigins(BaseModel):
     tokens: list[TokenOrigin]
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int  # prompt tokens not read: in the engine's cache or loaded from the prompt cache
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails  # as OpenAI reports it
 
 
 class SpeculativeDecoding(BaseModel):

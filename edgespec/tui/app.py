@@ -127,11 +127,17 @@ class ChatApp(App):
         # it may wait up to 5 ms for the UI thread to yield it, several times a token. A short
         # switch interval keeps the UI from slowing decoding.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        if getattr(self.engine, "cache", None) is not None:  # its notes, written on stderr, would tear the screen
+            self.engine.cache.warn = self._cache_note
         self.sub_title = describe_pair(self.engine)
         await self._show_conversation()
         self.query_one(PromptBox).focus()
         if self._first_message:
             self.send(self._first_message)
+
+    def _cache_note(self, message: str) -> None:
+        """A prompt cache problem (said by the engine thread, once per kind)."""
+        self.call_from_thread(self.notify, message, title="Prompt cache", severity="warning")
 
     @property
     def transcript(self) -> Transcript:

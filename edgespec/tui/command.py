@@ -13,6 +13,7 @@ import sys
 import click
 
 from edgespec.cli_common import (
+    cache_option,
     decoding_options,
     error_boundary,
     pair_options,
@@ -47,14 +48,18 @@ def _require_terminal() -> None:
 @click.option("--resume", "resume", is_flag=False, flag_value="", default=None, metavar="[ID]",
               help="Reopen a saved chat: the most recent, or the one with this id (see ctrl+o in the app).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Most tokens per reply.")
+@cache_option
 @error_boundary
-def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system, resume, max_tokens):
+def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system, resume, max_tokens, no_cache):
     """Chat in the terminal; every token shows whether the draft or the target wrote it.
 
     Keys: enter send · shift+enter/ctrl+j newline · esc stop · ctrl+n new chat · ctrl+r regenerate ·
     F2 details · F3 markdown · F4 rejected drafts · ctrl+o saved chats · ctrl+p commands · ctrl+q quit.
+
+    Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
     """
     from edgespec.engine import EngineThread, GenerateSettings, find_pair, open_engine
+    from edgespec.prompt_cache import open_cache
     from edgespec.tui.history import ChatStore
 
     store = ChatStore()
@@ -64,6 +69,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
         pair = pair or conversation.pair or None  # keep talking to the model that wrote the chat
 
     pair_config = find_pair(pair, config, draft)
+    cache = open_cache(config, no_cache)
     first_message = None
     piped = read_stdin()
     if piped is not None:
@@ -74,7 +80,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     click.echo("edgespec: loading the model pair…", err=True)
     engine_thread = EngineThread()  # loads the engine and runs every reply (see EngineThread)
     try:
-        engine = engine_thread.call(open_engine, pair_config, draft)
+        engine = engine_thread.call(open_engine, pair_config, draft, cache)
         try:
             sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
             settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)

@@ -1,0 +1,358 @@
+"""The prompt cache on tiny GGUFs: a hit replies as a cold run does and reads only the rest; bad
+entries are ignored, removed and said once; the budget evicts the least recently used; writers
+racing on one entry leave one whole entry; the memory tier keeps alternating prompts warm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgespec.backends.base import BackendError, common_prefix
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.config import ConfigError, ModelSpec, PairConfig, load_registry
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.events import Summary, Token
+from edgespec.decoding.plan import KSetting
+from edgespec.engine import Engine, GenerateSettings
+from edgespec.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _read, open_cache
+from tests.fakes import fake_engine
+
+FILE = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(4))  # about 110 tokens
+SETTINGS = GenerateSettings(max_tokens=24, draft=DraftChoice.MODEL, k=KSetting.parse("3"))
+
+
+def load(path: Path) -> LlamaCppBackend:
+    return LlamaCppBackend(path, 256, threads=2)
+
+
+@pytest.fixture
+def open_engine(tiny_gguf, tiny_draft_gguf):
+    """`open_engine(cache)`: a fresh tiny pair (new backends, as in a new process) using `cache`."""
+    engines = []
+    pair = PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "model", 256)
+
+    def make(cache: PromptCache | None) -> Engine:
+        engines.append(Engine(pair, load(tiny_gguf), load(tiny_draft_gguf), cache=cache))
+        return engines[-1]
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def reply(engine: Engine, text: str) -> tuple[list[int], Summary]:
+    events = list(engine.generate_tokens(engine.target.tokenize(text), SETTINGS))
+    return [e.id for e in events if isinstance(e, Token)], events[-1]
+
+
+def counting_reads(backend) -> list[int]:
+    """Record how many tokens each eval call of `backend` reads."""
+    reads: list[int] = []
+    evaluate = backend.eval
+
+    def eval(tokens, n_logits):
+        reads.append(len(tokens))
+        return evaluate(tokens, n_logits)
+
+    backend.eval = eval
+    return reads
+
+
+@pytest.fixture
+def notes() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def cache(tmp_path, notes) -> PromptCache:
+    return PromptCache(tmp_path / "cache", warn=notes.append)
+
+
+def test_a_hit_in_a_new_process_reads_only_the_rest_and_replies_as_a_cold_run(open_engine, cache):
+    _, first = reply(open_engine(cache), FILE + "\n\nExplain f1.")
+    assert first.prompt_cached == 0
+    assert len(list(cache.folder.glob("*.kv"))) == 2  # the target's state and the draft's
+
+    cold_ids, cold = reply(open_engine(None), FILE + "\n\nAdd type hints.")
+    warm_engine = open_engine(cache)
+    draft_reads = counting_reads(warm_engine.draft)
+    warm_ids, warm = reply(warm_engine, FILE + "\n\nAdd type hints.")
+    assert warm_ids == cold_ids
+    shared = len(warm_engine.target.tokenize(FILE + "\n\n"))
+    assert cold.prompt_cached == 0
+    assert shared - 2 <= warm.prompt_cached < warm.prompt_tokens  # a merge across "\n\n" may differ
+    # the draft model read only the rest too, at its first draft (with the first token)
+    assert draft_reads[0] == warm.prompt_tokens - warm.prompt_cached + 1
+
+
+def test_asking_again_covers_the_entry_and_a_longer_reply_replaces_it(open_engine, cache):
+    engine = open_engine(cache)
+    reply(engine, FILE + "\n\nExplain f1.")
+    before = sorted(p.name for p in cache.folder.glob("*.kv"))
+    reply(open_engine(cache), FILE + "\n\nExplain f2.")  # the same file: near-duplicates replace each other
+    after = sorted(p.name for p in cache.folder.glob("*.kv"))
+    assert len(after) == 2 and after != before
+
+
+def damage_state(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(data)
+
+
+def damage_token(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    at = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC):len(MAGIC) + 4], "little") + 8  # the third token id
+    data[at] ^= 0x01
+    path.write_bytes(data)
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def garble_header(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[30:40] = b"\xff" * 10
+    path.write_bytes(data)
+
+
+@pytest.mark.parametrize("damage, said", [(damage_state, "checksum"), (damage_token, "checksum"),
+                                          (truncate, "truncated"), (garble_header, "bad header")])
+def test_a_damaged_entry_is_ignored_removed_and_said_once(open_engine, cache, notes, damage, said):
+    reply(open_engine(cache), FILE + "\n\nExplain f1.")
+    for path in cache.folder.glob("*.kv"):
+        damage(path)
+    cold_ids, _ = reply(open_engine(None), FILE + "\n\nAdd type hints.")
+    ids, summary = reply(open_engine(cache), FILE + "\n\nAdd type hints.")
+    assert ids == cold_ids and summary.prompt_cached == 0
+    assert len(notes) == 1 and said in notes[0] and "removed" in notes[0]  # two bad entries, one line
+    # what is left is this reply's own states, whole
+    assert all(_read(p, with_state=True).state for p in cache.folder.glob("*.kv"))
+
+
+def test_an_entry_of_another_model_under_this_models_name_is_removed(open_engine, cache, notes, tiny_gguf_factory,
+                                                                     tiny_gguf):
+    other = LlamaCppBackend(tiny_gguf_factory(seed=5), 256, threads=2)
+    mine = load(tiny_gguf)
+    try:
+        other.eval(other.tokenize(FILE), 1)
+        cache.save(other)
+        mine.eval(mine.tokenize(FILE), 1)
+        (theirs,) = cache.folder.glob("*.kv")
+        cache.save(mine)
+        (ours,) = set(cache.folder.glob("*.kv")) - {theirs}
+        ours.unlink()
+        theirs.rename(ours)  # the name says it is this model's
+        mine.truncate(0)
+        assert cache.warm(mine, mine.tokenize(FILE + "more")) == 0
+        assert mine.cached == [] and not ours.exists()
+        assert len(notes) == 1 and "another model" in notes[0]
+    finally:
+        other.close()
+        mine.close()
+
+
+def test_a_state_llama_cpp_refuses_leaves_an_empty_cache_and_an_error(tiny_gguf):
+    backend = load(tiny_gguf)
+    ids = backend.tokenize(FILE)
+    backend.eval(ids, 1)
+    with pytest.raises(BackendError):
+        backend.load_state(b"not a state" * 10, ids)
+    assert backend.cached == []
+    backend.close()
+
+
+def prompt(i: int) -> str:
+    """Prompts sharing no prefix, each over MIN_TOKENS."""
+    return f"{'ABC'[i]} file\n" + FILE
+
+
+def test_the_budget_evicts_the_least_recently_used(tmp_path, tiny_gguf, notes):
+    backend = load(tiny_gguf)
+    probe = PromptCache(tmp_path / "probe")
+    backend.eval(backend.tokenize(prompt(0)), 1)
+    probe.save(backend)
+    (one,) = probe.folder.glob("*.kv")
+    cache = PromptCache(tmp_path / "cache", budget=int(one.stat().st_size * 2.5), warn=notes.append)
+
+    def save(i: int) -> None:
+        backend.truncate(0)
+        backend.eval(backend.tokenize(prompt(i)), 1)
+        cache.save(backend)
+
+    save(0)
+    save(1)
+    backend.truncate(0)
+    assert cache.warm(backend, backend.tokenize(prompt(0) + "x")) > MIN_TOKENS  # 0 is now the most recent
+    save(2)
+    kept = {tuple(_read(p, with_state=False).tokens) for p in cache.folder.glob("*.kv")}
+    assert kept == {tuple(backend.tokenize(prompt(i))) for i in (0, 2)}
+    assert notes == []
+    backend.close()
+
+
+def test_a_state_larger_than_the_budget_is_not_saved(tmp_path, tiny_gguf, notes):
+    backend = load(tiny_gguf)
+    backend.eval(backend.tokenize(FILE), 1)
+    cache = PromptCache(tmp_path / "cache", budget=1000, warn=notes.append)
+    cache.save(backend)
+    cache.save(backend)
+    assert not list(cache.folder.glob("*.kv")) and len(notes) == 1 and "budget" in notes[0]
+    backend.close()
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from edgespec.backends.llamacpp import LlamaCppBackend
+    from edgespec.prompt_cache import Entry, PromptCache
+    backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2)
+    backend.eval(backend.tokenize(sys.argv[3]), 1)
+    cache = PromptCache(Path(sys.argv[2]))
+    state = backend.save_state()
+    go = Path(sys.argv[2]).parent / "go"
+    while not go.exists():
+        time.sleep(0.001)
+    for _ in range(20):  # the same entry, over and over, while the other process does the same
+        cache._write(Entry(backend.cache_identity(), list(backend.cached)), state, [])
+""")
+
+
+def test_two_processes_writing_one_entry_leave_one_whole_entry(tmp_path, tiny_gguf):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(tiny_gguf), str(folder), FILE], cwd=root,
+                                env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}) for _ in range(2)]
+    (tmp_path / "go").touch()
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    (entry,) = folder.iterdir()  # no temporary file left beside it
+    assert entry.suffix == ".kv"
+    backend = load(tiny_gguf)
+    tokens = backend.tokenize(FILE)
+    assert PromptCache(folder).warm(backend, tokens + [10]) == len(tokens)
+    backend.close()
+
+
+def test_an_unwritable_folder_costs_only_the_disk_and_memory_keeps_alternating_prompts_warm(
+        tmp_path, open_engine, notes):
+    (tmp_path / "file").write_text("")
+    cache = PromptCache(tmp_path / "file" / "cache", memory_entries=4, warn=notes.append)  # cannot be created
+    engine = open_engine(cache)
+    first = [reply(engine, prompt(i) + "\n\nExplain it.")[1] for i in (0, 1)]
+    again = [reply(engine, prompt(i) + "\n\nAdd hints.")[1] for i in (0, 1)]
+    assert [s.prompt_cached for s in first] == [0, 0]
+    assert all(s.prompt_cached >= len(engine.target.tokenize(prompt(0))) - 1 for s in again)
+    assert len(notes) == 1 and "cannot save" in notes[0]
+
+
+def test_a_backend_without_saved_states_is_left_alone(tmp_path):
+    cache = PromptCache(tmp_path / "cache")
+    engine = fake_engine()
+    engine.cache = cache
+    ids = engine.target.tokenize(FILE)
+    list(engine.generate_tokens(ids, GenerateSettings(max_tokens=8)))
+    assert cache.warm(engine.target, ids) == 0 and not cache.folder.exists()
+
+
+# -- the front ends ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
+    """A tiny pair in a user models.toml, and an empty EDGESPEC_HOME."""
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("EDGESPEC_NO_CACHE", raising=False)
+    monkeypatch.delenv("EDGESPEC_CACHE_BUDGET", raising=False)
+    config = tmp_path / "models.toml"
+    config.write_text(f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+                      f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+                      '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n')
+    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+    return tmp_path
+
+
+def run(tmp_path: Path, instruction: str, *flags: str, stdin: str = FILE) -> tuple[str, dict]:
+    from click.testing import CliRunner
+
+    from edgespec import cli
+
+    stats = tmp_path / "stats.json"
+    r = CliRunner().invoke(cli.main, ["run", instruction, "--max-tokens", "16", "--draft", "model", "--k", "3",
+                                      "--stats-json", str(stats), *flags], input=stdin)
+    assert r.exit_code == 0, r.stderr
+    return r.stdout, json.loads(stats.read_text())
+
+
+def entries(tmp_path: Path) -> list[Path]:
+    return list((tmp_path / "home" / "prompt-cache").glob("*.kv"))
+
+
+@pytest.mark.parametrize("system", [(), ("-s", "You are terse.")])
+def test_run_with_the_same_stdin_and_another_instruction_reads_only_the_rest(cli_env, system):
+    _, first = run(cli_env, "Explain f1.", *system)
+    assert first["prompt_cached"] == 0 and len(entries(cli_env)) == 2
+    cold_text, cold = run(cli_env, "Add type hints.", "--no-cache", *system)
+    warm_text, warm = run(cli_env, "Add type hints.", *system)
+    assert warm_text == cold_text and cold["prompt_cached"] == 0
+    assert warm["prompt_tokens"] - warm["prompt_cached"] < len("Add type hints.") + 16  # the instruction and the template's end
+    assert warm["prompt_cached"] > len(FILE) // 2
+
+
+@pytest.mark.parametrize("flags, env", [(("--no-cache",), {}), ((), {"EDGESPEC_NO_CACHE": "1"})])
+def test_no_cache_writes_nothing(cli_env, monkeypatch, flags, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    run(cli_env, "Explain f1.", *flags)
+    _, again = run(cli_env, "Explain f2.", *flags)
+    assert again["prompt_cached"] == 0 and entries(cli_env) == []
+
+
+def test_the_stdin_text_is_the_shared_prefix_with_and_without_a_system_prompt(tiny_gguf):
+    from edgespec.cli import compose_message
+
+    backend = load(tiny_gguf)
+    for system in ([], [{"role": "system", "content": "Be brief."}]):
+        a, b = (backend.tokenize(backend.chat_prompt(system + [{"role": "user", "content": compose_message(FILE, p)}]))
+                for p in ("Explain f1.", "Add type hints."))
+        shared = b"".join(backend.token_bytes(t) for t in a[: common_prefix(a, b)]).decode()
+        assert FILE.rstrip("\n") in shared
+    backend.close()
+
+
+@pytest.mark.parametrize("value, expected", [('"2GB"', 2 * 10**9), ('"500M"', 500 * 10**6), ('"1.5GiB"', 3 * 2**29),
+                                             ("4096", 4096), ('"0"', 0)])
+def test_the_budget_is_read_from_models_toml(tmp_path, value, expected):
+    config = tmp_path / "models.toml"
+    config.write_text(f"[cache]\nbudget = {value}\n")
+    assert load_registry(config).cache_budget == expected
+
+
+@pytest.mark.parametrize("value", ['"lots"', "-1", "true", '"2XB"'])
+def test_a_bad_budget_in_models_toml_is_one_line(cli_env, value):
+    config = cli_env / "models.toml"
+    config.write_text(config.read_text() + f"[cache]\nbudget = {value}\n")
+    with pytest.raises(ConfigError, match=r'key "cache.budget": .* is not a size'):
+        load_registry(config)
+
+
+def test_the_budget_from_the_environment_wins_and_a_bad_one_is_a_usage_error(cli_env, monkeypatch):
+    from click.testing import CliRunner
+
+    from edgespec import cli
+
+    config = cli_env / "models.toml"
+    config.write_text(config.read_text() + '[cache]\nbudget = "1G"\n')
+    assert open_cache(None, False).budget == 10**9
+    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "500M")
+    assert open_cache(None, False).budget == 500 * 10**6
+    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "much")
+    r = CliRunner().invoke(cli.main, ["run", "hi"])
+    assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and "EDGESPEC_CACHE_BUDGET" in r.stderr
