@@ -180,6 +180,7 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     from edgespec import bench as b
     from edgespec.decoding.sampling import SamplingParams
     from edgespec.engine import find_pair, open_engine
+    from edgespec.provenance import provenance
 
     if strict and temperature > 0:
         raise UsageError("--strict checks greedy outputs against ar; use it with --temperature 0")
@@ -226,7 +227,8 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     if rows:
         summary = b.summarize(rows)
         Console().print(b.table(summary, floors))
-        meta = {"pairs": [p.name for p in pair_configs], "suite": str(path), "modes": [m.name for m in mode_list],
+        meta = {**provenance(), "pairs": [p.name for p in pair_configs], "suite": str(path),
+                "modes": [m.name for m in mode_list],
                 "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted,
                 "noise_floors": {pair: floor.to_dict() for pair, floor in floors.items()}}
         if json_path:

@@ -17,13 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import shlex
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +29,10 @@ from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine import GenerateSettings, find_pair, open_engine
+from edgespec.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
-from whole_call import commit, read_case  # noqa: E402
+from whole_call import read_case  # noqa: E402
 
 
 def reply_ids(engine, prompt: list[int], max_tokens: int) -> list[int]:
@@ -104,8 +100,7 @@ def main() -> None:
         print(f"{s['suite']:10} window {str(s['window']):>5}: agreement {s['agreement']:.1%} "
               f"({s['prompts']} prompts, median {s['median_prompt_tokens']:.0f} prompt tokens)")
     if args.json:
-        meta = {"command": shlex.join(sys.argv), "commit": commit(), "machine": platform.platform(),
-                "cpus": os.cpu_count(), "pair": engine.pair.name, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+        meta = {**provenance(), "pair": engine.pair.name}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import signal
 import statistics
@@ -35,6 +34,8 @@ from pathlib import Path
 
 import click
 import httpx
+
+from edgespec.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGESPEC = [sys.executable, "-m", "edgespec"]
@@ -114,13 +115,6 @@ def median(rows: list[dict], kind: str, key: str) -> float:
     return statistics.median(r[kind][key] for r in rows)
 
 
-def git_commit() -> dict:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
-
-
 @click.command()
 @click.option("-m", "--pair", default=None, help="Model pair (default: the registry's default).")
 @click.option("--input", "input_path", type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -153,10 +147,7 @@ def main(pair, input_path, chars, rounds, max_tokens, serve, json_path):
           f"{summary['cold_over_warm_ttft']:.1f}x lower; saving adds {summary['saving_cost']:+.1%} to a cold call")
     calls = serve_scenario(pair, {"A": fresh(text), "B": fresh(other)}, max_tokens) if serve else []
     if json_path:
-        result = {"command": [sys.executable, *sys.argv], **git_commit(),
-                  "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                              "python": platform.python_version()},
-                  "pair": pair, "input": str(input_path), "chars": chars, "max_tokens": max_tokens,
+        result = {**provenance(), "pair": pair, "input": str(input_path), "chars": chars, "max_tokens": max_tokens,
                   "runs": rows, "summary": summary, "serve": calls}
         json_path.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from edgespec.provenance import provenance
 
 STDLIB = Path(os.__file__).parent
 
@@ -99,14 +100,6 @@ def summarize(rows: list[dict], modes: list[str]) -> list[dict]:
     return out
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs=2, action="append", metavar=("FILE[:LINES]", "INSTRUCTION"), required=True)
@@ -136,9 +129,7 @@ def main() -> None:
             print(f"  {mode:6} wall {m['wall_s']:6.1f} s ({m['whole_speedup']:.2f}x)  TTFT {m['ttft_s']:5.1f} s "
                   f"({m['ttft_ratio']:.2f}x)  decode {m['decode_s']:5.1f} s  same output: {m['same_output_as_first']}")
     if args.json:
-        meta = {"command": shlex.join(sys.argv), "commit": commit(), "machine": platform.platform(),
-                "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+        meta = provenance()
         for r in rows:
             r.pop("output")
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
@@ -482,6 +483,12 @@ def test_bench_command_writes_json_and_plot(cli_env):
     doc = json.loads((cli_env / "out.json").read_text())
     rows = doc["rows"]
     assert doc["meta"]["repeats"] == 2
+    # what made the figures: the command, the code and the machine
+    assert {"command", "version", "machine", "date"} <= set(doc["meta"]) and doc["meta"]["machine"]["cpus"] >= 1
+    checkout = Path(cli.__file__).resolve().parents[1]
+    if (checkout / ".git").exists():
+        head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+        assert doc["meta"]["commit"] == head.stdout.strip()
     # --limit 2 takes two prompts of each suite; every prompt runs every mode, interleaved, twice
     assert [(x["id"], x["repeat"], x["mode"]) for x in rows] == [
         (i, rep, m) for i in ("c/0", "c/1", "t/0") for rep in (0, 1) for m in ("ar", "k2", "auto")]
