@@ -11,6 +11,9 @@ prompt tokens it did not read from `--stats-json` (`ttft_s`, `prompt_cached`).
 instructions each time; the time to the first streamed text of each, and the engine's own TTFT.
 Requests 3 and 4 should find their file in the server's memory.
 
+`--cost` (once): in one process, the seconds to save a 2k-token prompt's two states, against the
+seconds both models took to read it, and a lookup that finds nothing.
+
 The issue's targets (2-core CPU, default pair): warm TTFT at least 10x lower than cold, warm call
 at least 2x faster; saving adds at most 5% to a cold call.
 
@@ -115,16 +118,54 @@ def median(rows: list[dict], kind: str, key: str) -> float:
     return statistics.median(r[kind][key] for r in rows)
 
 
+def cache_cost(pair: str | None, text: str) -> dict:
+    """The cache's own cost, in one process: a 2k-token prompt read cold by both models, its two
+    states saved (what a cold call pays after its reply), then a lookup that finds nothing (what a
+    call on a new file pays before reading)."""
+    from edgespec.backends.base import sync_cache
+    from edgespec.engine import find_pair, open_engine
+    from edgespec.prompt_cache import PromptCache
+
+    with tempfile.TemporaryDirectory() as folder:
+        cache = PromptCache(Path(folder))
+        engine = open_engine(find_pair(pair))
+        try:
+            ids = engine.chat_tokens([{"role": "user", "content": fresh(text) + "\n\n" + INSTRUCTIONS[0]}])
+            start = time.perf_counter()
+            for backend in (engine.target, engine.draft):
+                sync_cache(backend, ids, 1)
+            read_s = time.perf_counter() - start
+            start = time.perf_counter()
+            for backend in (engine.target, engine.draft):
+                cache.save(backend)
+            save_s = time.perf_counter() - start
+            saved_bytes = sum(p.stat().st_size for p in Path(folder).glob("*.kv"))
+            other = engine.chat_tokens([{"role": "user", "content": fresh(text[::-1])}])
+            engine.empty_caches()
+            start = time.perf_counter()
+            gained = cache.warm(engine.target, other)
+            miss_s = time.perf_counter() - start
+        finally:
+            engine.close()
+    print(f"cache cost: both models read {len(ids)} tokens in {read_s:.1f} s; saving their states "
+          f"({saved_bytes / 1e6:.0f} MB) took {save_s * 1000:.0f} ms; a miss took {miss_s * 1000:.1f} ms", flush=True)
+    return {"prompt_tokens": len(ids), "read_s": read_s, "save_s": save_s, "saved_bytes": saved_bytes,
+            "miss_s": miss_s, "miss_gained": gained}
+
+
 @click.command()
 @click.option("-m", "--pair", default=None, help="Model pair (default: the registry's default).")
 @click.option("--input", "input_path", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               default=DEFAULT_INPUT, show_default=True, help="The file piped to every call.")
 @click.option("--chars", default=7800, show_default=True, help="Characters of the file to use (7,800: ~1.9k tokens).")
-@click.option("--rounds", default=3, show_default=True, help="Interleaved rounds of no-cache, cold and warm calls.")
+@click.option("--rounds", default=3, show_default=True,
+              help="Interleaved rounds of no-cache, cold and warm calls (0: none, e.g. for --cost alone).")
 @click.option("--max-tokens", default=200, show_default=True)
 @click.option("--serve/--no-serve", default=True, show_default=True, help="Also the serve scenario.")
+@click.option("--cost/--no-cost", default=True, show_default=True,
+              help="Also time saving a 2k-token prompt's states and a lookup that misses, in process.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
-def main(pair, input_path, chars, rounds, max_tokens, serve, json_path):
+def main(pair, input_path, chars, rounds, max_tokens, serve, cost, json_path):
     whole = input_path.read_text()
     text, other = whole[:chars], whole[chars:2 * chars] or whole[:chars]  # other: file B of the serve scenario
     rows = []
@@ -138,17 +179,20 @@ def main(pair, input_path, chars, rounds, max_tokens, serve, json_path):
         print(" | ".join(f"{kind} {row[kind]['wall_s']:.2f} s (TTFT {row[kind]['ttft_s']:.2f} s, "
                          f"{row[kind]['prompt_cached']}/{row[kind]['prompt_tokens']} cached)"
                          for kind in ("no_cache", "cold", "warm")), flush=True)
-    summary = {
-        "cold_over_warm_wall": median(rows, "cold", "wall_s") / median(rows, "warm", "wall_s"),
-        "cold_over_warm_ttft": median(rows, "cold", "ttft_s") / median(rows, "warm", "ttft_s"),
-        "saving_cost": median(rows, "cold", "wall_s") / median(rows, "no_cache", "wall_s") - 1,
-    }
-    print(f"medians of {rounds}: warm call {summary['cold_over_warm_wall']:.2f}x faster, TTFT "
-          f"{summary['cold_over_warm_ttft']:.1f}x lower; saving adds {summary['saving_cost']:+.1%} to a cold call")
+    summary = None
+    if rows:
+        summary = {
+            "cold_over_warm_wall": median(rows, "cold", "wall_s") / median(rows, "warm", "wall_s"),
+            "cold_over_warm_ttft": median(rows, "cold", "ttft_s") / median(rows, "warm", "ttft_s"),
+            "saving_cost": median(rows, "cold", "wall_s") / median(rows, "no_cache", "wall_s") - 1,
+        }
+        print(f"medians of {rounds}: warm call {summary['cold_over_warm_wall']:.2f}x faster, TTFT "
+              f"{summary['cold_over_warm_ttft']:.1f}x lower; saving adds {summary['saving_cost']:+.1%} to a cold call")
     calls = serve_scenario(pair, {"A": fresh(text), "B": fresh(other)}, max_tokens) if serve else []
+    costs = cache_cost(pair, text) if cost else None
     if json_path:
         result = {**provenance(), "pair": pair, "input": str(input_path), "chars": chars, "max_tokens": max_tokens,
-                  "runs": rows, "summary": summary, "serve": calls}
+                  "runs": rows, "summary": summary, "serve": calls, "cost": costs}
         json_path.write_text(json.dumps(result, indent=1) + "\n")
 
 

@@ -17,6 +17,8 @@ import numpy as np
 import openai
 import pytest
 
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.plan import KSetting
 from edgespec.engine import GenerateSettings, find_pair
 from tests.live_server import serving
 from tests.test_real_pair import needs_pair
@@ -28,8 +30,11 @@ PROMPT = "Write a Python function that checks whether a number is prime."
 
 @pytest.fixture(scope="module")
 def live():
+    """`edgespec serve --draft model --k 3`: every reply drafts with the draft model, so every reply
+    has speculative tokens to check (`auto` may rightly decode a short reply plainly)."""
     pair = find_pair()
-    with serving(pair, GenerateSettings(sampling=pair.sampling)) as live:  # `edgespec serve`'s defaults
+    settings = GenerateSettings(sampling=pair.sampling, draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
+    with serving(pair, settings) as live:
         yield live
 
 
