@@ -70,7 +70,8 @@ def prompt_cache(doc: dict) -> list[str]:
 
 
 def bench(docs: list[tuple[str, dict]]) -> list[str]:
-    lines = ["| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance | = ar (exact/tie/DIFF) |",
+    lines = ["| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance "
+             "| = ar (exact/tie/DIFF) |",
              "|---|---|---|---|---|---|"]
     for _, doc in docs:
         by = {(s["suite"], s["mode"]): s for s in doc["summary"]}

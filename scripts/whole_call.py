@@ -89,7 +89,8 @@ def summarize(rows: list[dict], modes: list[str]) -> list[dict]:
         base = med[modes[0]]
         for mode in modes:
             m = med[mode]
-            entry[mode] = {**m, "whole_speedup": base["wall_s"] / m["wall_s"], "ttft_ratio": m["ttft_s"] / base["ttft_s"],
+            entry[mode] = {**m, "whole_speedup": base["wall_s"] / m["wall_s"],
+                           "ttft_ratio": m["ttft_s"] / base["ttft_s"],
                            "decode_speedup": base["decode_s"] / m["decode_s"] if m["decode_s"] else None,
                            "same_output_as_first": all(
                                r["output"] == b["output"] for r, b in zip(
