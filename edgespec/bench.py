@@ -31,7 +31,7 @@ from rich.table import Table
 
 from edgespec.bench_hf_assisted import assisted_generate
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.events import Step, Summary, Token
+from edgespec.decoding.events import Step, Summary, Token, WholeReply
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.divergence import DIFF, TIE, Parting, Round, explain_parting, first_divergence
@@ -71,7 +71,7 @@ AR = Mode("ar", DraftChoice.NONE, KSetting("fixed", 0))
 
 
 @dataclass
-class Row:
+class Row(WholeReply):
     id: str
     suite: str
     mode: str
@@ -101,16 +101,6 @@ class Row:
     target_read_s: float | None = None
     draft_read_s: float | None = None
     decode_s: float = 0.0
-
-    @property
-    def total_s(self) -> float:
-        """The whole reply: first token, then decoding."""
-        return self.ttft_s + self.decode_s
-
-    @property
-    def total_tokens_per_s(self) -> float:
-        """Tokens per second of the whole reply (0: nothing was timed)."""
-        return self.tokens / self.total_s if self.total_s > 0 else 0.0
 
 
 EXACT, UNCHECKED = "exact", "unchecked"

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -39,6 +37,9 @@ import click
 import httpx
 
 from edgespec.provenance import provenance
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serve_throughput import start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGESPEC = [sys.executable, "-m", "edgespec"]
@@ -66,16 +67,6 @@ def run_call(pair: str | None, stdin: str, instruction: str, max_tokens: int, *f
             "prompt_cached": summary.get("prompt_cached"), "tokens": summary["tokens"]}
 
 
-def start_server(pair: str | None) -> tuple[subprocess.Popen, str]:
-    args = [*EDGESPEC, "serve", "--port", "0", "--temperature", "0"] + (["-m", pair] if pair else [])
-    server = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    for line in server.stderr:
-        if "serving" in line:
-            threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()  # keep it drained
-            return server, re.search(r"(http://\S+/v1)", line).group(1)
-    raise SystemExit(f"the server did not start (exit {server.wait()})")
-
-
 def stream_call(url: str, model: str, text: str, max_tokens: int) -> dict:
     """One streamed chat request: the time to its first text chunk, and the engine's figures."""
     body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
@@ -98,7 +89,7 @@ def stream_call(url: str, model: str, text: str, max_tokens: int) -> dict:
 
 
 def serve_scenario(pair: str | None, files: dict[str, str], max_tokens: int) -> list[dict]:
-    server, url = start_server(pair)
+    server, url = start_server(pair, queue=8)  # serve's default queue
     try:
         model = httpx.get(url + "/models", timeout=60).json()["data"][0]["id"]
         calls = []

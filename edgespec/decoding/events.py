@@ -149,8 +149,26 @@ class Tally:
         return (self.tokens - 1) / self.target_passes if self.target_passes else 0.0
 
 
+class WholeReply:
+    """The whole reply, what the user waits for, from its parts: `ttft_s` (the first token) and
+    `decode_s` (the rest) of `tokens`. Shared by the decoder's Summary and the bench's rows, which
+    also carry figures of peers that have no Summary."""
+
+    __slots__ = ()
+
+    @property
+    def total_s(self) -> float:
+        """The whole reply: the first token, then decoding."""
+        return self.ttft_s + self.decode_s
+
+    @property
+    def total_tokens_per_s(self) -> float:
+        """Tokens per second of the whole reply, the prompt's reading included (0: nothing timed)."""
+        return self.tokens / self.total_s if self.total_s > 0 else 0.0
+
+
 @dataclass(slots=True)
-class Summary(Tally):
+class Summary(Tally, WholeReply):
     """Totals for one generation: its Tally plus the timings only the decoder knows (seconds).
 
     The whole reply, what the user waits for, is `total_s` = `ttft_s` + `decode_s`:
@@ -178,16 +196,6 @@ class Summary(Tally):
     def target_read_tokens(self) -> int:
         """Prompt tokens the target read: those not already in its cache."""
         return self.prompt_tokens - self.prompt_cached
-
-    @property
-    def total_s(self) -> float:
-        """The whole reply: the first token, then decoding."""
-        return self.ttft_s + self.decode_s
-
-    @property
-    def total_tokens_per_s(self) -> float:
-        """Tokens per second of the whole reply, the prompt's reading included."""
-        return self.tokens / self.total_s if self.total_s > 0 else 0.0
 
     def to_dict(self) -> dict:
         """JSON-ready: the fields, plus the derived rates for readers of the file."""
