@@ -32,6 +32,7 @@ from edgespec.decoding.events import Source, Summary, Token
 from edgespec.errors import UsageError
 from edgespec.figures import stats_line
 from edgespec.output_files import check_writable, write_or_rescue
+from edgespec.text_check import check_text
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
 TOKEN_STYLES = {
@@ -79,12 +80,15 @@ def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p
     from edgespec.engine import GenerateSettings, find_pair, open_engine
     from edgespec.prompt_cache import open_cache
 
-    text = compose_message(read_stdin(), prompt)
+    check_text(prompt, "PROMPT")
+    check_text(system, "--system")
     if raw and system:
         raise UsageError("--system has no meaning with --raw (no chat template)")
+    pair_config = find_pair(pair, config, draft)  # its context bounds the stdin read
+    text = compose_message(read_stdin(pair_config.context), prompt)
     if stats_json:
         check_writable(stats_json, "--stats-json")
-    engine = open_engine(find_pair(pair, config, draft), draft, open_cache(config, no_cache))
+    engine = open_engine(pair_config, draft, open_cache(config, no_cache))
     try:
         settings = GenerateSettings(
             max_tokens=max_tokens,

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import sys
@@ -19,6 +20,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import sampling_problem
 from edgespec.errors import EdgespecError, SettingError, UsageError
+from edgespec.text_check import context_bytes
 
 
 def config_option(f: Callable) -> Callable:
@@ -151,15 +153,38 @@ def sampling_from_flags(defaults, temperature, top_p, top_k, min_p, seed):
     return replace(defaults, **{k: v for k, v in given.items() if v is not None})
 
 
-def read_stdin() -> str | None:
-    """Piped input as text, or None when stdin is a terminal or absent. Binary input is refused."""
+# Bytes read from stdin at a time: each read returns to Python, where a Ctrl-C is raised.
+STDIN_CHUNK = 1 << 16
+
+
+def read_stdin(context: int) -> str | None:
+    """Piped input as text, or None when stdin is a terminal or absent. Read in chunks and refused
+    at the first chunk that shows it is binary (a NUL byte, bytes that are not UTF-8) or longer
+    than a `context`-token context can hold, so endless input (`< /dev/zero`, `yes |`) ends at
+    once with a usage error instead of filling memory."""
     stream = sys.stdin
     if stream is None or stream.isatty():
         return None
-    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
-    if b"\x00" in data:
-        raise UsageError("stdin looks binary (it contains NUL bytes); pipe text or source code")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {e.start})") from None
+    read = stream.buffer.read1 if hasattr(stream, "buffer") else lambda n: stream.read(n).encode()
+    limit = context_bytes(context)
+    decoder = codecs.getincrementaldecoder("utf-8")()  # keeps a character split between chunks
+    parts: list[str] = []
+    size = 0  # bytes decoded so far
+
+    def decode(chunk: bytes, final: bool = False) -> str:
+        try:
+            return decoder.decode(chunk, final)
+        except UnicodeDecodeError as e:  # e.start counts from the split character the decoder held
+            start = size - len(decoder.getstate()[0]) + e.start
+            raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {start})") from None
+
+    while chunk := read(STDIN_CHUNK):
+        if b"\x00" in chunk:
+            raise UsageError("stdin looks binary (it contains NUL bytes); pipe text or source code")
+        parts.append(decode(chunk))
+        size += len(chunk)
+        if size > limit:
+            raise UsageError(f"stdin is over {limit:,} bytes, more than the pair's context of {context:,} tokens "
+                             "can hold")
+    parts.append(decode(b"", final=True))
+    return "".join(parts)

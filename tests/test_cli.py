@@ -118,7 +118,7 @@ def test_terminal_stdin_without_prompt_is_a_usage_error(monkeypatch):
             return True
 
     monkeypatch.setattr("sys.stdin", Tty())
-    assert cli.read_stdin() is None  # a terminal is never read (no hang)
+    assert cli.read_stdin(256) is None  # a terminal is never read (no hang)
 
 
 def test_no_prompt_and_empty_stdin_exits_2(env):

@@ -21,6 +21,7 @@ from edgespec.cli_common import (
     sampling_from_flags,
 )
 from edgespec.errors import UsageError
+from edgespec.text_check import check_text
 
 
 def _reopen_terminal() -> None:
@@ -62,6 +63,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     from edgespec.prompt_cache import open_cache
     from edgespec.tui.history import ChatStore
 
+    check_text(system, "--system")
     store = ChatStore()
     conversation = None
     if resume is not None:
@@ -71,7 +73,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     pair_config = find_pair(pair, config, draft)
     cache = open_cache(config, no_cache)
     first_message = None
-    piped = read_stdin()
+    piped = read_stdin(pair_config.context)
     if piped is not None:
         first_message = piped.strip() or None
         _reopen_terminal()

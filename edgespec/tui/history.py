@@ -20,8 +20,9 @@ its colours again. `stats` is the frozen per-reply figures (`stats.ReplyFigures.
 decoder's Summary and the error, if any; files of the first layout are still read).
 
 A file is checked whole when it is read (`Conversation.from_dict`): every field the app reads must
-have the type the app needs, so a hand-edited or damaged file is refused in one line naming the file
-and the field, before `edgespec chat --resume` loads a model, rather than crashing the app later.
+have the type the app needs (its text valid Unicode), so a hand-edited or damaged file is refused in
+one line naming the file and the field, before `edgespec chat --resume` loads a model, rather than
+crashing the app later.
 Keys the app does without may be missing (`version`, `title`, `system`, `created`, `updated`;
 a reply's `spans`, `stats`, `complete`, and any figure inside `stats`); unknown keys are ignored.
 """
@@ -41,6 +42,7 @@ import platformdirs
 from edgespec.atomic_file import write_text_atomic
 from edgespec.decoding.events import Source
 from edgespec.errors import EdgespecError
+from edgespec.text_check import text_problem
 from edgespec.tui.stats import ReplyFigures
 
 FORMAT_VERSION = 1
@@ -174,14 +176,24 @@ def _list_of(rule: Rule) -> Rule:
     return check
 
 
+def _text(value: object, where: str) -> None:
+    # Text the engine tokenizes or the app draws: a lone surrogate (json reads "\ud800" as one)
+    # would fail there, after a model loaded, instead of here.
+    if not isinstance(value, str):
+        raise ValueError(f"{where} is not a string")
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(f"{where} {problem}")
+
+
 def _span(value: object, where: str) -> None:
     if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
         raise ValueError(f"{where} is not a [source, text] pair")
+    _text(value[1], f"{where}[1]")
     if value[0] not in SPAN_KINDS:  # a tuple: an unhashable value is compared, not hashed
         raise ValueError(f"{where} has the source {json.dumps(value[0])}, not one of {', '.join(SPAN_KINDS)}")
 
 
-_TEXT = _is(lambda v: isinstance(v, str), "a string")
 _NUMBER = _is(_is_number, "a number")
 _COUNTS = _is(lambda v: isinstance(v, dict) and all(_is_count(n) for n in v.values()), "an object of counts")
 # details.py turns the keys into ints and divides by the largest count
@@ -197,7 +209,7 @@ def _reply_figures(value: object, where: str) -> None:
 
 _MESSAGE = _object({
     "role": _is(lambda v: v in ROLES, " or ".join(f'"{r}"' for r in ROLES)),
-    "content": _TEXT,
+    "content": _text,
     "spans": _list_of(_span),
     "stats": _or_null(_reply_figures),
     "complete": _is(lambda v: isinstance(v, bool), "true or false"),
@@ -206,10 +218,10 @@ _MESSAGE = _object({
 _check_chat = _object({
     "version": _is(lambda v: v == FORMAT_VERSION,
                    f"{FORMAT_VERSION} (the only format this edgespec reads; a newer edgespec wrote it?)"),
-    "id": _TEXT,
-    "title": _TEXT,
-    "pair": _TEXT,
-    "system": _or_null(_TEXT),
+    "id": _text,
+    "title": _text,
+    "pair": _text,
+    "system": _or_null(_text),
     "created": _NUMBER,
     "updated": _NUMBER,
     "messages": _list_of(_MESSAGE),
