@@ -24,12 +24,14 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Annotated, Callable, Iterable, Literal, Sequence
 
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from rich.console import Group
 from rich.table import Table
 
 from edgespec.bench_hf_assisted import assisted_generate
+from edgespec.config import PairConfig
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token, WholeReply
 from edgespec.decoding.plan import KSetting
@@ -41,6 +43,7 @@ from edgespec.figures import histogram_text
 from edgespec.layouts import describe_loaded
 from edgespec.noise_floor import NoiseFloor
 from edgespec.output_files import check_writable
+from edgespec.text_check import context_bytes, text_problem
 
 DEV_SET = Path(str(files("edgespec") / "data" / "dev.jsonl"))  # the development set shipped with edgespec
 
@@ -106,47 +109,117 @@ class Row(WholeReply):
 EXACT, UNCHECKED = "exact", "unchecked"
 
 
-def load_suite(path: Path) -> list[BenchPrompt]:
-    """Read a JSONL suite; a bad line is a one-line error naming the file and line."""
+# A suite is read whole; the bound keeps a wrong file (a disk image, a log) from filling memory. A
+# suite this size would take days to bench.
+SUITE_BYTES = 64 << 20
+
+
+def load_suite(path: Path, context: int | None = None) -> list[BenchPrompt]:
+    """Read and check a JSONL suite, every line before any model loads; a bad line is a one-line
+    error naming the file, the line and the field. `context`: the smallest context (tokens) of the
+    pairs to run, which every prompt must be able to fit (`text_check.context_bytes`)."""
     if not path.is_file():
         raise UsageError(f"suite file {path} {'is not a regular file' if path.exists() else 'does not exist'}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        line = path.read_bytes()[: e.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not UTF-8 text (invalid byte at offset {e.start})") from None
+        with path.open("rb") as f:
+            data = f.read(SUITE_BYTES + 1)
     except OSError as e:
         raise UsageError(f"suite file {path}: cannot read ({e.strerror or e})") from None
+    if len(data) > SUITE_BYTES:
+        raise UsageError(f"suite file {path} is over {SUITE_BYTES:,} bytes; split it")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (invalid byte at offset {e.start})") from None
     prompts = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            prompts.append(_prompt(json.loads(line)))
-        except (ValueError, KeyError, TypeError) as e:
-            raise UsageError(f"{path}:{n}: bad suite line ({e.__class__.__name__}: {e})") from None
+            fields = json.loads(line)
+        except ValueError as e:
+            raise UsageError(f"{path}:{n}: not JSON ({e})") from None
+        if not isinstance(fields, dict):
+            raise UsageError(f"{path}:{n}: not a JSON object")
+        try:
+            prompt = _prompt(SuiteLine.model_validate(fields))
+        except ValidationError as e:
+            raise UsageError(f"{path}:{n}: {_first_problem(e)}") from None
+        if context is not None and (size := _text_bytes(prompt)) > context_bytes(context):
+            raise UsageError(f"{path}:{n}: the {prompt.mode} text is {size:,} bytes, more than the pair's context "
+                             f"of {context:,} tokens can hold")
+        prompts.append(prompt)
     if not prompts:
         raise UsageError(f"suite file {path} has no prompts")
     return prompts
 
 
-def _prompt(d: dict) -> BenchPrompt:
-    mode = d["mode"]
-    if mode not in ("completion", "chat"):
-        raise ValueError(f"mode {mode!r} is not completion or chat")
-    max_tokens = d.get("max_tokens", 256)
-    if not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens {max_tokens!r} is not a positive whole number")
-    if mode == "completion":
-        if not isinstance(d["prompt"], str):
-            raise TypeError("prompt is not a string")
-        return BenchPrompt(str(d["id"]), str(d["suite"]), mode, max_tokens, prompt=d["prompt"])
-    messages = d["messages"]
-    if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages
-    ):
-        raise TypeError("messages is not a list of {role, content} strings")
-    return BenchPrompt(str(d["id"]), str(d["suite"]), mode, max_tokens, messages=tuple(messages))
+def _text(value: object) -> object:
+    """Text as `text_check` says it, before pydantic's own check (which says less)."""
+    problem = text_problem(value) if isinstance(value, str) else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _number_as_text(value: object) -> object:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+# Text that reaches the tokenizer or the terminal: a lone surrogate ("\ud800" in JSON) is refused here.
+Text = Annotated[str, BeforeValidator(_text)]
+Prompt = Annotated[str, Field(min_length=1), BeforeValidator(_text)]  # an empty one has nothing to continue
+Id = Annotated[str, BeforeValidator(_text), BeforeValidator(_number_as_text)]  # "HumanEval/0", or 7
+
+
+class SuiteMessage(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: Text
+
+
+class SuiteLine(BaseModel):
+    """One line of a suite as written; unknown keys (`split`) are ignored. Strict: a number is not
+    text, nor true a count."""
+
+    model_config = ConfigDict(strict=True)
+
+    id: Id
+    suite: Text
+    mode: Literal["completion", "chat"]
+    max_tokens: int = Field(256, ge=1)
+    prompt: Prompt | None = None
+    messages: Annotated[list[SuiteMessage], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _has_its_modes_input(self) -> SuiteLine:
+        if self.mode == "completion" and self.prompt is None:
+            raise ValueError('mode "completion" needs a "prompt"')
+        if self.mode == "chat" and self.messages is None:
+            raise ValueError('mode "chat" needs "messages"')
+        return self
+
+
+def _first_problem(e: ValidationError) -> str:
+    """The first error pydantic found, as `messages[0].content: <what is wrong>`."""
+    error = e.errors(include_url=False)[0]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
+    cause = error.get("ctx", {}).get("error")
+    message = str(cause) if error["type"] == "value_error" and cause is not None else error["msg"]
+    return f"{where}: {message}" if where else message
+
+
+def _prompt(line: SuiteLine) -> BenchPrompt:
+    messages = tuple(m.model_dump() for m in line.messages) if line.mode == "chat" else None
+    return BenchPrompt(line.id, line.suite, line.mode, line.max_tokens,
+                       prompt=line.prompt if line.mode == "completion" else None, messages=messages)
+
+
+def _text_bytes(prompt: BenchPrompt) -> int:
+    texts = [prompt.prompt] if prompt.mode == "completion" else [m["content"] for m in prompt.messages]
+    return sum(len(t.encode("utf-8")) for t in texts)
 
 
 def select(prompts: list[BenchPrompt], limit: int | None, suites: str | None) -> list[BenchPrompt]:
@@ -237,14 +310,14 @@ def layout_lines(engine: Engine) -> list[str]:
     return lines
 
 
-def check_modes(engine: Engine, modes: list[Mode], sampling: SamplingParams) -> None:
-    """Refuse, before anything runs, a mode this engine or these settings cannot run."""
+def check_modes(pair: PairConfig, modes: list[Mode], sampling: SamplingParams) -> None:
+    """Refuse, before anything loads, a mode this pair or these settings cannot run."""
     if any(m.name == HF_ASSISTED for m in modes):
-        if engine.pair.backend != "hf":
+        if pair.backend != "hf":
             raise UsageError(f"bench mode {HF_ASSISTED} runs transformers' generate and needs a pair on the hf backend; "
-                             f"pair {engine.pair.name!r} is on {engine.pair.backend}")
-        if engine.draft is None:
-            raise UsageError(f"bench mode {HF_ASSISTED} needs a draft model; pair {engine.pair.name!r} has none")
+                             f"pair {pair.name!r} is on {pair.backend}")
+        if pair.draft is None:
+            raise UsageError(f"bench mode {HF_ASSISTED} needs a draft model; pair {pair.name!r} has none")
         if not sampling.greedy:
             raise UsageError(f"bench mode {HF_ASSISTED} is greedy only: use --temperature 0")
 
@@ -262,7 +335,7 @@ def run_bench(
     cache (see divergence.py), against the target's noise floor (measured first, unless an earlier
     run did: measuring empties the cache)."""
     for engine in engines:
-        check_modes(engine, modes, sampling)
+        check_modes(engine.pair, modes, sampling)
         if needs_noise_floor(modes, sampling):
             engine.noise_floor()
     rows = []

@@ -189,19 +189,21 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     if strict and temperature > 0:
         raise UsageError("--strict checks greedy outputs against ar; use it with --temperature 0")
     path = suite_path or b.DEV_SET
-    prompts = b.select(b.load_suite(path), limit, suites)
     pair_configs = [find_pair(name, config) for name in dict.fromkeys(pairs or (None,))]
     all_drafted = all(p.draft is not None for p in pair_configs)
     mode_list = b.parse_modes(modes, drafter or (DraftChoice.MODEL if all_drafted else DraftChoice.NGRAM))
-    for mode in mode_list:  # every pair can run every mode, or nothing loads
-        for pair_config in pair_configs:
+    sampling = SamplingParams(temperature=temperature, seed=seed)
+    for pair_config in pair_configs:  # every pair can run every mode, or nothing loads
+        b.check_modes(pair_config, mode_list, sampling)
+        for mode in mode_list:
             find_pair(pair_config.name, config, mode.draft)
+    # every prompt must fit every pair's context
+    prompts = b.select(b.load_suite(path, min(p.context for p in pair_configs)), limit, suites)
     if json_path:
         check_writable(json_path, "--json")
     if plot_path:
         b.check_plot_path(plot_path)
     engines: list = []
-    sampling = SamplingParams(temperature=temperature, seed=seed)
     rows: list = []
     floors: dict = {}
     interrupted = False

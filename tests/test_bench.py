@@ -32,6 +32,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import UsageError
+from edgespec.text_check import MAX_TOKEN_BYTES
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 DEV_SET = Path("/work/shared/bench/dev.jsonl")
@@ -127,6 +128,48 @@ def test_load_suite_rejects_a_bad_line_in_one_line_naming_file_and_line(tmp_path
 def test_load_suite_rejects_wrongly_typed_fields(tmp_path, bad):
     with pytest.raises(UsageError, match=r":2: "):
         load_suite(write_suite(tmp_path, GOOD_COMPLETION, bad))
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": ""}', "prompt"),
+        ('{"id": "a/2", "suite": "a", "mode": "chat", "messages": []}', "messages"),
+        ('{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "robot", "content": "x"}]}',
+         "messages[0].role"),
+        ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": "x\\ud800"}', "prompt"),
+        ('{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "system", "content": "\\udfff"}, '
+         '{"role": "user", "content": "hi"}]}', "messages[0].content"),
+        ('{"id": "a/2", "suite": "a\\ud800", "mode": "completion", "prompt": "x"}', "suite"),
+        ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": "x", "max_tokens": true}', "max_tokens"),
+    ],
+)
+def test_load_suite_names_the_line_and_the_field_a_model_would_fail_on(tmp_path, bad, field):
+    """What the tokenizer, the chat template or the decoder would refuse after the pair loaded."""
+    path = write_suite(tmp_path, GOOD_COMPLETION, bad)
+    with pytest.raises(UsageError) as e:
+        load_suite(path)
+    assert str(e.value).startswith(f"{path}:2: {field}: ") and "\n" not in str(e.value)
+
+
+def test_load_suite_refuses_a_prompt_no_context_of_the_pairs_can_hold(tmp_path):
+    fits = json.dumps({"id": "a", "suite": "a", "mode": "completion", "prompt": "x" * (4 * MAX_TOKEN_BYTES)})
+    too_long = json.dumps({"id": "b", "suite": "a", "mode": "chat",
+                           "messages": [{"role": "user", "content": "x" * (4 * MAX_TOKEN_BYTES)},
+                                        {"role": "user", "content": "y"}]})
+    assert len(load_suite(write_suite(tmp_path, fits), context=4)) == 1
+    path = write_suite(tmp_path, fits, too_long)
+    with pytest.raises(UsageError) as e:
+        load_suite(path, context=4)
+    assert str(e.value) == (f"{path}:2: the chat text is {4 * MAX_TOKEN_BYTES + 1:,} bytes, more than the pair's "
+                            "context of 4 tokens can hold")
+
+
+def test_load_suite_reads_no_further_than_its_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "SUITE_BYTES", len(GOOD_COMPLETION))
+    path = write_suite(tmp_path, GOOD_COMPLETION, GOOD_CHAT)
+    with pytest.raises(UsageError, match=f"suite file {path} is over {len(GOOD_COMPLETION)} bytes; split it"):
+        load_suite(path)
 
 
 def test_load_suite_rejects_a_missing_or_empty_file(tmp_path):

@@ -8,6 +8,7 @@ naming that file, so an exit 2 with the expected line shows that nothing loaded.
 from __future__ import annotations
 
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -145,3 +146,41 @@ def test_an_argument_that_is_not_utf8_is_named_before_loading(env, args, name):
     _, err = proc.communicate(b"", timeout=120)
     assert proc.returncode == 2
     assert error_line(err).startswith(f"edgespec: error: {name} is not UTF-8 text (byte 0xff at character ")
+
+
+# -- bench: the suite and the modes are checked before the pair loads -------------------------------
+
+
+def suite_file(env, *lines: dict) -> str:
+    path = env / "suite.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+GOOD = {"id": "a/0", "suite": "a", "mode": "completion", "prompt": "def f():"}
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({**GOOD, "prompt": ""}, "prompt: String should have at least 1 character"),
+    ({"id": "a/1", "suite": "a", "mode": "chat", "messages": []}, "messages: List should have at least 1 item"),
+    ({**GOOD, "prompt": "x\ud800"}, "prompt: is not valid Unicode text (a lone surrogate U+D800 at character 1)"),
+    ({**GOOD, "prompt": "x" * (CONTEXT * MAX_TOKEN_BYTES + 1)},
+     f"the completion text is {CONTEXT * MAX_TOKEN_BYTES + 1:,} bytes, more than the pair's context of "
+     f"{CONTEXT} tokens can hold"),
+])
+def test_a_suite_line_a_model_would_fail_on_is_refused_before_loading(env, bad, why):
+    suite = suite_file(env, GOOD, bad)
+    result = CliRunner().invoke(cli.main, ["bench", "--suite", suite, "--modes", "ar"])
+    assert one_line_error(result, 2).startswith(f"edgespec: error: {suite}:2: {why}")
+
+
+def test_the_suite_must_fit_the_smallest_context_of_the_pairs(env):
+    suite = suite_file(env, {**GOOD, "prompt": "x" * (CONTEXT * MAX_TOKEN_BYTES + 1)})
+    result = CliRunner().invoke(cli.main, ["bench", "-m", "long", "-m", "missing", "--suite", suite])
+    assert f"context of {CONTEXT} tokens" in one_line_error(result, 2)
+
+
+def test_hf_assisted_on_a_llama_cpp_pair_is_refused_before_loading(env):
+    result = CliRunner().invoke(cli.main, ["bench", "--modes", "ar,hf-assisted", "--suite", suite_file(env, GOOD)])
+    line = one_line_error(result, 2)
+    assert "hf-assisted" in line and "llamacpp" in line
