@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from edgespec.errors import UsageError
 
-# The most bytes of text one token stands for, with room to spare: the longest token of the
-# built-in pair's vocabulary is 128 bytes (a run of spaces). Input longer than this many bytes per
-# token of the context cannot fit it, whatever the tokenizer; shorter input is tokenized and
-# checked exactly.
+# The most bytes of text one token is taken to stand for: the longest token of the built-in pair's
+# vocabulary is 128 bytes (a run of spaces), and twice that leaves room for other vocabularies.
+# Input longer than this many bytes per token of the context is refused unread (it bounds what is
+# read into memory); shorter input is tokenized and its length checked exactly.
 MAX_TOKEN_BYTES = 256
 
 
@@ -36,10 +36,9 @@ def text_problem(text: str) -> str | None:
         return f"is not valid Unicode text (a lone surrogate U+{code:04X} at character {e.start})"
 
 
-def check_text(text: str | None, name: str) -> str | None:
-    """`text` when it is UTF-8 text (or None); a usage error naming it otherwise."""
+def check_text(text: str | None, name: str) -> None:
+    """A usage error naming `text` (an argument: "PROMPT", "--system") unless it is UTF-8 text or None."""
     problem = None if text is None else text_problem(text)
     if problem:
         raise UsageError(f"{name} {problem}")
-    return text
 
