@@ -119,13 +119,13 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     if interrupted and not rows:
         raise KeyboardInterrupt
     best = recommend(rows, min_agreement / 100)
-    Console(width=None if sys.stdout.isatty() else 200).print(_table(rows))
-    if json_path:
+    if json_path:  # before the table: a closed pipe ends the command there (edgespec.stdout)
         data = json.dumps({"pair": chosen.name, "min_agreement": min_agreement, "prompts": len(suite),
                            "interrupted": interrupted,
                            "recommended": best.layout if best else None,
                            "layouts": [m.to_dict() for m in rows]}, indent=1) + "\n"
         write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "tune results")
+    Console(width=None if sys.stdout.isatty() else 200).print(_table(rows))
     if interrupted:
         click.echo("edgespec: interrupted; the layouts above were measured, nothing was registered", err=True)
         raise KeyboardInterrupt
