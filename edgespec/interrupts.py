@@ -26,8 +26,10 @@ a command the same way: the same handler, the same KeyboardInterrupt and clean-u
 only the exit status (128 + the signal's number: 130, 143, 129) and the line ("edgespec:
 interrupted", "terminated", "hung up") name the signal that came first. An event loop, where a
 KeyboardInterrupt raised between any two bytecodes would cut a task in half, takes a signal with
-`deferred` instead: it is recorded the same way and the loop is asked to stop; the command raises it
-once the loop has returned (`raise_pending`, which error_boundary calls).
+`deferred` instead: the signal is recorded for the exit status, the loop is asked to stop, and the
+command raises it once the loop has returned (`raise_deferred`). It is not made pending: threads
+that call `raise_pending` (an engine thread) and C callbacks that check `requested` go on until the
+loop's own stopping ends their work.
 
 Only the program entry (`edgespec.__main__`) installs the handler and the hook; code that embeds
 edgespec (tests, click's CliRunner) keeps its own, and `c_callback` still turns a KeyboardInterrupt
@@ -50,7 +52,7 @@ SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SI
 
 _pending = False  # an interrupt not known to have reached the code that ends the command
 _interrupted = False  # the program's handler has seen one of SIGNALS
-_signum = signal.SIGINT  # the first of SIGNALS seen; a KeyboardInterrupt from elsewhere is Ctrl-C's
+_first_signal: int | None = None  # the first of SIGNALS seen by either handler; it names the exit
 _installed = False  # this process is the edgespec program (install() ran)
 _callback_codes: set[CodeType] = set()
 
@@ -107,12 +109,18 @@ def deferred(stop: Callable[[], None]) -> Callable[[int, FrameType | None], None
     bytecodes of the loop). A second signal ends the process at once, as it does anywhere else."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if _interrupted and _installed:
+        if _first_signal is not None and _installed:
             _exit_now()
-        _note(signum)
+        _first(signum)
         stop()
 
     return handler
+
+
+def raise_deferred() -> None:
+    """Raise a signal that a `deferred` handler took, once its loop has returned."""
+    if _first_signal is not None:
+        raise KeyboardInterrupt
 
 
 def requested() -> bool:
@@ -129,12 +137,13 @@ def raise_pending() -> None:
 
 
 def exit_status() -> int:
-    """128 + the number of the signal that stopped the command: 130 for Ctrl-C, 143, 129."""
-    return 128 + _signum
+    """128 + the number of the signal that stopped the command: 130 for Ctrl-C (also a
+    KeyboardInterrupt that no signal of ours raised), 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + (_first_signal or signal.SIGINT)
 
 
 def message() -> str:
-    return f"edgespec: {SIGNALS[_signum]}"
+    return f"edgespec: {SIGNALS[_first_signal or signal.SIGINT]}"
 
 
 def exit_interrupted() -> NoReturn:
@@ -154,19 +163,19 @@ def _record() -> None:
     _pending = True
 
 
-def _note(signum: int) -> None:
-    """The first of SIGNALS names the exit; every one is pending until raised."""
-    global _interrupted, _signum
-    if not _interrupted:
-        _signum = signum
-    _interrupted = True
-    _record()
+def _first(signum: int) -> None:
+    global _first_signal
+    if _first_signal is None:
+        _first_signal = signum
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    if _interrupted:
+    global _interrupted
+    if _first_signal is not None:
         _exit_now()
-    _note(signum)
+    _first(signum)
+    _interrupted = True
+    _record()
     if not _inside_callback(frame):  # raising inside one would be swallowed by ctypes
         raise KeyboardInterrupt
 
