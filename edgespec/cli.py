@@ -35,7 +35,7 @@ from edgespec.decoding.events import Source, Summary, Token
 from edgespec.errors import UsageError
 from edgespec.figures import stats_line
 from edgespec.output_files import check_writable, write_or_rescue
-from edgespec.stdout import PipeClosed, check_open
+from edgespec.stdout import PipeClosed, check_open, write_or_defer
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
 TOKEN_STYLES = {
@@ -239,8 +239,10 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     finally:
         for engine in engines:
             engine.close()
+    closed = None
     if rows:
         summary = b.summarize(rows)
+        closed = write_or_defer(lambda: Console().print(b.table(summary, floors)))
         meta = {**provenance(), "pairs": [p.name for p in pair_configs], "suite": str(path),
                 "modes": [m.name for m in mode_list],
                 "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted,
@@ -250,9 +252,10 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
             write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")
         if plot_path:
             write_or_rescue(plot_path, lambda tmp: b.plot(tmp, rows, summary), "plot")
-        Console().print(b.table(summary, floors))  # after the files: a closed pipe ends the command here
     if interrupted:
         raise KeyboardInterrupt
+    if closed is not None:
+        raise closed
     failure = b.strict_failure(rows) if strict else None
     if failure:
         raise failure

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO
+from typing import Callable, TextIO
 
 from edgespec.errors import EdgespecError
 
@@ -94,3 +94,13 @@ def check_open() -> None:
     failed = getattr(sys.stdout, "failed", None)
     if isinstance(failed, StdoutFailed):
         raise failed
+
+
+def write_or_defer(write: Callable[[], None]) -> PipeClosed | None:
+    """Call `write` (to stdout); a closed pipe is returned instead of raised, for the command to
+    raise once it has written its files too."""
+    try:
+        write()
+    except PipeClosed as closed:
+        return closed
+    return None
