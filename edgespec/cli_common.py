@@ -15,11 +15,11 @@ from typing import Callable
 import click
 
 from edgespec import interrupts
-from edgespec.stdout import PipeClosed
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import sampling_problem
 from edgespec.errors import EdgespecError, SettingError, UsageError
+from edgespec.stdout import PipeClosed
 
 
 def config_option(f: Callable) -> Callable:

@@ -48,7 +48,7 @@ from typing import Any, Callable, NoReturn
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process Ctrl-C ended
 MESSAGE = "edgespec: interrupted"
 # The signals that stop a command, and the word its one line says for each.
-SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
+SIGNALS: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 _pending = False  # an interrupt not known to have reached the code that ends the command
 _interrupted = False  # the program's handler has seen one of SIGNALS

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from edgespec.errors import EdgespecError
 
@@ -84,7 +85,7 @@ def install() -> None:
     closed = sys.stdout is None
     if closed:
         _to_devnull()
-        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (the program's stdout)
     sys.stdout = _GuardedStdout(sys.stdout, closed)
 
 

@@ -27,17 +27,10 @@ import pytest
 
 from edgespec import interrupts
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.testing.tiny_gguf import DRAFT, TinyShape, write_tiny_gguf
+from tests.edgespec_process import REPO, edgespec_env, endless_pair_env
 from tests.test_real_pair import needs_pair
 
-REPO = Path(__file__).resolve().parents[1]
 CRASH_SIGNS = ("Traceback", "double free", "corruption", "Exception ignored", "Aborted")
-
-
-def edgespec_env(**extra: str) -> dict[str, str]:
-    """The environment of an `edgespec` subprocess that imports this checkout."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def start(env: dict[str, str], *args: str) -> subprocess.Popen:
@@ -81,21 +74,7 @@ def assert_interrupted_cleanly(proc: subprocess.Popen, err: str, signum: int = s
 
 @pytest.fixture(scope="module")
 def endless_env(tmp_path_factory) -> dict[str, str]:
-    """A tiny pair whose greedy reply never ends by itself, with a 32k context: still generating
-    when the test interrupts it, whatever the machine's speed."""
-    folder = tmp_path_factory.mktemp("endless")
-    shape = TinyShape(n_ctx=32768)
-    target = write_tiny_gguf(folder / "target.gguf", shape=shape, endless=True)
-    draft = write_tiny_gguf(folder / "draft.gguf", shape=shape, endless=True, **DRAFT)
-    config = folder / "models.toml"
-    config.write_text(
-        f'default = "endless"\n'
-        f'[models.t]\nformat = "gguf"\npath = "{target}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{draft}"\n'
-        '[pairs.endless]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 32768\n'
-    )
-    return edgespec_env(EDGESPEC_CONFIG=str(config), EDGESPEC_HOME=str(folder / "home"),
-                        XDG_CONFIG_HOME=str(folder / "xdg"))
+    return endless_pair_env(tmp_path_factory.mktemp("endless"))
 
 
 LONG_RUN = ("the river", "--raw", "--temperature", "0", "--k", "3", "--max-tokens", "30000", "--color", "never")

@@ -11,9 +11,15 @@ import sys
 
 import pytest
 
-from tests.test_interrupts import CRASH_SIGNS, LONG_RUN, REPO, endless_env, read_until  # noqa: F401 (a fixture)
+from tests.edgespec_process import REPO, endless_pair_env
+from tests.test_interrupts import CRASH_SIGNS, LONG_RUN, read_until
 
 DEV_FULL = "/dev/full"
+
+
+@pytest.fixture(scope="module")
+def endless_env(tmp_path_factory) -> dict[str, str]:
+    return endless_pair_env(tmp_path_factory.mktemp("endless"))
 
 
 def edgespec(env: dict[str, str], *args: str, stdout, shell_redirect: str = "") -> subprocess.CompletedProcess:
@@ -22,7 +28,7 @@ def edgespec(env: dict[str, str], *args: str, stdout, shell_redirect: str = "") 
     if shell_redirect:
         command = ["sh", "-c", f'exec "$@" {shell_redirect}', "sh", *command]
     return subprocess.run(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, env=env,
-                          cwd=REPO, timeout=120)
+                          cwd=REPO, timeout=120, check=False)
 
 
 def one_line(result: subprocess.CompletedProcess, expected: str) -> None:

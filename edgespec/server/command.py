@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 import click
 
