@@ -17,7 +17,8 @@ raises KeyboardInterrupt wherever that is. Three kinds of place make that unsafe
 - Clean-up: a second KeyboardInterrupt that lands in the middle of freeing C objects leaves them
   half freed for `__del__` to free again (glibc aborts: "double free or corruption"). The
   program's handler raises only the first interrupt. A second one flushes stdout and stderr and
-  ends the process at once with 130 (`os._exit`), so no Python clean-up runs to race C's. The
+  ends the process at once with 130 (or the first signal's status, below; `os._exit`), so no
+  Python clean-up runs to race C's. The
   first one ends the same way once the command's own clean-up has run (`exit_interrupted`). Once
   the command has returned, Ctrl-C is ignored (`finishing`).
 
