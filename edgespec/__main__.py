@@ -1,20 +1,30 @@
 """The program: `python -m edgespec` and the `edgespec` script (pyproject's entry point) run `main`.
 
-The Ctrl-C handler goes in before the command line is imported: that import takes a few hundred
+The signal handler goes in before the command line is imported: that import takes a few hundred
 milliseconds, and a Ctrl-C in it would otherwise end in a traceback (see edgespec.interrupts).
+stdout gets its rule for failed writes (edgespec.stdout) there too, so click's own --help and
+--version follow it.
 """
 
-from edgespec import interrupts
+import sys
+
+from edgespec import interrupts, stdout
 
 
 def main() -> None:
     interrupts.install()
+    stdout.install()
     try:
         from edgespec.cli import main as command_line
 
-        command_line()  # exits through SystemExit; each command reports its own Ctrl-C (error_boundary)
+        command_line()  # exits through SystemExit; each command reports its own signal (error_boundary)
     except KeyboardInterrupt:  # in the import, before a command's error boundary took over
         interrupts.exit_interrupted()
+    except stdout.StdoutFailed as e:  # --help or --version, written outside any command
+        print(f"edgespec: error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except stdout.PipeClosed as e:
+        sys.exit(e.exit_code)
     finally:
         interrupts.finishing()
 

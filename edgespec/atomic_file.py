@@ -4,10 +4,16 @@
 The new content goes to a temporary file in the same folder, which then replaces the old one with
 `os.replace`, so a reader (or the next run after a crash or a kill) sees the old file or the new
 one, never half of one. No fsync: a killed process is covered, a power cut may lose the last write.
+
+Model files (a pull, a tuned layout) are built the same way under `partial_path`, a name that holds
+the writer's process id: a writer stopped by a signal removes its own, and one killed outright
+leaves it for the next run to remove (`remove_stale_partials`), while a file another running
+edgespec is writing is left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -27,6 +33,31 @@ def write_atomic(path: Path, write: Callable[[Path], None], keep_suffix: bool = 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def partial_path(final: Path) -> Path:
+    """Where this process builds `final` before renaming it into place."""
+    return final.with_name(f"{final.name}.{os.getpid()}.partial")
+
+
+def remove_stale_partials(folder: Path) -> None:
+    """Remove the `*.partial` files in `folder` whose writer is no longer running (those named
+    without a process id came from an edgespec that wrote `<file>.partial`: left by a kill too)."""
+    for path in folder.glob("[!.]*.partial"):  # not write_atomic's own: `.<name>.<random>.partial`
+        pid = path.name.removesuffix(".partial").rpartition(".")[2]
+        if not (pid.isdigit() and _running(int(pid))):
+            with contextlib.suppress(OSError):  # a folder this user cannot write: left as it is
+                path.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -1,7 +1,9 @@
 """The `edgespec` command: run (pipes), chat (TUI), serve (OpenAI API), bench, models, export.
 
 Unix contract of `run`: stdout carries only the model's text, streamed; stats, progress and errors
-go to stderr; exit 0 ok, 1 runtime error, 2 usage error, 130 on Ctrl-C (partial output flushed).
+go to stderr; exit 0 ok, 1 runtime error, 2 usage error, 130 on Ctrl-C (partial output flushed),
+143 on SIGTERM, 129 on SIGHUP. A reader that closes the pipe early ends the reply quietly with exit
+1, the stats still written; any other failure to write stdout is one line and exit 1 (edgespec.stdout).
 
 Commands import the engine, the bench and the chat app when they run, not when this module loads,
 so `--help` and a bad flag answer at once instead of after numpy, llama.cpp and Textual load.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -32,6 +35,7 @@ from edgespec.decoding.events import Source, Summary, Token
 from edgespec.errors import UsageError
 from edgespec.figures import stats_line
 from edgespec.output_files import check_writable, write_or_rescue
+from edgespec.stdout import PipeClosed, check_open, write_or_defer
 from edgespec.text_check import check_text
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
@@ -80,6 +84,7 @@ def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p
     from edgespec.engine import GenerateSettings, find_pair, open_engine
     from edgespec.prompt_cache import open_cache
 
+    check_open()
     check_text(prompt, "PROMPT")
     check_text(system, "--system")
     if raw and system:
@@ -115,7 +120,8 @@ def reply(engine, text: str, system: str | None, raw: bool, settings, color: str
             "context; shorten it or pick a pair with a longer context"
         )
     colored = color == "always" or (color == "auto" and sys.stdout.isatty())
-    summary = stream_to_stdout(engine.generate_tokens(prompt_tokens, settings), colored)
+    stop = threading.Event()
+    summary, closed = stream_to_stdout(engine.generate_tokens(prompt_tokens, settings, stop), colored, stop)
     if summary.stop_reason == "context":
         click.echo(f"edgespec: the reply was cut: the {engine.n_ctx}-token context is full", err=True)
     if stats:
@@ -123,28 +129,37 @@ def reply(engine, text: str, system: str | None, raw: bool, settings, color: str
     if stats_json:
         data = json.dumps({"pair": engine.pair.name, **summary.to_dict(), "load_s": engine.load_s}, indent=2) + "\n"
         write_or_rescue(stats_json, lambda tmp: tmp.write_text(data), "stats")
+    if closed is not None:
+        raise closed
 
 
-def stream_to_stdout(events, colored: bool) -> Summary:
-    """Write token text as it arrives; on Ctrl-C the partial output is flushed before exiting."""
+def stream_to_stdout(events, colored: bool, stop: threading.Event) -> tuple[Summary, PipeClosed | None]:
+    """Write token text as it arrives; on Ctrl-C the partial output is flushed before exiting.
+    When the reader closes the pipe, `stop` ends the generation (within one target pass) and its
+    Summary still comes: the reply's figures, and the PipeClosed to end the command with."""
     out = sys.stdout
     summary = Summary()
     wrote = ""
+    closed = None
     try:
         for event in events:
             if isinstance(event, Token):
-                if event.text:
+                if event.text and closed is None:
                     style = TOKEN_STYLES[event.source] if colored else None
-                    out.write(click.style(event.text, **style) if style else event.text)
-                    out.flush()
+                    try:
+                        out.write(click.style(event.text, **style) if style else event.text)
+                        out.flush()
+                    except PipeClosed as e:
+                        closed = e
+                        stop.set()
                     wrote = event.text
             elif isinstance(event, Summary):
                 summary = event
     finally:
-        if wrote and not wrote.endswith("\n"):
+        if wrote and not wrote.endswith("\n") and closed is None:
             out.write("\n")
         out.flush()
-    return summary
+    return summary, closed
 
 
 @main.command()
@@ -230,9 +245,10 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     finally:
         for engine in engines:
             engine.close()
+    closed = None
     if rows:
         summary = b.summarize(rows)
-        Console().print(b.table(summary, floors))
+        closed = write_or_defer(lambda: Console().print(b.table(summary, floors)))
         meta = {**provenance(), "pairs": [p.name for p in pair_configs], "suite": str(path),
                 "modes": [m.name for m in mode_list],
                 "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted,
@@ -244,6 +260,8 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
             write_or_rescue(plot_path, lambda tmp: b.plot(tmp, rows, summary), "plot")
     if interrupted:
         raise KeyboardInterrupt
+    if closed is not None:
+        raise closed
     failure = b.strict_failure(rows) if strict else None
     if failure:
         raise failure

@@ -20,6 +20,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import sampling_problem
 from edgespec.errors import EdgespecError, SettingError, UsageError
+from edgespec.stdout import PipeClosed
 from edgespec.text_check import context_bytes
 
 
@@ -102,7 +103,9 @@ def _report(message: str) -> None:
 
 
 def error_boundary(f: Callable) -> Callable:
-    """Turn EdgespecError into one line on stderr and its exit code; Ctrl-C into exit 130."""
+    """Turn EdgespecError into one line on stderr and its exit code; Ctrl-C, SIGTERM and SIGHUP into
+    exit 130, 143 and 129 (edgespec.interrupts); stdout's reader leaving into a quiet exit 1
+    (edgespec.stdout)."""
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
@@ -115,6 +118,8 @@ def error_boundary(f: Callable) -> Callable:
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             interrupts.exit_interrupted()
+        except PipeClosed as e:
+            sys.exit(e.exit_code)
 
     return wrapper
 

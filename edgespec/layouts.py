@@ -24,6 +24,7 @@ from pathlib import Path
 
 import gguf
 
+from edgespec.atomic_file import partial_path
 from edgespec.errors import EdgespecError
 
 
@@ -193,12 +194,15 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
         params.tt_overrides = ctypes.cast(table, type(params.tt_overrides))
         keep_alive.append(table)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(dest.name + ".partial")
+    partial = partial_path(dest)
     try:
         run_quantizer(source, partial, params, f"llama.cpp could not write layout {layout.name} of {source}")
     except BackendError as e:
         partial.unlink(missing_ok=True)
         raise LayoutError(str(e)) from None
+    except BaseException:  # a signal: no half-written layout stays behind
+        partial.unlink(missing_ok=True)
+        raise
     partial.replace(dest)
 
 

@@ -44,7 +44,7 @@ from typing import BinaryIO, Callable, Iterator
 import platformdirs
 from rich.progress import Progress, TaskID
 
-from edgespec.atomic_file import write_text_atomic
+from edgespec.atomic_file import partial_path, remove_stale_partials, write_text_atomic
 from edgespec.config import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.errors import EdgespecError
 
@@ -135,6 +135,7 @@ class Store:
         if model.path is not None:
             raise PullError(f'model "{model.name}": {_missing_or_damaged(model.path)}; a local "path" is never pulled')
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(self.models_dir)
         if isinstance(model.source, Derived):
             return self._derive(model, model.source, progress, warn)
         first_pull = self.expected_sha256(model) is None
@@ -209,7 +210,7 @@ class Store:
         arguments (a local index for tests, a mirror) come from $EDGESPEC_PIP_ARGS.
         """
         final = self.path_for(model)
-        partial = final.with_name(final.name + ".partial")
+        partial = partial_path(final)
         digest = hashlib.sha256()
         task = progress.add_task(model.name, total=model.size) if progress else None
         try:

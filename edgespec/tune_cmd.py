@@ -16,10 +16,12 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from edgespec.atomic_file import remove_stale_partials
 from edgespec.cli_common import config_option, error_boundary
 from edgespec.config import display_path, load_registry
 from edgespec.errors import UsageError
 from edgespec.output_files import check_writable, write_or_rescue
+from edgespec.stdout import write_or_defer
 from edgespec.store import Store
 
 CURVE_POINTS = (1, 2, 3, 4, 5, 8, 16)  # the table's columns; --json has every n
@@ -77,6 +79,8 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     suite = [p for p in bench.load_suite(bench.DEV_SET) if p.suite == "code-edit"][:prompts]
     sha = chosen.target.sha256 or store.sha256(source)
     tuned_dir = store.models_dir / "tuned"
+    if tuned_dir.is_dir():
+        remove_stale_partials(tuned_dir)  # what a tune killed part way left
 
     source_layout = layouts.read_layout(source).text()  # refuses a file that is not a GGUF, before loading
     click.echo(f"tuning {chosen.name}: target {display_path(source)}, {source_layout}", err=True)
@@ -119,7 +123,7 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     if interrupted and not rows:
         raise KeyboardInterrupt
     best = recommend(rows, min_agreement / 100)
-    Console(width=None if sys.stdout.isatty() else 200).print(_table(rows))
+    closed = write_or_defer(lambda: Console(width=None if sys.stdout.isatty() else 200).print(_table(rows)))
     if json_path:
         data = json.dumps({"pair": chosen.name, "min_agreement": min_agreement, "prompts": len(suite),
                            "interrupted": interrupted,
@@ -127,8 +131,10 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
                            "layouts": [m.to_dict() for m in rows]}, indent=1) + "\n"
         write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "tune results")
     if interrupted:
-        click.echo("edgespec: interrupted; the layouts above were measured, nothing was registered", err=True)
+        click.echo("edgespec: stopped; the layouts above were measured, nothing was registered", err=True)
         raise KeyboardInterrupt
+    if closed is not None:  # nobody reads the recommendation, and nothing is registered unasked
+        raise closed
     if best is None:
         click.echo(f"recommendation: keep the original (no layout with >= {min_agreement:g}% top-1 agreement "
                    "is clearly faster here)")

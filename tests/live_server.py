@@ -32,7 +32,9 @@ class Live:
 def serving_app(worker: EngineWorker, settings: GenerateSettings, api_key: str | None = None) -> Iterator[Live]:
     """Serve `worker`'s engine until the block ends (the worker stays open)."""
     sock = listen("127.0.0.1", 0)
-    server = uvicorn_server(create_app(worker, settings, api_key), log_level="warning")
+    # on_stop does nothing: the worker outlives this server (a test serves one worker under several
+    # apps); `edgespec serve` stops its worker there (tests/test_interrupts.py runs it so)
+    server = uvicorn_server(create_app(worker, settings, api_key), lambda: None, log_level="warning")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -1,35 +1,36 @@
-"""Ctrl-C: exit 130 with what was written kept, at any moment, however many times it is pressed.
+"""Ctrl-C: exit 130 with what was written kept, at any moment, however many times it is pressed;
+SIGTERM and SIGHUP the same way with exit 143 and 129, `serve` included.
 
-The CLI cases run `python -m edgespec` in a subprocess and send it real SIGINTs; the rest drives
-edgespec.interrupts and the llama.cpp backend in-process.
+The CLI cases run `python -m edgespec` in a subprocess and send it real signals; the rest drives
+edgespec.interrupts and the llama.cpp backend in-process. No test bounds how long anything takes
+(a busy machine can be slow at any step); a process that never ends fails at a wait's timeout,
+set at tens of seconds for work that takes well under one.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import re
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from edgespec import interrupts
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.testing.tiny_gguf import DRAFT, TinyShape, write_tiny_gguf
+from tests.edgespec_process import REPO, edgespec_env, endless_pair_env
 from tests.test_real_pair import needs_pair
 
-REPO = Path(__file__).resolve().parents[1]
 CRASH_SIGNS = ("Traceback", "double free", "corruption", "Exception ignored", "Aborted")
-
-
-def edgespec_env(**extra: str) -> dict[str, str]:
-    """The environment of an `edgespec` subprocess that imports this checkout."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def start(env: dict[str, str], *args: str) -> subprocess.Popen:
@@ -51,22 +52,21 @@ def read_until(proc: subprocess.Popen, n_bytes: int, timeout: float) -> bytes:
     return got
 
 
-def finish(proc: subprocess.Popen, timeout: float) -> tuple[bytes, str, float]:
-    """stdout, stderr and the seconds the process took to end."""
-    t0 = time.monotonic()
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[bytes, str]:
+    """stdout and stderr once the process has ended (it fails the test after `timeout` s: a hang)."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        pytest.fail(f"still running {timeout}s after Ctrl-C; stderr: {err.decode()}")
-    return out, err.decode(errors="replace"), time.monotonic() - t0
+        pytest.fail(f"still running {timeout}s after the signal; stderr: {err.decode()}")
+    return out, err.decode(errors="replace")
 
 
-def assert_interrupted_cleanly(proc: subprocess.Popen, err: str) -> None:
-    assert proc.returncode == interrupts.EXIT_INTERRUPTED, err
+def assert_interrupted_cleanly(proc: subprocess.Popen, err: str, signum: int = signal.SIGINT) -> None:
+    assert proc.returncode == 128 + signum, err
     assert not [sign for sign in CRASH_SIGNS if sign in err], err
-    assert err.splitlines().count(interrupts.MESSAGE) == 1, err
+    assert err.splitlines().count(f"edgespec: {interrupts.SIGNALS[signum]}") == 1, err
 
 
 # -- the CLI, on a tiny pair ----------------------------------------------------------------------
@@ -74,21 +74,7 @@ def assert_interrupted_cleanly(proc: subprocess.Popen, err: str) -> None:
 
 @pytest.fixture(scope="module")
 def endless_env(tmp_path_factory) -> dict[str, str]:
-    """A tiny pair whose greedy reply never ends by itself, with a 32k context: still generating
-    when the test interrupts it, whatever the machine's speed."""
-    folder = tmp_path_factory.mktemp("endless")
-    shape = TinyShape(n_ctx=32768)
-    target = write_tiny_gguf(folder / "target.gguf", shape=shape, endless=True)
-    draft = write_tiny_gguf(folder / "draft.gguf", shape=shape, endless=True, **DRAFT)
-    config = folder / "models.toml"
-    config.write_text(
-        f'default = "endless"\n'
-        f'[models.t]\nformat = "gguf"\npath = "{target}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{draft}"\n'
-        '[pairs.endless]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 32768\n'
-    )
-    return edgespec_env(EDGESPEC_CONFIG=str(config), EDGESPEC_HOME=str(folder / "home"),
-                        XDG_CONFIG_HOME=str(folder / "xdg"))
+    return endless_pair_env(tmp_path_factory.mktemp("endless"))
 
 
 LONG_RUN = ("the river", "--raw", "--temperature", "0", "--k", "3", "--max-tokens", "30000", "--color", "never")
@@ -104,11 +90,22 @@ def test_ctrl_c_and_a_second_one_during_clean_up_exit_130_keeping_the_output(end
     if gap_ms is not None:
         time.sleep(gap_ms / 1000)
         proc.send_signal(signal.SIGINT)  # a no-op once the process has ended
-    out, err, took = finish(proc, timeout=30)
+    out, err = finish(proc, timeout=30)
     assert_interrupted_cleanly(proc, err)
     if gap_ms is None:
         assert (head + out).endswith(b"\n")
-    assert took < 10
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_a_reply_as_ctrl_c_does(endless_env, signum):
+    """What service managers and containers send, and a closed terminal: the same clean-up as
+    Ctrl-C (the partial reply kept and closed with a newline), exit 143 / 129 and one line."""
+    proc = start(endless_env, *LONG_RUN)
+    head = read_until(proc, 200, timeout=60)
+    proc.send_signal(signum)
+    out, err = finish(proc, timeout=30)
+    assert_interrupted_cleanly(proc, err, signum)
+    assert (head + out).endswith(b"\n")
 
 
 def seconds_to_handler(env: dict[str, str]) -> float:
@@ -133,9 +130,8 @@ def test_ctrl_c_at_any_moment_of_the_start_exits_130(endless_env):
         proc = start(endless_env, *LONG_RUN)
         time.sleep(at)
         proc.send_signal(signal.SIGINT)
-        _, err, took = finish(proc, timeout=30)
+        _, err = finish(proc, timeout=30)
         assert_interrupted_cleanly(proc, err)
-        assert took < 10
 
 
 def test_ctrl_c_while_click_parses_is_130_not_aborted(monkeypatch):
@@ -150,6 +146,83 @@ def test_ctrl_c_while_click_parses_is_130_not_aborted(monkeypatch):
     result = CliRunner().invoke(cli.main, ["run", "hi"])
     assert result.exit_code == interrupts.EXIT_INTERRUPTED
     assert result.stderr.strip() == interrupts.MESSAGE  # not click's "Aborted!"
+
+
+# -- models tune ---------------------------------------------------------------------------------
+
+
+def test_sigterm_during_a_tune_is_143_and_leaves_no_partial_file(endless_env):
+    """A tune builds each layout as a `.partial` file and measures it; stopped at any point, it
+    leaves none behind (a signal during the quantizer is raised when the quantizer returns)."""
+    home = Path(endless_env["EDGESPEC_HOME"])
+    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "models", "tune", "endless", "--layouts",
+                             "q4_0,iq4_nl,q6k-as-q4k", "--prompts", "4"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=endless_env, cwd=REPO)
+    line = proc.stderr.readline()  # "tuning endless: ...": the pair is loading, builds come next
+    assert line.startswith(b"tuning"), line + proc.stderr.read()
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = finish(proc, timeout=60)
+    assert_interrupted_cleanly(proc, err, signal.SIGTERM)
+    assert not list(home.rglob("*.partial"))
+
+
+# -- serve, stopped with requests in flight ------------------------------------------------------
+
+
+def start_serving(env: dict[str, str]) -> tuple[subprocess.Popen, str, list[str], threading.Thread]:
+    """`edgespec serve` on a free port: the process, its base URL, its stderr lines so far (the
+    list grows as it writes) and the thread that reads them (it ends with stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", "--port", "0", "--k", "3"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=REPO)
+    lines: list[str] = []
+    serving = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+            if "serving" in line:
+                serving.set()
+        serving.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not serving.wait(60) or proc.poll() is not None:
+        proc.kill()
+        pytest.fail(f"serve did not start: {''.join(lines)}")
+    return proc, re.search(r"(http://\S+/v1)", lines[-1]).group(1), lines, reader
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_serve_tells_the_requests_in_flight_and_exits_with_the_signal(endless_env, signum):
+    """A streamed reply being generated ends with an error event and `data: [DONE]`; a request
+    waiting its turn gets an OpenAI-shaped 503; the server exits 128 + the signal with one line
+    and no traceback (before: two tracebacks per stream on SIGINT, death by SIGTERM)."""
+    proc, url, lines, reader = start_serving(endless_env)
+    body = {"model": "endless", "prompt": "the river", "max_tokens": 30000}
+    try:
+        with httpx.Client(timeout=60) as client, ThreadPoolExecutor(1) as pool:
+            with client.stream("POST", url + "/completions", json={**body, "stream": True}) as stream:
+                events = stream.iter_lines()
+                assert next(e for e in events if e.startswith("data:"))  # being generated
+                waiting = pool.submit(client.post, url + "/completions", json=body)
+                time.sleep(0.5)  # the second request is queued behind the stream
+                proc.send_signal(signum)
+                rest = [e for e in events if e.startswith("data:")]
+            refused = waiting.result()
+        assert rest[-1] == "data: [DONE]"
+        assert json.loads(rest[-2].removeprefix("data:"))["error"]["code"] == "server_stopping"
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "server_stopping" and refused.json()["error"]["type"] == "server_error"
+        assert proc.wait(timeout=30) == 128 + signum
+    finally:
+        proc.kill()
+        proc.wait()
+        reader.join(timeout=30)
+    err = "".join(lines)
+    assert lines[-1].strip() == f"edgespec: {interrupts.SIGNALS[signum]}", err
+    assert not [sign for sign in CRASH_SIGNS + ("ERROR",) if sign in err], err
 
 
 # -- the CLI, on the real pair (issue 9) ------------------------------------------------------------
@@ -170,10 +243,9 @@ def test_real_pair_a_second_ctrl_c_during_clean_up_is_130(gap_ms, run):
     proc.send_signal(signal.SIGINT)
     time.sleep(gap_ms / 1000)
     proc.send_signal(signal.SIGINT)
-    out, err, took = finish(proc, timeout=60)
+    out, err = finish(proc, timeout=60)
     assert_interrupted_cleanly(proc, err)
     assert head + out
-    assert took < 5
 
 
 @pytest.mark.slow
@@ -181,14 +253,12 @@ def test_real_pair_a_second_ctrl_c_during_clean_up_is_130(gap_ms, run):
 @pytest.mark.parametrize("at_s", [0.3, 0.6, 0.9])
 def test_real_pair_ctrl_c_while_loading_stops_the_load(at_s):
     """Case 2: the Ctrl-C landed in llama.cpp's log callback during the load, ctypes swallowed it
-    ("Exception ignored"), and the whole reply was generated with exit 0. Here the loading takes
-    about 2.5 s; an aborted one ends in a few hundred milliseconds."""
+    ("Exception ignored"), and the whole reply was generated with exit 0."""
     proc = start(edgespec_env(), "write a long essay about rivers", "--max-tokens", "40", "--k", "3")
     time.sleep(at_s)
     proc.send_signal(signal.SIGINT)
-    _, err, took = finish(proc, timeout=120)
+    _, err = finish(proc, timeout=120)
     assert_interrupted_cleanly(proc, err)
-    assert took < 3
 
 
 # -- edgespec.interrupts --------------------------------------------------------------------------
@@ -199,11 +269,13 @@ def program_handler(monkeypatch):
     """The program's SIGINT handler, installed for one test; the module's state starts afresh."""
     for name in ("_pending", "_interrupted", "_installed"):
         monkeypatch.setattr(interrupts, name, False)
+    monkeypatch.setattr(interrupts, "_first_signal", None)
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # put back afterwards
-    previous = signal.getsignal(signal.SIGINT)
+    previous = {signum: signal.getsignal(signum) for signum in interrupts.SIGNALS}
     interrupts.install()
     yield
-    signal.signal(signal.SIGINT, previous)
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture
@@ -270,6 +342,27 @@ def test_outside_callbacks_the_first_sigint_raises(program_handler):
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)
     assert interrupts.requested()
+
+
+def test_the_first_signal_names_the_exit(program_handler):
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGTERM)
+    assert (interrupts.exit_status(), interrupts.message()) == (143, "edgespec: terminated")
+
+
+def test_a_deferred_signal_stops_the_loop_and_is_raised_after_it(program_handler):
+    """An event loop's handler raises nothing and leaves C work and other threads alone
+    (nothing pending, nothing requested) until the command raises it."""
+    stops = []
+    previous = signal.signal(signal.SIGHUP, interrupts.deferred(lambda: stops.append(True)))
+    try:
+        signal.raise_signal(signal.SIGHUP)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert stops == [True] and not interrupts.requested()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_deferred()
+    assert (interrupts.exit_status(), interrupts.message()) == (129, "edgespec: hung up")
 
 
 # -- the llama.cpp backend: loads that stop part way, and close --------------------------------

@@ -74,8 +74,9 @@ def test_text_completion(client, model):
     assert reply.choices[0].text.strip() and reply.usage.completion_tokens == 12
 
 
-def _first_token(client, model, messages) -> tuple[float, float, int]:
-    """(engine TTFT, client TTFT, prompt tokens) of a one-token streamed reply."""
+def _first_token(client, model, messages) -> tuple[float, float, int, int]:
+    """(engine TTFT, client TTFT, prompt tokens, of them read from the cache) of a one-token
+    streamed reply."""
     start = time.perf_counter()
     chunks, client_ttft = [], None
     for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=1, stream=True,
@@ -83,7 +84,9 @@ def _first_token(client, model, messages) -> tuple[float, float, int]:
         if client_ttft is None and chunk.choices and chunk.choices[0].delta.content:
             client_ttft = time.perf_counter() - start
         chunks.append(chunk)
-    return chunks[-1].model_extra["metrics"]["ttft_s"], client_ttft, chunks[-1].usage.prompt_tokens
+    usage = chunks[-1].usage
+    return (chunks[-1].model_extra["metrics"]["ttft_s"], client_ttft, usage.prompt_tokens,
+            usage.prompt_tokens_details.cached_tokens)
 
 
 def test_a_repeated_long_prefix_is_read_from_the_cache(client, model):
@@ -93,9 +96,11 @@ def test_a_repeated_long_prefix_is_read_from_the_cache(client, model):
         return [{"role": "system", "content": "You review Python code."},
                 {"role": "user", "content": f"{source}\n\n{question}"}]
 
-    cold, cold_client, n = _first_token(client, model, ask("What does Rate do?"))
-    warm, warm_client, _ = _first_token(client, model, ask("What does best_k return?"))
+    cold, cold_client, n, _ = _first_token(client, model, ask("What does Rate do?"))
+    warm, warm_client, _, cached = _first_token(client, model, ask("What does best_k return?"))
     assert 1800 <= n <= 2400, n
     print(f"\nprefix of {n} tokens: TTFT {cold:.3f} s -> {warm:.3f} s ({cold / warm:.1f}x); "
           f"at the client {cold_client:.3f} s -> {warm_client:.3f} s")
-    assert cold / warm >= 5
+    # what the second request did not read again (the speed-up varies with the machine's load;
+    # the README's figure is measured)
+    assert cached >= n - 32, (cached, n)

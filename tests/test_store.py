@@ -90,6 +90,18 @@ def test_pull_joins_the_chunks_in_order_and_verifies(index, store, monkeypatch):
     assert Store(store.models_dir.parent).verify(model)  # the hash computed while pulling is remembered
 
 
+def test_a_pull_removes_the_partial_files_that_killed_pulls_left(index, store):
+    """A pull stopped by SIGKILL (or a second Ctrl-C) keeps no clean-up; the next one removes what
+    it left, and leaves alone a file that a running edgespec is writing."""
+    store.models_dir.mkdir(parents=True)
+    left = [store.models_dir / "tiny.gguf.partial", store.models_dir / "other.gguf.4194305.partial"]  # > pid_max
+    writing = store.models_dir / f"other.gguf.{os.getpid()}.partial"
+    for path in [*left, writing]:
+        path.write_bytes(b"half")
+    store.pull(chunked())
+    assert not any(path.exists() for path in left) and writing.exists()
+
+
 def test_pull_skips_a_verified_file(index, store):
     path = store.pull(chunked())
     mtime = path.stat().st_mtime_ns

@@ -234,3 +234,39 @@ def test_a_draft_with_tensors_llama_cpp_does_not_repack_is_tuned_and_changes_no_
 
     assert greedy("tiny-tuned") == greedy("tiny")
     assert config.read_text().count("[models.d-draft-q4_0]") == 1
+
+
+# -- signals: no half-written layout stays behind ------------------------------------------------
+
+
+def test_a_signal_while_the_quantizer_runs_leaves_no_file(tiny_gguf, tmp_path, monkeypatch):
+    """llama.cpp's quantizer cannot be stopped part way: a SIGTERM that lands while it runs is
+    recorded by its log callback (C calls it), and raised once it returns; the half-built layout
+    is removed, and no finished-looking file is left either."""
+    import llama_cpp
+
+    from edgespec import interrupts
+
+    real = llama_cpp.llama_model_quantize
+
+    def quantize_then_signal(source, dest, params):
+        rc = real(source, dest, params)
+        monkeypatch.setattr(interrupts, "_pending", True)  # what the callback records
+        return rc
+
+    monkeypatch.setattr(llama_cpp, "llama_model_quantize", quantize_then_signal)
+    dest = tmp_path / "tuned" / "t-q4_0.gguf"
+    with pytest.raises(KeyboardInterrupt):
+        layouts.build(tiny_gguf, dest, layouts.candidate("q4_0"))
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_a_tune_removes_the_partial_files_that_killed_tunes_left(env):
+    tuned = env / "home" / "models" / "tuned"
+    tuned.mkdir(parents=True)
+    left = [tuned / "0123456789abcdef-q4_0.gguf.partial", tuned / "0123456789abcdef-iq4_nl.gguf.4194305.partial"]
+    for path in left:
+        path.write_bytes(b"half")
+    r = tune("tiny", "--layouts", "q4_0", "--prompts", "0")
+    assert r.exit_code == 0, r.stderr
+    assert not any(path.exists() for path in left)

@@ -7,11 +7,14 @@ at once; uvicorn then serves on that socket. Only the request line of each reque
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import socket
+from collections.abc import Callable
 
 import click
 
+from edgespec import interrupts
 from edgespec.cli_common import cache_option, decoding_options, error_boundary, pair_options, sampling_from_flags
 from edgespec.errors import UsageError
 
@@ -36,13 +39,20 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def uvicorn_server(app, log_level: str = "info"):
-    """uvicorn as edgespec runs it. Stopping waits at most 2 s for replies in flight: a long reply
-    would otherwise hold Ctrl-C up; what is cut short is cancelled like a client that left."""
+def uvicorn_server(app, on_stop: Callable[[], None], log_level: str = "info"):
+    """uvicorn as edgespec runs it. On SIGINT, SIGTERM or SIGHUP, `on_stop` tells the requests in
+    flight that the server stops (edgespec.server.stopping); stopping waits at most 2 s for their
+    replies to end, then cancels them like a client that left. The access log goes to stderr with
+    the rest: stdout is for replies (`run`), and serve writes none."""
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(app, lifespan="off", timeout_graceful_shutdown=2, server_header=False,
-                                         log_level=log_level))
+    from edgespec.server.stopping import StoppingServer
+
+    logging = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    logging["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    config = uvicorn.Config(app, lifespan="off", timeout_graceful_shutdown=2, server_header=False,
+                            log_level=log_level, log_config=logging)
+    return StoppingServer(config, on_stop)
 
 
 def base_url(sock: socket.socket) -> str:
@@ -92,7 +102,8 @@ def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, 
             app = create_app(worker, GenerateSettings(sampling=sampling, draft=draft, k=k), api_key)
             click.echo(f"edgespec: serving {pair_config.name!r} at {base_url(sock)} (model name "
                        f"{pair_config.name!r}); Ctrl-C stops", err=True)
-            uvicorn_server(app).run(sockets=[sock])
+            uvicorn_server(app, worker.stop).run(sockets=[sock])
+            interrupts.raise_deferred()  # the signal that stopped it: its line and exit status
         finally:
             worker.close()
     finally:

@@ -9,7 +9,8 @@ longer than the context is found when its turn comes.
 A job's events (Started, then the engine's Token / Step / Summary, or Failed; always Finished last)
 come back to the event loop one by one through an asyncio queue, so a reply streams while it is
 generated. `cancel` stops a generation within one target pass; a job cancelled while it waited
-(its client left) is skipped without reading its prompt.
+(its client left) is skipped without reading its prompt. When the server stops (`stop`), every job
+queued or running ends with a 503 (server_stopping) instead, and a new one is refused with it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from edgespec.decoding.events import Summary
 from edgespec.engine import Engine, EngineThread, GenerateSettings
-from edgespec.server.openai_errors import APIError, context_length_exceeded, engine_failure, queue_full
+from edgespec.server.openai_errors import (
+    APIError,
+    context_length_exceeded,
+    engine_failure,
+    queue_full,
+    server_stopping,
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Job:
                  max_tokens: int | None):
         self.tokens, self.param, self.settings, self.max_tokens = tokens, param, settings, max_tokens
         self.cancel = threading.Event()
+        self.stopped = False  # cancelled because the server stops, not by its client
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue = asyncio.Queue()
 
@@ -82,10 +91,13 @@ class EngineWorker:
         self.engine_thread = engine_thread
         self._lock = threading.Lock()
         self._jobs: set[Job] = set()  # queued or running
+        self._stopping = False
         self._mean_job_s = 2.0  # running mean of how long a job holds the engine, for Retry-After
 
     def submit(self, job: Job) -> None:
         with self._lock:
+            if self._stopping:
+                raise server_stopping()
             if len(self._jobs) > self.queue_size:  # one running, queue_size waiting
                 raise queue_full(self.retry_after())
             self._jobs.add(job)
@@ -98,6 +110,8 @@ class EngineWorker:
     def _run(self, job: Job) -> None:
         start = time.perf_counter()
         try:
+            if job.stopped:
+                raise server_stopping()
             if not job.cancel.is_set():
                 self._generate(job)
         except APIError as e:
@@ -121,7 +135,19 @@ class EngineWorker:
         job.put(Started(len(ids)))
         settings = replace(job.settings, max_tokens=job.max_tokens or room)
         for event in engine.generate_tokens(ids, settings, job.cancel):
+            if job.stopped and isinstance(event, Summary) and event.stop_reason == "cancelled":
+                raise server_stopping()  # instead of the ending of a reply cut short
             job.put(event)
+
+    def stop(self) -> None:
+        """The server stops: refuse new jobs, and end those queued or running with a 503 (a job
+        that its client or a stop string already cancelled ends as it would have)."""
+        with self._lock:
+            self._stopping = True
+            for job in self._jobs:
+                if not job.cancel.is_set():
+                    job.stopped = True
+                    job.cancel.set()
 
     def close(self) -> None:
         """Cancel what is queued or running, then free the engine on its own thread."""

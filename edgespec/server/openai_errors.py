@@ -57,6 +57,11 @@ def queue_full(retry_after: int) -> APIError:
                     type="server_error", code="queue_full", headers={"Retry-After": str(retry_after)})
 
 
+def server_stopping() -> APIError:
+    return APIError(503, "the server is shutting down; this request was not finished", type="server_error",
+                    code="server_stopping")
+
+
 def unauthorized(sent: bool) -> APIError:
     message = "wrong API key" if sent else "missing API key: send the header 'Authorization: Bearer KEY'"
     return APIError(401, message, code="invalid_api_key")
