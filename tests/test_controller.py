@@ -23,11 +23,13 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from edgespec.decoding.controller import AutoK, Rate, _TreeGate, make_policy
+from edgespec.decoding.acceptance import Rate
+from edgespec.decoding.controller import AutoK, make_policy
 from edgespec.decoding.costs import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import Draft, DrafterKind, ModelDrafter, NgramDrafter
 from edgespec.decoding.events import ControllerState, Step, Summary, Token
+from edgespec.decoding.exploration import TreeGate
 from edgespec.decoding.plan import KSetting, Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
@@ -787,7 +789,7 @@ def test_trees_that_did_not_pay_turn_to_chains_and_are_tried_again_until_they_do
 
     assert rounds_to_a_tree(chain_accepts=3) == [True]  # trees are tried first
     held = [rounds_to_a_tree(chain_accepts=3) for _ in range(4)]
-    assert all(len(rounds) == _TreeGate.EXPLORE and rounds[-1] for rounds in held)
+    assert all(len(rounds) == TreeGate.EXPLORE and rounds[-1] for rounds in held)
     changed = [rounds_to_a_tree(chain_accepts=1) for _ in range(20)]
     assert changed[0] == held[-1]  # still held at first
     assert changed[-3:] == [[True]] * 3  # then a tree every round
@@ -813,7 +815,7 @@ def test_ngram_tries_whose_other_copies_are_never_right_turn_to_chains():
         ctl.observe(Step(len(parents), len(path), tuple(draft.ids), (), 0.0, hw.verify(len(parents) + 1), "ngram",
                          parents=tuple(parents), path=tuple(path)), draft)
     assert trees[0]
-    assert sum(trees[-2 * _TreeGate.EXPLORE:]) == 2
+    assert sum(trees[-2 * TreeGate.EXPLORE:]) == 2
 
 
 def flat_costs(read_per_token: float) -> CostModel:
