@@ -156,6 +156,7 @@ class Sim:
         n = len(draft.ids)
         step = Step(n, accepted, tuple(draft.ids), tuple(draft.ids[accepted:]), draft_s, self.hw.verify(n + 1),
                     plan.drafter if n else None, plan.state)
+        policy.costs.observe_round(step, draft)  # as the decoder does
         policy.observe(step, draft)
         self.context.extend(TRUTH + t + i for i in range(accepted + 1))
         rec = Record(n, step.drafter, accepted, draft_s + step.verify_s, plan.state)
@@ -850,8 +851,7 @@ def test_the_draft_models_reading_is_timed_at_calibration_and_learnt_from_catch_
     costs.calibrate(target, draft, max_n=3, rounds=1)
     assert costs.read_per_token is not None and draft.cached == []
     assert CostModel.READ_PROBE in draft.evals  # one batch of READ_PROBE tokens
-    policy = AutoK("model", costs)
     draft_ = Draft([1, 2], [None, None], [0.9, 0.9], catch_up_s=0.4, catch_up_tokens=200)
     before = costs.read_per_token
-    policy.observe(Step(2, 2, (1, 2), (), 0.41, 0.01, drafter=DrafterKind.MODEL), draft_)
+    costs.observe_round(Step(2, 2, (1, 2), (), 0.41, 0.01, drafter=DrafterKind.MODEL), draft_)
     assert costs.read_per_token > before  # 2 ms a token, against an instant fake's

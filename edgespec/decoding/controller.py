@@ -8,7 +8,7 @@ with `observe`. Three policies:
 - `AutoK`: the cost-aware controller. It keeps
     * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
       near-linear on a small CPU), and per draft-model step, calibrated at load and then updated
-      from every real pass;
+      from every real pass (the decoder feeds it, whatever the policy);
     * acceptance estimates with forgetting (`acceptance.py`): for the draft model per draft
       position and per confidence bin, for the n-gram drafter per match-length bucket and position;
   and each round picks the drafter and K that maximise expected tokens per second,
@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from edgespec.decoding.acceptance import ModelScores, NgramScores
-from edgespec.decoding.costs import CostModel, best_k, best_tree
+from edgespec.decoding.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
 from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.exploration import Probe, TreeGate
 from edgespec.decoding.plan import KSetting, Plan, Policy, RoundContext
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
-from edgespec.decoding.tree import ROOT, depths, first_branch, ranks
+from edgespec.decoding.tree import ROOT, depths, ranks
 
 LONGEST_DRAFT = 16  # the longest draft auto proposes (an n-gram copy); calibration times one more token
 
@@ -81,9 +81,8 @@ class AutoK:
     # The draft model is probed only if it would pay at this acceptance: on a small CPU a draft
     # model costing half a target step never does, and each probe would pay for reading back text.
     BEST_CASE = 0.9
-    # A catch-up of this many tokens or fewer is part of a draft step (the rounds since the model
-    # last drafted); a longer one is priced against what the rest of the reply can save.
-    ROUTINE_CATCH_UP = 16
+    # A catch-up longer than ROUTINE_CATCH_UP (the rounds since the model last drafted: part of a
+    # draft step) is priced against what the rest of the reply can save.
     HORIZON = 32  # tokens the rest of a reply is taken to hold at least, when weighing a catch-up
 
     def __post_init__(self):
@@ -159,7 +158,7 @@ class AutoK:
         (at least HORIZON tokens), within what max_tokens leaves, so a reply that ends early
         seldom pays for a read it could not use. A catch-up of a few tokens is routine (the
         rounds since the model last drafted) and is priced in its draft step."""
-        if ctx.model_behind <= self.ROUTINE_CATCH_UP:
+        if ctx.model_behind <= ROUTINE_CATCH_UP:
             return True
         without = max(1.0 / (self.costs.verify(1) + self.costs.ngram_lookup), self._measured)
         saved = 1.0 / without - 1.0 / model_rate  # seconds per token
@@ -218,7 +217,8 @@ class AutoK:
     # -- learning -------------------------------------------------------------------------
 
     def observe(self, step: Step, draft: Draft) -> None:
-        self.costs.observe_verify(step.k + 1, step.verify_s)
+        """Learn from a round. Its timings are already in the cost curve (the decoder feeds it
+        every pass, whatever the policy)."""
         tokens = step.accepted + 1
         seconds = step.draft_s + step.verify_s
         self._measured = tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
@@ -226,17 +226,8 @@ class AutoK:
         if step.drafter is not None:
             self._gates[step.drafter].observe(parents, path, self.costs, self._measured)
         if step.drafter != DrafterKind.MODEL:  # n-gram proposals are scored against the text in plan()
-            self.costs.observe_lookup(step.draft_s)
             return
         self._check_surprise(step)
-        chain = first_branch(parents)  # one draft step each; the alternatives beside them were free
-        if not draft.catch_up_s:
-            self.costs.observe_draft(len(chain), step.draft_s)
-        else:
-            if draft.catch_up_tokens > self.ROUTINE_CATCH_UP:
-                self.costs.observe_read(draft.catch_up_tokens, draft.catch_up_s)
-            if len(chain) > 1:
-                self.costs.observe_draft(len(chain) - 1, step.draft_s - draft.catch_up_s)
         self._model.learn(parents, path, draft.confidence)
 
     def _check_surprise(self, step: Step) -> None:
@@ -294,5 +285,5 @@ def make_policy(k: KSetting, drafter: DraftChoice, costs: CostModel) -> Policy:
     if k.cost_aware:
         return AutoK(drafter, costs, trees=k.policy == "auto")
     if k.policy == "heuristic":
-        return HeuristicK(drafter)
-    return FixedK(k.k, drafter)
+        return HeuristicK(drafter, costs=costs)
+    return FixedK(k.k, drafter, costs)
