@@ -66,7 +66,8 @@ class Engine:
         if draft is not None:
             self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
-        self.costs = CostModel()  # shared by every auto policy: the hardware does not change
+        self.costs = CostModel()  # shared by every policy, and every pass refines it: the hardware does not change
+        self._costs_loaded = False  # measured or restored: only then is what live passes teach it saved
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
         self._noise_floor: NoiseFloor | None = None
         # seconds `open_engine` spent per part of the load: "check" (the model files' size and
@@ -157,7 +158,7 @@ class Engine:
 
     def cost_model(self) -> CostModel:
         """The cost curve of this pair on this machine: the saved calibration, or one measured now."""
-        if not self.costs.calibrated:
+        if not self._costs_loaded:
             self._load_or_calibrate()
         return self.costs
 
@@ -190,6 +191,7 @@ class Engine:
             except ValueError:
                 saved = None
         if saved and self.costs.calibrated and not saved.get("measure_again"):
+            self._costs_loaded = True
             return
         self.measure_costs()
 
@@ -197,16 +199,17 @@ class Engine:
         """Time the target's verification at every length auto may draft, and a draft step; add
         them to the curve and save it (`models tune` measures each candidate layout this way)."""
         self.costs.calibrate(self.target, self.draft, max_n=LONGEST_DRAFT + 1)
-        self._measure_again = False
+        self._costs_loaded, self._measure_again = self.costs.calibrated, False
         self._save_costs()
         return self.costs
 
     def keep_costs(self) -> None:
-        """Fold the live passes since the last call into the saved curve (after each reply, and at
-        close). Cheap (one small JSON file rewritten) and only when they taught it something.
-        A curve they contradict (`CostModel.contradicted`) is measured again before the next
-        reply: in this process if there is one, else in the next (the file says so)."""
-        if not self.costs.calibrated or not self.costs.end_session():
+        """Fold the live passes since the last call, whatever their policy, into the saved curve
+        once there is one (`cost_model`), after each reply and at close. Cheap (one small JSON file
+        rewritten) and only when they taught it something. A curve they contradict
+        (`CostModel.contradicted`) is measured again before the next reply: in this process if
+        there is one, else in the next (the file says so)."""
+        if not self._costs_loaded or not self.costs.end_session():
             return
         self._measure_again = self.costs.contradicted()
         self._save_costs()

@@ -23,11 +23,13 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from edgespec.decoding.controller import AutoK, Rate, _TreeGate, make_policy
+from edgespec.decoding.acceptance import Rate
+from edgespec.decoding.controller import AutoK, make_policy
 from edgespec.decoding.costs import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import Draft, DrafterKind, ModelDrafter, NgramDrafter
 from edgespec.decoding.events import ControllerState, Step, Summary, Token
+from edgespec.decoding.exploration import TreeGate
 from edgespec.decoding.plan import KSetting, Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
@@ -154,6 +156,7 @@ class Sim:
         n = len(draft.ids)
         step = Step(n, accepted, tuple(draft.ids), tuple(draft.ids[accepted:]), draft_s, self.hw.verify(n + 1),
                     plan.drafter if n else None, plan.state)
+        policy.costs.observe_round(step, draft)  # as the decoder does
         policy.observe(step, draft)
         self.context.extend(TRUTH + t + i for i in range(accepted + 1))
         rec = Record(n, step.drafter, accepted, draft_s + step.verify_s, plan.state)
@@ -787,7 +790,7 @@ def test_trees_that_did_not_pay_turn_to_chains_and_are_tried_again_until_they_do
 
     assert rounds_to_a_tree(chain_accepts=3) == [True]  # trees are tried first
     held = [rounds_to_a_tree(chain_accepts=3) for _ in range(4)]
-    assert all(len(rounds) == _TreeGate.EXPLORE and rounds[-1] for rounds in held)
+    assert all(len(rounds) == TreeGate.EXPLORE and rounds[-1] for rounds in held)
     changed = [rounds_to_a_tree(chain_accepts=1) for _ in range(20)]
     assert changed[0] == held[-1]  # still held at first
     assert changed[-3:] == [[True]] * 3  # then a tree every round
@@ -813,7 +816,7 @@ def test_ngram_tries_whose_other_copies_are_never_right_turn_to_chains():
         ctl.observe(Step(len(parents), len(path), tuple(draft.ids), (), 0.0, hw.verify(len(parents) + 1), "ngram",
                          parents=tuple(parents), path=tuple(path)), draft)
     assert trees[0]
-    assert sum(trees[-2 * _TreeGate.EXPLORE:]) == 2
+    assert sum(trees[-2 * TreeGate.EXPLORE:]) == 2
 
 
 def flat_costs(read_per_token: float) -> CostModel:
@@ -848,8 +851,7 @@ def test_the_draft_models_reading_is_timed_at_calibration_and_learnt_from_catch_
     costs.calibrate(target, draft, max_n=3, rounds=1)
     assert costs.read_per_token is not None and draft.cached == []
     assert CostModel.READ_PROBE in draft.evals  # one batch of READ_PROBE tokens
-    policy = AutoK("model", costs)
     draft_ = Draft([1, 2], [None, None], [0.9, 0.9], catch_up_s=0.4, catch_up_tokens=200)
     before = costs.read_per_token
-    policy.observe(Step(2, 2, (1, 2), (), 0.41, 0.01, drafter=DrafterKind.MODEL), draft_)
+    costs.observe_round(Step(2, 2, (1, 2), (), 0.41, 0.01, drafter=DrafterKind.MODEL), draft_)
     assert costs.read_per_token > before  # 2 ms a token, against an instant fake's

@@ -211,6 +211,44 @@ def test_a_reply_without_the_cost_model_leaves_the_file_alone(own_calibration_fi
     assert not own_calibration_file.exists()
 
 
+@pytest.mark.parametrize("k", ["3", "0", "heuristic"])
+def test_every_policys_passes_refine_the_curve_and_are_saved(own_calibration_file, monkeypatch, k):
+    """A fixed-K or heuristic reply's passes move the live curve the next auto round prices, and
+    refine the saved one, as an auto reply's do: every policy sees the same current machine."""
+    clock = VirtualClock()
+    save_curve_measured_at(1.1, clock)  # under the contradiction margin: refined, not measured again
+    monkeypatch.setattr(CostModel, "calibrate", no_calibration)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    engine.cost_model()  # as an earlier auto reply in this process would have
+    prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
+    with simulated_time(clock):
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=60, k=KSetting.parse(k))))
+    used = [n for n, count in Counter(engine.target.evals).items() if count >= 3]
+    assert used
+    _, entry = saved_entry(own_calibration_file)
+    for n in used:
+        assert engine.costs.verify(n) < loaded(1.1)(n)
+        assert quiet_figure(entry, n) == pytest.approx(cpu_like(n))
+    assert quiet_figure(entry, 17) == pytest.approx(loaded(1.1)(17))  # no pass there: as measured
+
+
+def test_another_policys_passes_before_the_curve_is_loaded_do_not_stand_in_for_it(own_calibration_file, monkeypatch):
+    """A fixed-K reply before any auto reply times a few sizes live: no curve to save, and the
+    first auto reply still restores the saved one, every size of it."""
+    clock = VirtualClock()
+    save_curve_measured_at(1.1, clock)
+    saved = own_calibration_file.read_text()
+    monkeypatch.setattr(CostModel, "calibrate", no_calibration)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
+    with simulated_time(clock):
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=40, k=KSetting.parse("4"))))
+    assert engine.costs.calibrated  # live passes at two sizes or more
+    assert own_calibration_file.read_text() == saved
+    engine.cost_model()
+    assert engine.costs.verify(17) == pytest.approx(loaded(1.1)(17))
+
+
 @pytest.mark.parametrize("k", ["auto", "auto-chain"])
 def test_every_cost_aware_policy_starts_from_the_measured_curve(own_calibration_file, k):
     """auto-chain, the chain baseline auto's trees are benched against, once started from the

@@ -53,7 +53,8 @@ class IncrementalText:
 
 class SpeculativeDecoder:
     """Generates from `target`, drafting with any of `drafters` (at most one of each kind) as
-    `policy` decides."""
+    `policy` decides. Every pass's timings go into the policy's cost curve (`policy.costs`),
+    whatever the policy, so every policy sharing that curve prices the same current machine."""
 
     def __init__(self, target: Backend, policy: Policy, drafters: Sequence[Drafter] = ()):
         self.target, self.policy = target, policy
@@ -178,5 +179,6 @@ class SpeculativeDecoder:
             parents=tuple(parents),
             path=tuple(path),
         )
+        self.policy.costs.observe_round(step, draft)  # before observe: the policy learns at the new costs
         self.policy.observe(step, draft)
         return step, new_ids

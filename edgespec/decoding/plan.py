@@ -1,8 +1,9 @@
 """What a K policy sees and decides each round, and the interface every policy has.
 
 The decoder builds a `RoundContext` before each target pass (what the free drafters propose, which
-drafters are loaded, how many tokens are left), asks the policy for a `Plan`, and reports the
-outcome back with `observe`. `KSetting` is the user's choice of policy, parsed once at the edge.
+drafters are loaded, how many tokens are left), asks the policy for a `Plan`, feeds the pass's
+timings into the policy's cost curve, and reports the outcome back with `observe`. `KSetting` is
+the user's choice of policy, parsed once at the edge.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
+from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.errors import SettingError
@@ -53,6 +55,7 @@ class RoundContext:
 
 class Policy(Protocol):
     max_k: int  # the longest draft this policy may ask for (bounds the n-gram lookup)
+    costs: CostModel  # the cost curve: the decoder feeds it every pass's timings, whether the policy reads it or not
 
     def plan(self, ctx: RoundContext) -> Plan: ...
 

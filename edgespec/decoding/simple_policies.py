@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.plan import Plan, RoundContext
@@ -25,11 +26,13 @@ def _capped(drafter: DrafterKind | None, k: int, ctx: RoundContext) -> int:
 
 
 class FixedK:
-    """Always draft k tokens (the n-gram drafter drafts at most what it found)."""
+    """Always draft k tokens (the n-gram drafter drafts at most what it found). `costs`: the curve
+    its passes refine (it reads none; by default one of its own)."""
 
-    def __init__(self, k: int, drafter: DraftChoice | str):
+    def __init__(self, k: int, drafter: DraftChoice | str, costs: CostModel | None = None):
         self.k = self.max_k = k
         self.allowed = DraftChoice(drafter).kinds
+        self.costs = costs if costs is not None else CostModel()
 
     def plan(self, ctx: RoundContext) -> Plan:
         which = _preferred(self.allowed, ctx) if self.k > 0 else None
@@ -45,10 +48,11 @@ class FixedK:
 
 class HeuristicK:
     """transformers' "heuristic" schedule: K += 2 after a round with every draft accepted, else
-    K -= 1 (at least 1). It starts at 5 and is capped at 16 here."""
+    K -= 1 (at least 1). It starts at 5 and is capped at 16 here. `costs` as for FixedK."""
 
-    def __init__(self, drafter: DraftChoice | str, start: int = 5, cap: int = 16):
+    def __init__(self, drafter: DraftChoice | str, start: int = 5, cap: int = 16, costs: CostModel | None = None):
         self.k, self.max_k, self.allowed = start, cap, DraftChoice(drafter).kinds
+        self.costs = costs if costs is not None else CostModel()
 
     def plan(self, ctx: RoundContext) -> Plan:
         which = _preferred(self.allowed, ctx)
