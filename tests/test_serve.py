@@ -508,6 +508,8 @@ def test_serve_refuses_bad_flags_in_one_line_before_loading(env):
         port = str(taken.getsockname()[1])
         assert "cannot listen on 127.0.0.1:" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", port]), 2)
     assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", "no.such.host.invalid"]), 2)
+    for host in ("a" * 64, "\udcff"):  # names the IDNA codec refuses (a raw byte arrives as a surrogate)
+        assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", host]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", "70000"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "-m", "tiny-ngram", "--draft", "model"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--temperature", "nan"]), 2)
