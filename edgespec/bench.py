@@ -125,6 +125,8 @@ def load_suite(path: Path) -> list[BenchPrompt]:
             prompts.append(_prompt(json.loads(line)))
         except (ValueError, KeyError, TypeError) as e:
             raise UsageError(f"{path}:{n}: bad suite line ({e.__class__.__name__}: {e})") from None
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise UsageError(f"{path}:{n}: bad suite line (nested too deeply)") from None
     if not prompts:
         raise UsageError(f"suite file {path} has no prompts")
     return prompts
@@ -177,7 +179,8 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
             modes.append(Mode(name, default_drafter, KSetting("heuristic")))
         elif name == HF_ASSISTED:
             modes.append(Mode(name, DraftChoice.MODEL, None))
-        elif (m := re.fullmatch(r"(?:(ngram|model)-)?k(\d+)", name)) and int(m.group(2)) <= KSetting.MAX:
+        # ASCII digits, few of them: int() refuses thousands of digits (ValueError), and reads other scripts' digits
+        elif (m := re.fullmatch(r"(?:(ngram|model)-)?k([0-9]{1,4})", name)) and int(m.group(2)) <= KSetting.MAX:
             drafter = DraftChoice(m.group(1)) if m.group(1) else default_drafter
             modes.append(Mode(name, drafter, KSetting("fixed", int(m.group(2)))))
         else:
