@@ -3,7 +3,8 @@
 Hypothesis builds each request from the request models' fields (right values, wrong types, missing
 and unknown fields, huge numbers, NaN and Infinity as JSON writes them, text with lone surrogates),
 or sends bytes that are not JSON, with odd content types and methods, to every path the app
-serves and some it does not. The rule: never a 5xx, every error in OpenAI's shape
+serves and some it does not; some go to the app with `--api-key`, with keys right, wrong or not
+ASCII. The rule: never a 5xx, every error in OpenAI's shape
 (`{"error": {"message", "type", "param", "code"}}`, a one-line message), every success a body of
 its endpoint's kind (streamed: events ending in `[DONE]`), and `/health` answers afterwards. The
 run is derandomized, so CI sends the same requests every time.
@@ -30,14 +31,17 @@ N_CTX = 96  # short replies keep 1,100 requests quick; long prompts meet the con
 
 
 @pytest.fixture(scope="module")
-def client():
+def clients():
+    """The app as `serve` runs it, without and with `--api-key sekret`, over one fake engine."""
     pair = PairConfig("fake", "llamacpp", ModelSpec("fake-target", "gguf"), ModelSpec("fake-draft", "gguf"), "model",
                       N_CTX)
     engine = Engine(pair, MarkovBackend(seed=21, n_ctx=N_CTX), MarkovBackend(seed=21, noise=1.0, n_ctx=N_CTX))
     worker = EngineWorker(engine, EngineThread(), queue_size=4)
     try:
-        with TestClient(create_app(worker, GenerateSettings()), raise_server_exceptions=False) as client:
-            yield client
+        with TestClient(create_app(worker, GenerateSettings()), raise_server_exceptions=False) as open_client, \
+                TestClient(create_app(worker, GenerateSettings(), api_key="sekret"),
+                           raise_server_exceptions=False) as keyed_client:
+            yield open_client, keyed_client
     finally:
         worker.close()
 
@@ -101,10 +105,15 @@ def spoiled(draw, body: dict) -> dict:
 
 
 @st.composite
-def requests(draw) -> tuple[str, str, dict, bytes]:
-    """(method, path, headers, body): a body of the endpoint's fields, as is or spoiled in one field,
-    sent as JSON or cut short; or any JSON value or bytes, with any content type and method, to any
-    path."""
+def requests(draw) -> tuple[str, str, dict, bytes, bool]:
+    """(method, path, headers, body), and whether the app wants an API key: a body of the endpoint's
+    fields, as is or spoiled in one field, sent as JSON or cut short; or any JSON value or bytes,
+    with any content type, method and key, to any path."""
+    if draw(st.integers(0, 8)) == 4:
+        keys = st.sampled_from([b"Bearer sekret", b"Bearer wrong", b"bearer  sekret ", b"Basic sekret", b"Bearer",
+                                b"", b"Bearer \xff\xfe", "Bearer s\u00e9kret".encode("latin-1")])
+        method, path, headers, raw, _ = draw(requests())
+        return method, path, {**headers, "authorization": draw(keys)}, raw, True
     # One in n, by a value in the middle: Hypothesis draws a range's ends more often than the rest.
     if draw(st.integers(0, 6)) == 3:
         method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]))
@@ -114,7 +123,7 @@ def requests(draw) -> tuple[str, str, dict, bytes]:
         raw = draw(st.binary(max_size=24) | st.builds(body_bytes, json_values, st.booleans()))
         content_type = draw(st.sampled_from([None, "application/json", "text/plain", "multipart/form-data",
                                              "application/x-www-form-urlencoded", "application/json; charset=latin-1"]))
-        return method, path, {} if content_type is None else {"content-type": content_type}, raw
+        return method, path, {} if content_type is None else {"content-type": content_type}, raw, False
     path = draw(st.sampled_from(sorted(bodies)))
     body = draw(bodies[path])
     if draw(st.booleans()):
@@ -122,7 +131,7 @@ def requests(draw) -> tuple[str, str, dict, bytes]:
     raw = body_bytes(body, draw(st.integers(0, 10)) != 5)
     if draw(st.integers(0, 10)) == 5:
         raw = raw[:draw(st.integers(0, len(raw)))]
-    return "POST", path, {"content-type": "application/json"}, raw
+    return "POST", path, {"content-type": "application/json"}, raw, False
 
 
 # -- what must come back ---------------------------------------------------------------------------
@@ -179,7 +188,7 @@ def check(response, path: str) -> None:
             assert reply["object"] == kinds[path], reply
 
 
-def test_no_generated_request_gets_a_5xx_or_an_error_out_of_shape(client):
+def test_no_generated_request_gets_a_5xx_or_an_error_out_of_shape(clients):
     sent = 0
 
     @settings(max_examples=REQUESTS, deadline=None, derandomize=True, database=None,
@@ -187,11 +196,12 @@ def test_no_generated_request_gets_a_5xx_or_an_error_out_of_shape(client):
     @given(requests())
     def one(request):
         nonlocal sent
-        method, path, headers, raw = request
+        method, path, headers, raw, keyed = request
         sent += 1
-        check(client.request(method, path, headers=headers, content=raw), path)
+        check(clients[keyed].request(method, path, headers=headers, content=raw), path)
 
     one()
     print(f"{sent} generated requests")
     assert sent >= 1000
-    assert client.get("/health").json() == {"status": "ok", "model": "fake"}
+    for client in clients:
+        assert client.get("/health").json() == {"status": "ok", "model": "fake"}
