@@ -219,6 +219,15 @@ def test_generated_command_lines_end_in_success_or_one_line(env):
     assert tally["loads"] and tally["error"]  # the generator reaches both ends
 
 
+def test_an_error_quoting_what_was_typed_stays_one_line(env):
+    """A name with a newline, a carriage return or a terminal escape is written escaped (found by the
+    generated command lines: `export vllm $'\\n'` printed two lines)."""
+    for argv in (["export", "vllm", "\n"], ["run", "-m", "a\rb", "hi"], ["run", "hi", "--config", "x\x1b[2Jy"]):
+        result = CliRunner().invoke(cli.main, argv, input="")
+        assert outcome(result) == "error"
+        assert "\x1b" not in result.stderr and "\r" not in result.stderr
+
+
 # -- bench suites ----------------------------------------------------------------------------------
 
 messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]) | odd_text,
