@@ -140,6 +140,8 @@ def load_suite(path: Path, context: int | None = None) -> list[BenchPrompt]:
             fields = json.loads(line)
         except ValueError as e:
             raise UsageError(f"{path}:{n}: not JSON ({e})") from None
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise UsageError(f"{path}:{n}: not JSON (nested too deeply)") from None
         if not isinstance(fields, dict):
             raise UsageError(f"{path}:{n}: not a JSON object")
         try:
@@ -250,7 +252,8 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
             modes.append(Mode(name, default_drafter, KSetting("heuristic")))
         elif name == HF_ASSISTED:
             modes.append(Mode(name, DraftChoice.MODEL, None))
-        elif (m := re.fullmatch(r"(?:(ngram|model)-)?k(\d+)", name)) and int(m.group(2)) <= KSetting.MAX:
+        # ASCII digits, few of them: int() refuses thousands of digits (ValueError), and reads other scripts' digits
+        elif (m := re.fullmatch(r"(?:(ngram|model)-)?k([0-9]{1,4})", name)) and int(m.group(2)) <= KSetting.MAX:
             drafter = DraftChoice(m.group(1)) if m.group(1) else default_drafter
             modes.append(Mode(name, drafter, KSetting("fixed", int(m.group(2)))))
         else:

@@ -99,7 +99,10 @@ def decoding_options(f: Callable) -> Callable:
 
 
 def _report(message: str) -> None:
-    click.echo(f"edgespec: error: {message}", err=True)
+    """One line whatever the message quotes: a name or path the user typed may hold a newline or
+    a terminal's control sequence, written escaped as Python writes it."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    click.echo(f"edgespec: error: {line}", err=True)
 
 
 def error_boundary(f: Callable) -> Callable:

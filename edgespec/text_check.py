@@ -24,16 +24,18 @@ def context_bytes(context_tokens: int) -> int:
     return context_tokens * MAX_TOKEN_BYTES
 
 
-def text_problem(text: str) -> str | None:
-    """What keeps `text` from being UTF-8 text (a phrase to follow its name), or None."""
+def text_problem(text: str, escapes: bool = True) -> str | None:
+    """What keeps `text` from being UTF-8 text (a phrase to follow its name), or None. With
+    `escapes`, the text came from bytes (argv, a file) and U+DC80..U+DCFF stand for bytes that were
+    not UTF-8; without, it came from JSON, where every surrogate is one the client wrote."""
     try:
         text.encode("utf-8")
         return None
     except UnicodeEncodeError as e:
         code = ord(text[e.start])
-        if 0xDC80 <= code <= 0xDCFF:  # a surrogate escape: the byte it stood for was not UTF-8
+        if escapes and 0xDC80 <= code <= 0xDCFF:
             return f"is not UTF-8 text (byte 0x{code - 0xDC00:02x} at character {e.start})"
-        return f"is not valid Unicode text (a lone surrogate U+{code:04X} at character {e.start})"
+        return f"is not valid Unicode (a lone surrogate U+{code:04X} at character {e.start})"
 
 
 def check_text(text: str | None, name: str) -> None:

@@ -172,6 +172,12 @@ def test_load_suite_reads_no_further_than_its_bound(tmp_path, monkeypatch):
         load_suite(path)
 
 
+def test_load_suite_rejects_a_line_nested_too_deeply(tmp_path):
+    """json's decoder recurses per level: a RecursionError, not a ValueError (found by generated suites)."""
+    with pytest.raises(UsageError, match=r":2: not JSON \(nested too deeply\)$"):
+        load_suite(write_suite(tmp_path, GOOD_COMPLETION, "[" * 5000))
+
+
 def test_load_suite_rejects_a_missing_or_empty_file(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         load_suite(tmp_path / "nope.jsonl")
@@ -212,6 +218,14 @@ def test_parse_modes_puts_plain_decoding_first_when_missing():
 @pytest.mark.parametrize("spec", ["k", "kx", "k-2", "turbo", "ngram-heuristic", "draft-k2", "AR", "k2,fast"])
 def test_parse_modes_rejects_unknown_modes(spec):
     with pytest.raises(UsageError, match="mode"):
+        parse_modes(spec, "model")
+
+
+@pytest.mark.parametrize("spec", ["k" + "1" * 5000, "k\u0663", "ngram-k" + "9" * 4301],
+                         ids=["5000 digits", "an Arabic-Indic digit", "4301 digits"])
+def test_parse_modes_rejects_a_k_that_is_not_a_few_ascii_digits(spec):
+    """int() refuses over 4,300 digits with a ValueError (found by generated flags) and reads Arabic-Indic digits."""
+    with pytest.raises(UsageError, match="unknown bench mode"):
         parse_modes(spec, "model")
 
 

@@ -127,12 +127,12 @@ MALFORMED = {  # file bytes -> what the one-line error says after the file's pat
                          " is unreadable: updated is not a number"),
     # json reads "\ud800" as a lone surrogate, which no tokenizer or terminal takes
     "content a lone surrogate": (edited(set_path("messages", 0, "content", "is_pal\ud800")),
-                                 " is unreadable: messages[0].content is not valid Unicode text "
+                                 " is unreadable: messages[0].content is not valid Unicode "
                                  "(a lone surrogate U+D800 at character 6)"),
     "system a lone surrogate": (edited(set_path("system", "\udfff")),
-                                " is unreadable: system is not valid Unicode text (a lone surrogate U+DFFF at character 0)"),
+                                " is unreadable: system is not valid Unicode (a lone surrogate U+DFFF at character 0)"),
     "span text a lone surrogate": (edited(set_path(*REPLY, "spans", [["draft", "x\ud83d"]])),
-                                   " is unreadable: messages[1].spans[0][1] is not valid Unicode text "
+                                   " is unreadable: messages[1].spans[0][1] is not valid Unicode "
                                    "(a lone surrogate U+D83D at character 1)"),
     "NaN figure": (edited(set_path(*STATS, "ttft_s", float("nan"))),
                    " is unreadable: messages[1].stats: ttft_s is not a finite number >= 0"),

@@ -163,7 +163,7 @@ GOOD = {"id": "a/0", "suite": "a", "mode": "completion", "prompt": "def f():"}
 @pytest.mark.parametrize("bad, why", [
     ({**GOOD, "prompt": ""}, "prompt: String should have at least 1 character"),
     ({"id": "a/1", "suite": "a", "mode": "chat", "messages": []}, "messages: List should have at least 1 item"),
-    ({**GOOD, "prompt": "x\ud800"}, "prompt: is not valid Unicode text (a lone surrogate U+D800 at character 1)"),
+    ({**GOOD, "prompt": "x\ud800"}, "prompt: is not valid Unicode (a lone surrogate U+D800 at character 1)"),
     ({**GOOD, "prompt": "x" * (CONTEXT * MAX_TOKEN_BYTES + 1)},
      f"the completion text is {CONTEXT * MAX_TOKEN_BYTES + 1:,} bytes, more than the pair's context of "
      f"{CONTEXT} tokens can hold"),

@@ -299,6 +299,14 @@ def test_temperature_scales_logits(temperature: float) -> None:
     assert d.ids.tolist() == list(range(30))
 
 
+def test_a_tiny_temperature_is_all_but_greedy() -> None:
+    """The smallest temperatures the rule lets in: logits divided first would overflow to inf - inf."""
+    logits = np.array([0.5, 3.0, -1.0, 2.0], dtype=np.float32)
+    for temperature in (2.2250738585072014e-308, 5e-324, 1e-30):
+        d = warp(logits, SamplingParams(temperature=temperature, top_p=0.9, min_p=0.1))
+        assert d.ids.tolist() == [1] and d.probs.tolist() == [1.0]
+
+
 def test_higher_temperature_is_flatter() -> None:
     logits = np.random.default_rng(3).normal(size=30) * 2
     entropies = []

@@ -259,6 +259,36 @@ def test_a_bad_chat_request_is_a_400_naming_the_field(live, body, param):
         assert error["param"] == param and param.split(".")[0] in error["message"]
 
 
+@pytest.mark.parametrize("path, body, param", [
+    ("/chat/completions", chat(messages=[*HELLO, {"role": "user", "content": "a\ud800b"}]), "messages.1.content"),
+    ("/chat/completions", chat(messages=[{"role": "system", "content": [{"type": "text", "text": "\udfff"}]}, *HELLO]),
+     "messages.0.content.0.text"),
+    ("/chat/completions", chat(stop=["ok", "x\udc00"]), "stop.1"),
+    ("/completions", {"model": "tiny", "prompt": "a\ud800b"}, "prompt"),
+    ("/completions", {"model": "tiny", "prompt": ["\ud800"]}, "prompt.0"),
+    ("/completions", {"model": "tiny", "prompt": "a", "stop": "\ud800"}, "stop"),
+])
+def test_text_that_is_not_valid_unicode_is_a_400_naming_the_field(live, path, body, param):
+    """JSON can escape a lone surrogate, which no tokenizer reads: the client's mistake, not the engine's."""
+    raw = json.dumps(body)  # escaped as \ud800: httpx's own encoder refuses it
+    error = error_of(post(live, path, content=raw, headers={"content-type": "application/json"}), 400)
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert error["message"].startswith(f"{param} is not valid Unicode (a lone surrogate U+")
+
+
+def test_a_body_that_is_empty_or_not_an_object_and_odd_field_names(live):
+    for raw in (b"", b"null", b"[1]", b"3"):
+        message = error_of(post(live, "/completions", content=raw, headers={"content-type": "application/json"}),
+                           400)["message"]
+        assert message == "the body must be a JSON object sent with 'Content-Type: application/json'"
+    for name in ("a-b", "list[x]"):  # named like pydantic's union members
+        error = error_of(post(live, "/completions", json={"model": "tiny", "prompt": "a", name: 1}), 400)
+        assert error["param"] == name and error["message"] == f"unknown field {name!r}: edgespec does not support it"
+    raw = '{"model": "tiny", "prompt": "a", "\\ud800": 1}'
+    error = error_of(post(live, "/completions", content=raw, headers={"content-type": "application/json"}), 400)
+    assert error["message"] == "a field name is not valid Unicode"
+
+
 def test_bad_completion_requests(live):
     assert error_of(post(live, "/completions", json={"model": "tiny", "prompt": ["a", "b"]}), 400)["param"] == "prompt"
     assert error_of(post(live, "/completions", json={"model": "tiny", "prompt": "a", "echo": True}), 400)["param"] == "echo"
@@ -493,6 +523,8 @@ def test_serve_refuses_bad_flags_in_one_line_before_loading(env):
         port = str(taken.getsockname()[1])
         assert "cannot listen on 127.0.0.1:" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", port]), 2)
     assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", "no.such.host.invalid"]), 2)
+    for host in ("a" * 64, "\udcff"):  # names the IDNA codec refuses (a raw byte arrives as a surrogate)
+        assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", host]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", "70000"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "-m", "tiny-ngram", "--draft", "model"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--temperature", "nan"]), 2)

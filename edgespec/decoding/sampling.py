@@ -117,8 +117,9 @@ def warp(logits: np.ndarray, params: SamplingParams) -> Dist:
         ids = _top_k_ids(logits, params.top_k)
     else:
         ids = None  # every token is still a candidate
-    z = (logits if ids is None else logits[ids]).astype(np.float64) / params.temperature
-    z -= z.max()
+    z = (logits if ids is None else logits[ids]).astype(np.float64)
+    with np.errstate(over="ignore"):  # shifted first: a tiny temperature (1e-308) gives -inf, not inf - inf
+        z = (z - z.max()) / params.temperature
     w = np.exp(z)
     total = w.sum()
     if ids is None:

@@ -29,6 +29,8 @@ def listen(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
     except OSError as e:
         raise UsageError(f"--host {host}: {e.strerror or e}") from None
+    except UnicodeError:  # the IDNA encoding of a name: a label over 63 characters, or text that is not Unicode
+        raise UsageError(f"--host {host!r}: not a valid host name") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

@@ -68,30 +68,40 @@ def unauthorized(sent: bool) -> APIError:
 
 
 # pydantic names the member of a union (`str | list[str]`) in an error's location; a field is named
-# without it. No field of the request models is called like a type.
+# without it. No field of the request models is called like a type; a client's unknown field can be
+# (`"list[x]"`, `"a-b"`), and is the last part of its location.
 _UNION_MEMBER = re.compile(r"^(str|int|float|bool|list|dict)$|[\[\-]")
 
 
 def _param(error: dict) -> str:
-    return ".".join(str(part) for part in error["loc"][1:] if not _UNION_MEMBER.search(str(part)))  # loc[0]: "body"
+    parts = [str(part) for part in error["loc"][1:]]  # loc[0]: "body"
+    unknown = parts[-1:] if error["type"] == "extra_forbidden" else []
+    return ".".join([part for part in parts[:len(parts) - len(unknown)] if not _UNION_MEMBER.search(part)] + unknown)
 
 
 def _validation_error(errors: list[dict]) -> APIError:
     """The first problem FastAPI found in the request, as one line naming the field. For a field
-    of several types, the type that came closest (its error is not merely "not this type")."""
-    param = _param(errors[0]) or None
-    same_field = [e for e in errors if _param(e) == (param or "")]
-    e = next((e for e in same_field if not e["type"].endswith("_type")), errors[0])
+    of several types, the type that came closest: its error is not merely "not this type", and it
+    may lie within the field (`content`'s list: `messages.0.content.1.text`)."""
+    first = _param(errors[0])
+    within = [e for e in errors if _param(e) == first or first and _param(e).startswith(first + ".")]
+    e = next((e for e in within if not e["type"].endswith("_type")), errors[0])
+    param = _param(e) or None
     kind, loc = e["type"], [part for part in (param or "").split(".") if part]
     if kind == "json_invalid":
         return APIError(400, f"the body is not valid JSON: {e.get('ctx', {}).get('error', e['msg'])}")
-    if loc == [] and isinstance(e.get("input"), (bytes, str)):
+    if kind == "string_unicode":  # pydantic's own check, on a key (JSON can escape a lone surrogate)
+        where = f"a key in {param}" if param else "a field name"
+        return APIError(400, f"{where} is not valid Unicode", param=param, code="invalid_value")
+    if not loc:  # empty, a JSON value that is not an object, or not sent as JSON
         return APIError(400, "the body must be a JSON object sent with 'Content-Type: application/json'")
     if kind == "missing":
         return APIError(400, f"missing field {param!r}", param=param, code="missing_required_parameter")
     if kind == "extra_forbidden":
         return APIError(400, f"unknown field {param!r}: edgespec does not support it", param=param,
                         code="unknown_parameter")
+    if kind == "invalid_unicode":  # the message continues the field's name: "prompt is not valid Unicode (...)"
+        return APIError(400, f"{param} {e['msg']}", param=param, code="invalid_value")
     code = "unsupported_parameter" if kind == "unsupported_parameter" else "invalid_value"
     return APIError(400, f"{param}: {e['msg']}" if param else e["msg"], param=param, code=code)
 

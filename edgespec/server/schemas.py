@@ -5,17 +5,20 @@ number), and a field edgespec does not know is refused by name rather than ignor
 never believes a setting took effect when it did not. Fields that clients commonly send with
 their neutral value (`n: 1`, `logprobs: false`, `tools: []`, penalties of 0) are accepted with
 that value only; any other value is a 400 that says what edgespec does instead. Sampling values
-follow the one rule of models.toml and the command-line flags (`sampling_problem`).
+follow the one rule of models.toml and the command-line flags (`sampling_problem`). Text that reaches
+the tokenizer (prompts, message content, stop strings) must be valid Unicode (`text_problem`):
+JSON can escape a lone surrogate, which no tokenizer reads.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from edgespec.decoding.sampling import sampling_problem
+from edgespec.text_check import text_problem
 
 # -- requests ----------------------------------------------------------------------------------
 
@@ -41,20 +44,33 @@ def _sampling_rule(name: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _valid_unicode(value: Any) -> Any:
+    # Before pydantic's own str check: with a length constraint it refuses a surrogate itself, in
+    # words about "raw data" that do not say what was wrong.
+    problem = text_problem(value, escapes=False) if isinstance(value, str) else None
+    if problem:
+        raise PydanticCustomError("invalid_unicode", problem)
+    return value
+
+
+Text = Annotated[str, BeforeValidator(_valid_unicode)]
+"""Text that reaches the tokenizer."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TextPart(_Strict):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class Message(_Strict):
     """A chat message; "developer" is OpenAI's newer name for the system role."""
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    content: Text | list[TextPart]
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
@@ -71,7 +87,7 @@ class EdgespecOptions(_Strict):
     sources: bool = False
 
 
-Stop = Annotated[str, Field(min_length=1)]
+Stop = Annotated[str, Field(min_length=1), BeforeValidator(_valid_unicode)]  # Unicode first, then the length
 
 
 class GenerationRequest(_Strict):
@@ -125,7 +141,7 @@ class ChatCompletionRequest(GenerationRequest):
 
 
 class CompletionRequest(GenerationRequest):
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    prompt: Text | Annotated[list[Text], Field(min_length=1, max_length=1)]
     echo: Annotated[bool | None, _only(None, False, why="the prompt is not echoed")] = None
     best_of: Annotated[int | None, _only(None, 1, why="edgespec generates one choice per request")] = None
     suffix: Annotated[str | None, _only(None, "", why="insertion (suffix) is not supported; send a fill-in-the-middle prompt")] = None
