@@ -1,10 +1,10 @@
 """Where a measurement came from: the command, the code and the machine, kept beside the figures.
 
-A benchmark's JSON is the record a README table is rendered from, so it says what made it: the
-command line, the commit (and whether the tree had uncommitted changes) of the edgespec that ran,
-the machine (its platform, processor, cores and the CPU's vector extensions, which decide which
-kernels llama.cpp runs) and the backend builds (llama.cpp's own report of the features it was built
-with, and the runtime packages' versions).
+A benchmark's JSON is the record the pages' tables are rendered from (benchmarks/render.py), so it
+says what made it: the command line, the commit (and whether the tree had uncommitted changes) of the
+edgespec that ran, the machine (its platform, processor, cores and the CPU's vector extensions, which
+decide which kernels llama.cpp runs) and the backend builds (llama.cpp's own report of the features
+it was built with, and the runtime packages' versions).
 """
 
 from __future__ import annotations
