@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EDGESPEC := $(BIN)/edgespec
 
-.PHONY: demo chat test pull bench gpu-check clean
+.PHONY: demo chat test pull bench results gpu-check clean
 
 # llama-cpp-python builds llama.cpp from source for this machine's CPU (about 5 minutes on 2
 # cores). On x86 the build leaves AMX out: a CPU can report AMX where the system does not let it run
@@ -42,6 +42,11 @@ test: $(VENV)/.installed-test pull
 
 bench: pull
 	$(EDGESPEC) bench --limit 4 --json bench.json --plot bench.png
+
+# The tables of README.md and docs/benchmarks.md, and assets/bench_cpu.png, rendered from the JSON
+# under benchmarks/results/ (tests/test_render_results.py checks that the pages match it).
+results: $(VENV)/.installed
+	$(BIN)/python benchmarks/render.py
 
 # The GPU check (benchmarks/gpu_check.py): random weights of real shapes on a CUDA GPU, no model download,
 # under 8 minutes. CUDA_ARCH=90 (89 for RTX 40xx, 86 for RTX 30xx) first builds llama-cpp-python with
