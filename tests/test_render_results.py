@@ -31,6 +31,12 @@ def test_every_result_file_is_rendered_on_some_page():
     assert {name for name in committed if f"benchmarks/results/{name}" in sources} == committed
 
 
+def test_the_readme_has_the_one_table_and_stays_short():
+    text = (ROOT / "README.md").read_text()
+    assert render._OPENING.findall(text) == ["bench"]
+    assert len(text.splitlines()) <= 250
+
+
 def test_a_changed_figure_changes_the_page(tmp_path):
     folder = tmp_path / "results"
     shutil.copytree(render.RESULTS, folder)
