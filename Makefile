@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EDGESPEC := $(BIN)/edgespec
 
-.PHONY: demo chat test pull bench gpu-check clean
+.PHONY: demo chat test pull bench results gpu-check clean
 
 # llama-cpp-python builds llama.cpp from source for this machine's CPU (about 5 minutes on 2
 # cores). On x86 the build leaves AMX out: a CPU can report AMX where the system does not let it run
@@ -43,12 +43,17 @@ test: $(VENV)/.installed-test pull
 bench: pull
 	$(EDGESPEC) bench --limit 4 --json bench.json --plot bench.png
 
-# The GPU check (scripts/gpu_check.py): random weights of real shapes on a CUDA GPU, no model download,
+# The tables of README.md and docs/benchmarks.md, and assets/bench_cpu.png, rendered from the JSON
+# under benchmarks/results/ (tests/test_render_results.py checks that the pages match it).
+results: $(VENV)/.installed
+	$(BIN)/python benchmarks/render.py
+
+# The GPU check (benchmarks/gpu_check.py): random weights of real shapes on a CUDA GPU, no model download,
 # under 8 minutes. CUDA_ARCH=90 (89 for RTX 40xx, 86 for RTX 30xx) first builds llama-cpp-python with
 # CUDA for that one architecture, timed, so that the llama.cpp part runs too; LLAMA_SOURCE names a
 # downloaded llama-cpp-python sdist where there is no package index.
 gpu-check: $(VENV)/.installed-test
-	$(BIN)/python scripts/gpu_check.py --json gpu_check.json $(if $(CUDA_ARCH),--build-llama-cuda $(CUDA_ARCH)) \
+	$(BIN)/python benchmarks/gpu_check.py --json gpu_check.json $(if $(CUDA_ARCH),--build-llama-cuda $(CUDA_ARCH)) \
 		$(if $(LLAMA_SOURCE),--llama-source $(LLAMA_SOURCE))
 
 clean:

@@ -9,8 +9,8 @@ prompt already read. Several pairs (a tuned layout and its original) are interle
 prompt running every mode of every pair before the next, and each pair's speedups are given both
 against its own `ar` and against the first pair's. With `repeats` > 1 each prompt runs the whole interleaved round that many times and a
 prompt's speed in a mode is the median of its repeats: on a small shared CPU one run of a prompt
-varies by about 10%, more than the differences worth reporting (measured here: prompts where
-`auto` never drafted, so both modes did the same work, spread 0.86-1.06x even with 3 rounds).
+varies by several percent, as much as the differences worth reporting (prompts where `auto` never
+drafted, so both modes did the same work, still spread on either side of 1.0x).
 Every figure comes from the engine's own event stream, as in `edgespec run`, except
 those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
 prompts (hf backend only), the peer to beat, timed the same way (see `bench_hf_assisted.assisted_generate`).

@@ -83,7 +83,7 @@ class ModelSpec:
 # far more often when it has read the text a reply copies (an edited file, from its top), so the
 # window holds a whole file of a few hundred lines; the controller reads it only when the rest of
 # the reply can pay for it, and the bound keeps a long chat's catch-up bounded too
-# (scripts/draft_window.py measures agreement by window).
+# (benchmarks/draft_window.py measures agreement by window).
 DRAFT_WINDOW = 2048
 
 

@@ -294,9 +294,9 @@ class EngineThread:
     """One long-lived thread that loads an engine and runs every generation of it.
 
     llama.cpp's CPU backend runs on an OpenMP thread team that belongs to the OS thread calling
-    it. Measured here: loading in one thread and generating in another decodes about 25% slower
-    (17 vs 22-25 tokens/s on the default pair) than doing both on the same thread. A front end that
-    generates off its main thread (the chat app) therefore sends all engine work here.
+    it. Loading in one thread and generating in another decodes markedly slower than doing both on
+    the same thread. A front end that generates off its main thread (the chat app) therefore sends
+    all engine work here.
     """
 
     def __init__(self):

@@ -10,7 +10,7 @@ figure instead of a constant guessed on one machine.
 
 The window is read after a prefix as long as a real prompt: the cache's length moves the logits
 too, and a floor measured on a nearly empty cache can be 0 where real passes differ, which makes
-near-ties look like bugs (the figures per layout are in the README).
+near-ties look like bugs (`models check PAIR --noise-floor` reports a pair's floor).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py end to end in its --tiny form: tiny shapes on the CPU, every part of the
+"""benchmarks/gpu_check.py end to end in its --tiny form: tiny shapes on the CPU, every part of the
 GPU check (the rule-following models on transformers and, exported to GGUF and quantized, on
 llama.cpp; the verify curve at every n to 16; fixed K, the controller and hf-assisted at each
 acceptance rate). The real shapes need a CUDA GPU and are run by `make gpu-check` there."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")

@@ -118,7 +118,7 @@ def test_bad_file_is_a_one_line_error(tmp_path):
 
 
 def test_quantize_writes_a_file_that_loads_and_predicts_like_the_original(tmp_path, tiny_gguf):
-    """llama.cpp's quantizer behind one call (scripts/gpu_check.py writes its Q4_K_M models with it)."""
+    """llama.cpp's quantizer behind one call (benchmarks/gpu_check.py writes its Q4_K_M models with it)."""
     out = quantize(tiny_gguf, tmp_path / "tiny-q8_0.gguf", "Q8_0", threads=1)
     assert out.stat().st_size < tiny_gguf.stat().st_size / 3  # f32 to 8.5 bits a weight, the norms kept
     prompt = list(range(97, 117))

@@ -73,8 +73,8 @@ class CostModel:
 
     def read(self, n: int) -> float:
         """Seconds for the draft model to read n tokens of text it has not seen (its catch-up).
-        Unmeasured, a token read in a batch is taken to cost a third of a draft step (on a small
-        CPU it costs about a quarter; on a GPU far less)."""
+        Unmeasured, a token read in a batch is taken to cost a third of a draft step (a batch costs
+        less per token than stepping: somewhat less on a small CPU, far less on a GPU)."""
         per = self.read_per_token
         if per is None:
             per = (self.draft_step if self.draft_step is not None else self.verify(1)) / 3
@@ -188,8 +188,8 @@ class CostModel:
         dummy tokens, then roll the caches back.
 
         Every size, not a few to interpolate between: the curve is not monotone where llama.cpp
-        repacks weights for GEMM kernels that take 4 or 8 rows at once (measured here with a Q4_0
-        target: verifying 4 tokens cost 45.8 ms, 3 tokens 58.3 ms), and the controller should
+        repacks weights for GEMM kernels that take 4 or 8 rows at once (verifying 4 tokens can cost
+        less than 3), and the controller should
         draft the length that is cheap to verify, not the one a straight line suggests.
 
         Each size's `rounds` interleaved timings are one session of its quiet cost (their low

@@ -1,4 +1,4 @@
-"""Random-weight Llama models of real shapes whose greedy next token is known, for scripts/gpu_check.py.
+"""Random-weight Llama models of real shapes whose greedy next token is known, for benchmarks/gpu_check.py.
 
 A model built with a `permutation` of its vocabulary predicts permutation[x] after token x, by a
 wide margin: embeddings have unit scale, every residual branch's output projection is scaled down

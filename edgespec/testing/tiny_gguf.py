@@ -208,7 +208,7 @@ def write_llama_gguf(
 ) -> Path:
     """Write a llama-architecture GGUF of `weights` (GGUF names, numpy (out, in) shapes, f32 or f16)
     with the byte-level vocabulary above padded by `n_vocab_extra` tokens; `tokens` replaces the token
-    list (all NORMAL). Also writes models of real shapes for scripts/gpu_check.py."""
+    list (all NORMAL). Also writes models of real shapes for benchmarks/gpu_check.py."""
     path = Path(path)
     if tokens is None:
         tokens = vocab_tokens(n_vocab_extra)

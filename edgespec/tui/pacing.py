@@ -2,9 +2,9 @@
 
 On a CPU that decodes with every core, each millisecond the UI thread runs is taken from llama.cpp's
 thread team, and since the team meets at a barrier after every operation, a preempted thread holds
-up the others: the loss in tokens/s is about the UI's CPU time, not half of it. Measured here on
-2 cores (default pair): a fixed 4 updates a second used 6.5% of a core and cost 9-16% of the decode
-rate. So the app does not fix a rate: after each update it reads the CPU time its own thread used
+up the others: the loss in tokens/s is about the UI's CPU time, not half of it, and a fixed rate
+that looks cheap costs a visible share of the decode rate on a small CPU. So the app does not fix a
+rate: after each update it reads the CPU time its own thread used
 since the previous one (repaint included) and waits long enough for that to stay within its budget
 of one core, between a least and a most updates a second (the wait is the period less the update).
 A fast machine, or a small terminal, gets more updates; a slow one keeps its tokens/s.
@@ -30,7 +30,7 @@ class Budget:
     max_hz: float  # updates a second however little they cost
 
 
-# Decoding on every core: each UI millisecond is taken from tokens/s (0.97x at 2 updates a second here).
+# Decoding on every core: each UI millisecond is taken from tokens/s, so the UI keeps to a small share.
 SHARED_CPU = Budget(cpu_share=0.03, min_hz=2.0, max_hz=30.0)
 # A core left to the UI: it may use a quarter of it. What it still takes from decoding is the GIL,
 # which the engine's thread needs for a moment between passes.

@@ -133,8 +133,8 @@ class ReplyView(Vertical):
 
     While a reply streams, its finished lines move into blocks that are never repainted: a repaint
     re-wraps the whole text, several times a second, on a CPU the decoder needs, so each repaint
-    must cost the last lines only (measured: a 300-token reply repainted whole 5 times a second
-    slowed decoding by a fifth on 2 cores)."""
+    must cost the last lines only (a long reply repainted whole several times a second slows
+    decoding visibly on a small CPU)."""
 
     FREEZE_SPANS = 48  # spans kept live at the end; older finished lines are frozen
 

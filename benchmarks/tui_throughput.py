@@ -14,7 +14,7 @@ Both figures are the engine Summary's decode tokens/s (tokens after the first pe
 first); for the app, the Summary it received and froze under the reply. The issue's target: tui
 within 5% of direct.
 
-    .venv/bin/python scripts/tui_throughput.py                      # the default pair
+    .venv/bin/python benchmarks/tui_throughput.py                      # the default pair
 """
 
 from __future__ import annotations

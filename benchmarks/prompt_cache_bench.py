@@ -17,7 +17,7 @@ seconds both models took to read it, and a lookup that finds nothing.
 The issue's targets (2-core CPU, default pair): warm TTFT at least 10x lower than cold, warm call
 at least 2x faster; saving adds at most 5% to a cold call.
 
-    .venv/bin/python scripts/prompt_cache_bench.py --rounds 3 --json cache-bench.json
+    .venv/bin/python benchmarks/prompt_cache_bench.py --rounds 3 --json cache-bench.json
 """
 
 from __future__ import annotations

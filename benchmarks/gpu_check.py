@@ -16,9 +16,9 @@ models in Q4_K_M on a CUDA build of llama-cpp-python:
              t_verify(K+1) + host), over the same model's ar) and the measured one; and, on
              transformers, its own assisted generation (hf-assisted) with the same two models
 
-    python scripts/gpu_check.py                          # CUDA, real shapes: about 5 minutes
-    python scripts/gpu_check.py --build-llama-cuda 90    # first build llama-cpp-python for sm_90, timed
-    python scripts/gpu_check.py --tiny                   # tiny shapes on the CPU in a minute
+    python benchmarks/gpu_check.py                          # CUDA, real shapes: about 5 minutes
+    python benchmarks/gpu_check.py --build-llama-cuda 90    # first build llama-cpp-python for sm_90, timed
+    python benchmarks/gpu_check.py --tiny                   # tiny shapes on the CPU in a minute
     make gpu-check CUDA_ARCH=90 [LLAMA_SOURCE=llama_cpp_python-0.3.36.tar.gz]
 
 The llama.cpp part runs where llama-cpp-python offloads to a GPU; elsewhere the report says why it

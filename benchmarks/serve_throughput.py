@@ -10,7 +10,7 @@ and a burst of concurrent clients (each completes or gets 503 with Retry-After; 
 memory before and after two bursts). The issue's targets: >= 0.95x run's tokens/s, < 20 ms added
 to TTFT, >= 5x lower TTFT on the repeated prefix.
 
-    .venv/bin/python scripts/serve_throughput.py                     # the default pair, 4 prompts
+    .venv/bin/python benchmarks/serve_throughput.py                     # the default pair, 4 prompts
 """
 
 from __future__ import annotations

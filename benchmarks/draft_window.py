@@ -9,8 +9,8 @@ the chance a drafted token survives when the tokens before it did (greedy), the 
 controller's acceptance estimates track. A window's view starts where `ModelDrafter.begin` puts
 it (aligned down to `ModelDrafter.ALIGN`).
 
-    .venv/bin/python scripts/draft_window.py --windows 256,512,1024,all --suites code-edit \\
-        --case argparse.py:260 "Add type hints to every function." --json results/draft_window.json
+    .venv/bin/python benchmarks/draft_window.py --windows 256,512,1024,all --suites code-edit \\
+        --case argparse.py:260 "Add type hints to every function." --json benchmarks/results/draft_window.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
    using a zero-cost backend so only edgespec's own work is timed;
 3. peak RSS of `edgespec run` on the default pair.
 
-    .venv/bin/python scripts/speed_check.py [--tokens 128] [--reps 3]
+    .venv/bin/python benchmarks/speed_check.py [--tokens 128] [--reps 3]
 """
 
 from __future__ import annotations

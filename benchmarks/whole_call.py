@@ -7,8 +7,8 @@ starts, so a busy spell of the machine hits all modes alike; a case's figure in 
 of its rounds, and its speedup the ratio of those medians to `--draft none`'s. The prompt cache is
 off (EDGESPEC_NO_CACHE=1): every call is cold.
 
-    .venv/bin/python scripts/whole_call.py --case argparse.py:260 "Add type hints to every function." \\
-        --modes "none;auto" --rounds 2 --max-tokens 200 --json results/whole_call.json
+    .venv/bin/python benchmarks/whole_call.py --case argparse.py:260 "Add type hints to every function." \\
+        --modes "none;auto" --rounds 2 --max-tokens 200 --json benchmarks/results/whole_call.json
 """
 
 from __future__ import annotations

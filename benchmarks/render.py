@@ -1,0 +1,188 @@
+"""Every table of measured results in README.md and docs/benchmarks.md, and the bench plot, rendered
+from the JSON files under benchmarks/results/.
+
+Results are data: a page never holds a figure typed by hand. Each table sits between two marker
+comments, `<!-- results:NAME -->` and `<!-- /results:NAME -->`, and this script replaces what is
+between them with the block NAME rendered from the result files, each followed by the command,
+commit and machine that made it. tests/test_render_results.py renders the committed files and
+fails when a page differs, so a table cannot drift from the run behind it.
+
+    make results        # = .venv/bin/python benchmarks/render.py
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = ("README.md", "docs/benchmarks.md")
+PLOT = "assets/bench_cpu.png"  # the whole-reply speedups of the dev set and held-out edits
+BENCH_FILES = ("bench_dev.json", "bench_heldout.json")
+
+_BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
+_OPENING = re.compile(r"<!-- results:([\w-]+) -->")
+
+
+def load(folder: Path, name: str) -> dict:
+    return json.loads((folder / name).read_text())
+
+
+def source(doc: dict, name: str) -> str:
+    """One line saying what made a file's figures: the command, commit, machine and date."""
+    meta = doc.get("meta", doc)
+    commit = (meta.get("commit") or "")[:7] or meta.get("version", "?")
+    if meta.get("dirty"):
+        commit += " with uncommitted changes"
+    machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else meta
+    cpus = machine.get("cpus", machine.get("cpu_count"))
+    where = f"{cpus} CPUs"
+    if machine.get("cpu_model"):
+        where += f" ({machine['cpu_model']})"
+    backends = meta.get("backends") or {}
+    if backends.get("llama-cpp-python"):
+        where += f", llama-cpp-python {backends['llama-cpp-python']}"
+    command = meta.get("command", "?")
+    command = shlex.join(command) if isinstance(command, list) else command
+    date = f", {meta['date'][:10]}" if meta.get("date") else ""
+    return f"<sub>`benchmarks/results/{name}`: `{command}` at {commit}, {where}{date}</sub>"
+
+
+def whole_call(folder: Path) -> list[str]:
+    doc = load(folder, "whole_call.json")
+    modes = [k for k in doc["summary"][0] if isinstance(doc["summary"][0][k], dict)]
+    lines = ["| file (prompt tokens) | " + " | ".join(modes[1:]) + " |", "|---" * (len(modes)) + "|"]
+    for entry in doc["summary"]:
+        cells = [f"{entry['case'].split(' | ')[0]} ({entry['prompt_tokens']})"]
+        for mode in modes[1:]:
+            m = entry[mode]
+            cells.append(f"**{m['whole_speedup']:.2f}x** whole, TTFT {m['ttft_ratio']:.2f}x, "
+                         f"decode {m['decode_speedup']:.2f}x")
+        lines.append("| " + " | ".join(cells) + " |")
+    base = modes[0]
+    lines.append("")
+    lines.append(f"Against `--draft {base}` in the same rounds (medians): " + "; ".join(
+        f"{e['case'].split(' | ')[0]} {e[base]['wall_s']:.1f} s whole, TTFT {e[base]['ttft_s']:.1f} s, "
+        f"decode {e[base]['decode_s']:.1f} s" for e in doc["summary"]) + ".")
+    return lines + ["", source(doc, "whole_call.json")]
+
+
+def prompt_cache(folder: Path) -> list[str]:
+    doc = load(folder, "prompt_cache.json")
+    runs, s = doc["runs"], doc["summary"]
+    lines = ["| call | whole call | TTFT | prompt tokens not read |", "|---|---|---|---|"]
+    for kind, label in (("no_cache", "cold, `--no-cache`"), ("cold", "cold, saving its state"),
+                        ("warm", "warm: same file, another instruction")):
+        walls = sorted(r[kind]["wall_s"] for r in runs)
+        ttfts = sorted(r[kind]["ttft_s"] for r in runs)
+        cached = runs[0][kind]["prompt_cached"], runs[0][kind]["prompt_tokens"]
+        lines.append(f"| {label} | {walls[len(walls) // 2]:.1f} s ({walls[0]:.1f}-{walls[-1]:.1f}) | "
+                     f"{ttfts[len(ttfts) // 2]:.2f} s | {cached[0]} of {cached[1]} |")
+    lines += ["", f"Warm against cold (medians of {len(runs)} rounds): whole call "
+              f"**{s['cold_over_warm_wall']:.2f}x** faster, time to first token **{s['cold_over_warm_ttft']:.0f}x** lower."]
+    if doc.get("serve"):
+        lines += ["", "| serve request | file | first text after | prompt tokens cached |", "|---|---|---|---|"]
+        for c in doc["serve"]:
+            lines.append(f"| {c['request']} | {c['file']} | {c['client_ttft_s']:.2f} s | "
+                         f"{c['cached_tokens']} of {c['prompt_tokens']} |")
+    return lines + ["", source(doc, "prompt_cache.json")]
+
+
+def prompt_cache_cost(folder: Path) -> list[str]:
+    doc = load(folder, "prompt_cache_cost.json")
+    c = doc["cost"]
+    return [f"Both models read a {c['prompt_tokens']}-token prompt in {c['read_s']:.1f} s; saving both states "
+            f"({c['saved_bytes'] / 1e6:.0f} MB) took {c['save_s'] * 1000:.0f} ms "
+            f"({c['save_s'] / c['read_s']:.1%} of that reading); a lookup that found nothing took "
+            f"{c['miss_s'] * 1000:.1f} ms.", "", source(doc, "prompt_cache_cost.json")]
+
+
+def bench(folder: Path) -> list[str]:
+    """`auto` against `ar` per suite, whole reply first: the dev set and the held-out edits."""
+    lines = ["| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance "
+             "| = ar (exact/tie/DIFF) |",
+             "|---|---|---|---|---|---|"]
+    docs = [(name, load(folder, name)) for name in BENCH_FILES]
+    for _, doc in docs:
+        by = {(s["suite"], s["mode"]): s for s in doc["summary"]}
+        for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
+            ar, auto = by.get((suite, "ar")), by.get((suite, "auto"))
+            if not (ar and auto):
+                continue
+            v = auto["vs_ar"] or {}
+            lines.append(f"| {suite} ({auto['prompts']}) | **{auto['total_speedup_vs_ar']:.2f}x** | "
+                         f"{auto['speedup_vs_ar']:.2f}x | {ar['ttft_s']:.2f} / {auto['ttft_s']:.2f} s | "
+                         f"{auto['acceptance']:.0%} | {v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} |")
+    return lines + [""] + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+def before_code_edit(folder: Path) -> list[str]:
+    """The previous version's code-edit decode speedup, benched on its own on the same machine."""
+    doc = load(folder, "bench_before_code_edit.json")
+    auto = next(s for s in doc["summary"] if s["mode"] == "auto")
+    v = auto["vs_ar"] or {}
+    return [f"The previous version on {auto['suite']} ({auto['prompts']} prompts): `auto` decoded at "
+            f"**{auto['speedup_vs_ar']:.2f}x** `ar`, acceptance {auto['acceptance']:.0%}, "
+            f"{v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} exact/tie/DIFF.",
+            "", source(doc, "bench_before_code_edit.json")]
+
+
+def draft_window(folder: Path) -> list[str]:
+    doc = load(folder, "draft_window.json")
+    windows = list(dict.fromkeys(str(s["window"]) for s in doc["summary"]))
+    lines = ["| prompts | " + " | ".join(f"window {w}" for w in windows) + " |", "|---" * (len(windows) + 1) + "|"]
+    for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
+        mine = {str(s["window"]): s for s in doc["summary"] if s["suite"] == suite}
+        first = next(iter(mine.values()))
+        cells = [f"{suite} ({first['prompts']}, median {first['median_prompt_tokens']:.0f} tokens)"]
+        cells += [f"{mine[w]['agreement']:.0%}" for w in windows]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + ["", source(doc, "draft_window.json")]
+
+
+BLOCKS = {"bench": bench, "whole-call": whole_call, "prompt-cache": prompt_cache,
+          "prompt-cache-cost": prompt_cache_cost, "before-code-edit": before_code_edit,
+          "draft-window": draft_window}
+
+
+def render_page(text: str, folder: Path = RESULTS) -> str:
+    """`text` with every results block rendered again from the files in `folder`."""
+    opened = _OPENING.findall(text)
+    closed = [m.group(2) for m in _BLOCK.finditer(text)]
+    if opened != closed:
+        raise ValueError(f"unclosed results marker: {sorted(set(opened) - set(closed)) or opened}")
+    unknown = [name for name in opened if name not in BLOCKS]
+    if unknown:
+        raise ValueError(f"unknown results block {unknown[0]!r}; known: {', '.join(BLOCKS)}")
+    return _BLOCK.sub(lambda m: m.group(1) + "\n".join(BLOCKS[m.group(2)](folder)) + "\n" + m.group(4), text)
+
+
+def plot(folder: Path, path: Path) -> None:
+    """The bench's own plot (edgespec.bench.plot) of the dev set and held-out edits."""
+    from edgespec.bench import plot as bench_plot
+
+    docs = [load(folder, name) for name in BENCH_FILES]
+    rows = [SimpleNamespace(**row) for doc in docs for row in doc["rows"]]
+    bench_plot(path, rows, [s for doc in docs for s in doc["summary"]])
+
+
+def main() -> int:
+    for page in PAGES:
+        path = ROOT / page
+        text = path.read_text()
+        rendered = render_page(text)
+        if rendered != text:
+            path.write_text(rendered)
+            print(f"rendered {page}")
+    plot(RESULTS, ROOT / PLOT)
+    print(f"plotted {PLOT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""What a result file records about the machine and the backend build (edgespec.provenance)."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from edgespec import provenance as p
+
+X86 = """processor\t: 0
+model name\t: AMD EPYC 9654
+flags\t\t: fpu vme sse sse2 ssse3 fma sse4_1 avx f16c avx2 bmi2 avx512f avx512_vnni amx_tile aes
+
+processor\t: 1
+model name\t: AMD EPYC 9654
+flags\t\t: fpu vme sse sse2
+"""
+
+ARM = """processor\t: 0
+BogoMIPS\t: 50.00
+Features\t: fp asimd evtstrm aes asimddp sve i8mm bf16 cpuid
+"""
+
+
+def test_the_cpu_model_and_its_vector_extensions_are_recorded(tmp_path):
+    (tmp_path / "x86").write_text(X86)
+    (tmp_path / "arm").write_text(ARM)
+    x86 = p._cpu(tmp_path / "x86")
+    assert x86 == {"cpu_model": "AMD EPYC 9654",
+                   "cpu_flags": ["sse", "sse2", "ssse3", "fma", "sse4_1", "avx", "f16c", "avx2", "avx512f",
+                                 "avx512_vnni", "amx_tile"]}
+    arm = p._cpu(tmp_path / "arm")
+    assert arm["cpu_flags"] == ["asimd", "asimddp", "sve", "i8mm", "bf16"]
+    assert p._cpu(tmp_path / "missing") == {}
+
+
+def test_a_measurement_records_the_backend_build():
+    record = p.provenance(["edgespec", "bench"])
+    assert record["command"] == "edgespec bench"
+    backends = record["backends"]
+    assert backends["llama-cpp-python"] == metadata.version("llama-cpp-python")
+    assert backends["llama.cpp build"].startswith("CPU :")  # llama.cpp's own list of the features it was built with
+    assert "cpus" in record["machine"] and "cpu_flags" in record["machine"]

@@ -1,0 +1,67 @@
+"""The pages' tables are what the committed result files render (benchmarks/render.py), so a figure
+cannot drift from the run behind it; and the renderer notices a changed figure or a broken marker."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
+render = sys.modules["render"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render)
+
+
+@pytest.mark.parametrize("page", render.PAGES)
+def test_the_committed_page_is_what_the_committed_results_render(page):
+    text = (ROOT / page).read_text()
+    assert render.render_page(text) == text, f"{page} is stale: run `make results`"
+
+
+def test_every_result_file_is_rendered_on_some_page():
+    used = {name for page in render.PAGES for name in render._OPENING.findall((ROOT / page).read_text())}
+    assert used == set(render.BLOCKS)
+    committed = {p.name for p in render.RESULTS.glob("*.json")}
+    sources = render.render_page("".join(f"<!-- results:{n} -->\n<!-- /results:{n} -->\n" for n in used))
+    assert {name for name in committed if f"benchmarks/results/{name}" in sources} == committed
+
+
+def test_the_readme_has_the_one_table_and_stays_short():
+    text = (ROOT / "README.md").read_text()
+    assert render._OPENING.findall(text) == ["bench"]
+    assert len(text.splitlines()) <= 250
+
+
+def test_a_changed_figure_changes_the_page(tmp_path):
+    folder = tmp_path / "results"
+    shutil.copytree(render.RESULTS, folder)
+    path = folder / "bench_dev.json"
+    doc = json.loads(path.read_text())
+    auto = next(s for s in doc["summary"] if s["mode"] == "auto")
+    auto["total_speedup_vs_ar"] = 2.5
+    path.write_text(json.dumps(doc))
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    rendered = render.render_page(page, folder)
+    assert rendered != page and f"| {auto['suite']} ({auto['prompts']}) | **2.50x** |" in rendered
+
+
+def test_the_source_line_names_the_command_commit_and_machine():
+    doc = {"meta": {"command": "edgespec bench --json x.json", "commit": "0123456789abcdef", "dirty": False,
+                    "machine": {"cpus": 16, "cpu_model": "AMD EPYC 9654"}, "backends": {"llama-cpp-python": "0.3.36"},
+                    "date": "2027-01-02 03:04:05 +0000"}}
+    assert render.source(doc, "x.json") == ("<sub>`benchmarks/results/x.json`: `edgespec bench --json x.json` at "
+                                            "0123456, 16 CPUs (AMD EPYC 9654), llama-cpp-python 0.3.36, 2027-01-02</sub>")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("<!-- results:bench -->\nno end\n", "unclosed"),
+    ("<!-- results:nonesuch -->\n<!-- /results:nonesuch -->\n", "unknown results block 'nonesuch'"),
+])
+def test_a_broken_marker_is_an_error(text, problem):
+    with pytest.raises(ValueError, match=problem):
+        render.render_page(text)
