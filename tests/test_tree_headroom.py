@@ -105,5 +105,5 @@ def test_a_pair_without_a_draft_model_is_one_line(tiny_gguf, tmp_path, monkeypat
                       '[pairs.solo]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 256\n')
     assert th.main(["-m", "solo", "--config", str(config)]) == 2
     assert capsys.readouterr().err == "tree_headroom: error: pair 'solo' has no draft model\n"
-    assert th.main(["-m", "nowhere", "--config", str(config)]) == 1  # an unknown pair: edgespec's own message
+    assert th.main(["-m", "nowhere", "--config", str(config)]) == 2  # an unknown pair: edgespec's own message
     assert capsys.readouterr().err.count("\n") == 1
