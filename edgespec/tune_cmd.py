@@ -75,6 +75,7 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     if json_path:
         check_writable(json_path, "--json")
     store = Store()
+    store.check_writable()  # every candidate is built in it
     source = store.ensure(chosen.target, chosen.name)
     draft = store.ensure(chosen.draft, chosen.name) if chosen.draft is not None else None
     suite = [p for p in bench.load_suite(bench.DEV_SET) if p.suite == "code-edit"][:prompts]

@@ -41,6 +41,7 @@ import platformdirs
 from edgespec.atomic_file import write_text_atomic
 from edgespec.decoding.events import Source
 from edgespec.errors import EdgespecError
+from edgespec.store import home
 from edgespec.tui.stats import ReplyFigures
 
 FORMAT_VERSION = 1
@@ -54,9 +55,8 @@ class HistoryError(EdgespecError):
 
 
 def chats_dir() -> Path:
-    """The folder holding saved chats (not created here)."""
-    home = os.environ.get("EDGESPEC_HOME")
-    base = Path(home) if home else Path(platformdirs.user_data_dir("edgespec"))
+    """The folder holding saved chats (not created here); an EDGESPEC_HOME that is a file is refused (`home`)."""
+    base = home() if os.environ.get("EDGESPEC_HOME") else Path(platformdirs.user_data_dir("edgespec"))
     return base / "chats"
 
 
