@@ -654,6 +654,22 @@ async def test_a_chat_with_nowhere_beside_it_to_go_is_rescued_in_a_temporary_fol
 
 
 @pytest.mark.asyncio
+async def test_what_the_engine_cannot_save_is_a_notification_while_the_app_is_on_screen(tmp_path):
+    """A read-only home: the calibration the engine thread cannot save is said in the app (stderr
+    would tear the screen), and on stderr again once the app has gone."""
+    from edgespec import unsaved
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        error = OSError(30, "Read-only file system")
+        await asyncio.to_thread(unsaved.cannot_save, "speed calibration", tmp_path, error)  # as the engine thread
+        await wait_until(pilot, lambda: app._notifications)
+        [note] = app._notifications
+        assert note.title == "Not saved" and "speed calibration" in note.message and "Read-only" in note.message
+    assert unsaved.say is unsaved._to_stderr
+
+
+@pytest.mark.asyncio
 async def test_a_chat_that_cannot_be_saved_anywhere_says_so(tmp_path, monkeypatch):
     import tempfile
 
