@@ -1,6 +1,10 @@
-"""What every command shares: the pair / drafter / sampling options and the error boundary.
+"""What every command shares: the pair / drafter / sampling options, the types that check flag
+values, and the error boundary.
 
 `run`, `chat` and `bench` take the same flags with the same meaning; they are declared once here.
+One rule per kind of value, for every command, checked while the flags are parsed (before
+anything loads): a float flag takes `FiniteFloat` (no nan, no inf), a comma-separated list of
+names takes `NameList` (an unknown name is a usage error listing the valid ones).
 """
 
 from __future__ import annotations
@@ -8,10 +12,11 @@ from __future__ import annotations
 import codecs
 import contextlib
 import functools
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import click
 
@@ -49,10 +54,47 @@ def pair_options(f: Callable) -> Callable:
     return config_option(f)
 
 
+class FiniteFloat(click.FloatRange):
+    """A float flag's type: a number, never nan or inf (which pass every range comparison), within
+    [min, max] when given. Every float flag of every command uses it."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx) -> float:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+class NameList(click.ParamType):
+    """A comma-separated list of names from a known set (a tuple, or a callable that gives it, for
+    sets known only once a module loads); an unknown name is a usage error that lists the valid
+    ones. Converts to the list of names, in order, blanks dropped."""
+
+    name = "name,..."
+
+    def __init__(self, valid: Sequence[str] | Callable[[], Sequence[str]]):
+        self.valid = valid
+
+    def convert(self, value, param, ctx) -> list[str]:
+        if isinstance(value, list):
+            return value
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        valid = self.valid() if callable(self.valid) else self.valid
+        if not names:
+            self.fail(f"name at least one of: {', '.join(valid)}", param, ctx)
+        unknown = [n for n in names if n not in valid]
+        if unknown:
+            self.fail(f"unknown {', '.join(map(repr, unknown))}; valid: {', '.join(valid)}", param, ctx)
+        return names
+
+
 def sampling_option(flag: str, kind: type, help: str | None = None, default=None) -> Callable:
     """A sampling flag checked by the same rule as models.toml's sampling table (a bad value is a
     usage error, found before anything loads)."""
     name = flag.lstrip("-").replace("-", "_")
+    kind = FiniteFloat() if kind is float else kind
 
     def check(ctx: click.Context, param: click.Parameter, value):
         problem = None if value is None else sampling_problem(name, value)

@@ -24,11 +24,16 @@ from typing import Any, Callable, Literal
 import platformdirs
 
 from edgespec.decoding.sampling import SamplingParams, sampling_problem
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, UsageError
 
 
 class ConfigError(EdgespecError):
     """A bad models.toml: the message names the file, the pair or model, the key and the valid choices."""
+
+
+class UnknownPair(UsageError):
+    """A pair asked for (-m, an argument) that no models.toml defines: a usage error, like a bad
+    --draft; the message lists the pairs there are."""
 
 
 @dataclass(frozen=True)
@@ -113,10 +118,11 @@ class Registry:
     cache_budget: int | None = None  # bytes the prompt cache may hold ([cache] budget); None: the default
 
     def pair(self, name: str | None) -> PairConfig:
-        """The pair called `name`, or the default pair when `name` is None."""
+        """The pair called `name`, or the default pair when `name` is None (checked when the files
+        were read). An unknown name is the caller's (a flag, an argument): UnknownPair, exit 2."""
         name = self.default_pair if name is None else name
         if name not in self.pairs:
-            raise ConfigError(
+            raise UnknownPair(
                 f'unknown pair "{name}" (read {", ".join(display_path(f) for f in self.files)}); '
                 f"available: {', '.join(self.pairs)}"
             )

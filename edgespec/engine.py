@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from edgespec import unsaved
 from edgespec.atomic_file import write_text_atomic
 from edgespec.backends.base import Backend, BackendError, Placement
 from edgespec.config import ModelSpec, PairConfig, load_registry
@@ -216,7 +217,7 @@ class Engine:
 
     def _save_costs(self) -> None:
         entry = {**self.costs.to_dict(), "measure_again": self._measure_again}
-        _save(_calibration_file(), self._calibration_key(), entry, CALIBRATION_VERSION)
+        _save(_calibration_file(), self._calibration_key(), entry, CALIBRATION_VERSION, "speed calibration")
 
     def _noise_floor_key(self) -> str:
         return "|".join([NOISE_FLOOR_VERSION, *self._runtime_key((self.target,))])
@@ -237,7 +238,8 @@ class Engine:
             self._noise_floor = self.saved_noise_floor()
         if self._noise_floor is None:
             self._noise_floor = measure_noise_floor(self.target, calibration_tokens(self.target))
-            _save(_noise_floor_file(), self._noise_floor_key(), self._noise_floor.to_dict(), NOISE_FLOOR_VERSION)
+            _save(_noise_floor_file(), self._noise_floor_key(), self._noise_floor.to_dict(), NOISE_FLOOR_VERSION,
+                  "noise floor")
         return self._noise_floor
 
     def close(self) -> None:
@@ -273,10 +275,10 @@ def _read_saved(path: Path, key: str) -> dict | None:
     return saved if isinstance(saved, dict) else None
 
 
-def _save(path: Path, key: str, value: dict, version: str) -> None:
-    """Save a measurement under `key`; entries of other versions (keys not starting with `version`)
-    go, and so does a damaged file. A file that cannot be read or written only costs a
-    measurement next time."""
+def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
+    """Save a measurement (`what`, for the user) under `key`; entries of other versions (keys not
+    starting with `version`) go, and so does a damaged file. A file that cannot be read or written
+    only costs a measurement next time (said once: `unsaved`)."""
     try:
         try:
             data = json.loads(path.read_text()) if path.exists() else {}
@@ -286,8 +288,8 @@ def _save(path: Path, key: str, value: dict, version: str) -> None:
         data[key] = value
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(data, indent=1))
-    except OSError:
-        pass
+    except OSError as e:
+        unsaved.cannot_save(what, path.parent, e)
 
 
 class EngineThread:

@@ -77,6 +77,8 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
         if state.verified:
             err.print(f"{role} {model.name}: present ({_size(state.size_on_disk)}), verified")
             continue
+        if model.path is None:
+            store.check_writable()  # a read-only home: one line, before saying what would be pulled
         if isinstance(model.source, Derived):
             err.print(f"{role} {model.name}: building {state.path} from {model.source.base.name} "
                       f"(layout {model.source.layout}, with llama.cpp's quantizer: under a minute)")

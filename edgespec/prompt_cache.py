@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from edgespec import unsaved
 from edgespec.atomic_file import write_atomic
 from edgespec.backends.base import Backend, BackendError, common_prefix, reused_prefix
 from edgespec.config import load_registry, parse_size
@@ -246,8 +247,7 @@ class PromptCache:
                     _remove(old.path)
             self._evict()
         except OSError as e:
-            self._say("write", f"prompt cache: cannot save in {self.folder} ({e.strerror or e}); "
-                               "replies are not cached")
+            unsaved.cannot_save("prompt cache", self.folder, e, self.warn)
 
     def _evict(self) -> None:
         """Remove the least recently used entries until the folder fits the budget, and temporary

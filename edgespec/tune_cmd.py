@@ -17,7 +17,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from edgespec.atomic_file import remove_stale_partials
-from edgespec.cli_common import config_option, error_boundary
+from edgespec.cli_common import FiniteFloat, NameList, config_option, error_boundary
 from edgespec.config import display_path, load_registry
 from edgespec.errors import UsageError
 from edgespec.output_files import check_writable, write_or_rescue
@@ -27,14 +27,20 @@ from edgespec.store import Store
 CURVE_POINTS = (1, 2, 3, 4, 5, 8, 16)  # the table's columns; --json has every n
 
 
+def _candidate_names() -> list[str]:
+    from edgespec import layouts  # gguf: only when --layouts is given
+
+    return [c.name for c in layouts.CANDIDATES]
+
+
 @click.command("tune")
 @click.argument("pair", required=False)
-@click.option("--layouts", "names", default=None,
+@click.option("--layouts", "names", type=NameList(_candidate_names), default=None,
               help="Candidate layouts to build and measure, comma-separated (default: all of "
                    "q6k-as-q4k, q6k-as-q4_0, q6k-as-iq4_nl, output-as-q4_0, q4_0, q4_0-pure, iq4_nl).")
 @click.option("--prompts", type=click.IntRange(min=0), default=3, show_default=True,
               help="Code-edit prompts of the development set to bench ar and auto on (0: no bench).")
-@click.option("--min-agreement", type=click.FloatRange(0, 100), default=95.0, show_default=True,
+@click.option("--min-agreement", type=FiniteFloat(0, 100), default=95.0, show_default=True,
               help="Recommend no layout whose top-1 agreement with the original is below this (percent).")
 @click.option("--apply", "apply_", is_flag=True, help="Register the recommended layout without asking.")
 @click.option("--pick", default=None, help="Register this measured layout instead of the recommended one "
@@ -61,10 +67,7 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     from edgespec import bench, layouts
     from edgespec.tune import DRAFT_ONLY, ORIGINAL, Tuner, build_candidate, check_tunable, recommend, tuned_path
 
-    chosen_layouts = list(layouts.CANDIDATES) if names is None else \
-        [layouts.candidate(name.strip()) for name in names.split(",") if name.strip()]
-    if not chosen_layouts:
-        raise UsageError("--layouts: name at least one layout")
+    chosen_layouts = list(layouts.CANDIDATES) if names is None else [layouts.candidate(name) for name in names]
     if pick is not None and pick not in {c.name for c in chosen_layouts} | {DRAFT_ONLY}:
         raise UsageError(f"--pick {pick}: not among the layouts measured "
                          f"({', '.join([c.name for c in chosen_layouts] + [DRAFT_ONLY])})")
@@ -74,6 +77,7 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     if json_path:
         check_writable(json_path, "--json")
     store = Store()
+    store.check_writable()  # every candidate is built in it
     source = store.ensure(chosen.target, chosen.name)
     draft = store.ensure(chosen.draft, chosen.name) if chosen.draft is not None else None
     suite = [p for p in bench.load_suite(bench.DEV_SET) if p.suite == "code-edit"][:prompts]

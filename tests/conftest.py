@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 import edgespec.engine
+from edgespec import unsaved
 from edgespec.testing.tiny_gguf import DRAFT, write_tiny_gguf
 
 
@@ -28,6 +32,35 @@ def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     path = tmp_path / "calibration.json"
     monkeypatch.setattr(edgespec.engine, "_calibration_file", lambda: path)
     return path
+
+
+@pytest.fixture(autouse=True)
+def nothing_said_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a new process does: no file it could not save said yet (`unsaved`), said on stderr."""
+    unsaved.forget()
+    monkeypatch.setattr(unsaved, "say", unsaved.say)
+
+
+@pytest.fixture(scope="session")
+def read_only() -> Callable[[Path, list[str]], list[str]]:
+    """`read_only(folder, argv)`: argv wrapped to run with `folder` really unwritable. As root, whom
+    file modes do not stop, `folder` is bind-mounted read-only in a private mount namespace
+    (`unshare -m`: the writes fail with EROFS, as on a read-only mount); as another user, the
+    folder tree loses its write bits (EACCES). Skips where root cannot make a mount namespace."""
+    if os.geteuid() != 0:
+        def by_mode(folder: Path, argv: list[str]) -> list[str]:
+            for d in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+                d.chmod(0o555)
+            return argv
+        return by_mode
+    namespace = shutil.which("unshare") and subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
+    if not namespace or namespace.returncode != 0:
+        pytest.skip("root without a mount namespace: no read-only folder to test with")
+
+    def by_mount(folder: Path, argv: list[str]) -> list[str]:
+        script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
+        return ["unshare", "-m", "sh", "-c", script, str(folder), *argv]
+    return by_mount
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -143,7 +144,19 @@ def test_prompt_longer_than_context_names_the_limit(env):
 @pytest.mark.parametrize(
     "args, code, needle",
     [
-        (("run", "-m", "no-such-pair", "hi"), 1, "no-such-pair"),
+        # a name that does not exist is a usage error, whichever flag names it, and the valid ones are listed
+        (("run", "-m", "no-such-pair", "hi"), 2, 'unknown pair "no-such-pair"'),
+        (("run", "-m", "no-such-pair", "hi"), 2, "available: qwen2.5-coder-1.5b"),
+        (("bench", "-m", "tiny", "-m", "no-such-pair"), 2, "available: qwen2.5-coder-1.5b"),
+        (("run", "--draft", "no-such-drafter", "hi"), 2, "is not one of 'auto', 'model'"),
+        (("models", "tune", "tiny", "--layouts", "q4_0,nope"), 2, "--layouts': unknown 'nope'; valid: q6k-as-q4k"),
+        (("models", "tune", "tiny", "--layouts", " , "), 2, "--layouts"),
+        # every float flag of every command refuses nan and inf while the flags are parsed
+        (("models", "tune", "missing", "--min-agreement", "nan"), 2, "--min-agreement"),
+        (("models", "tune", "missing", "--min-agreement", "inf"), 2, "--min-agreement"),
+        (("serve", "-m", "missing", "--temperature", "nan"), 2, "--temperature"),
+        (("serve", "-m", "missing", "--min-p", "-inf"), 2, "--min-p"),
+        (("chat", "-m", "missing", "--top-p", "nan"), 2, "--top-p"),
         (("run", "-m", "missing", "hi"), 1, "nope.gguf"),
         (("run", "-m", "mismatch", "hi"), 1, "vocabular"),
         (("run", "--k", "lots", "hi"), 2, "--k"),
@@ -181,6 +194,28 @@ def test_prompt_longer_than_context_names_the_limit(env):
 )
 def test_bad_inputs_are_one_line_errors(env, args, code, needle):
     assert needle in one_line_error(invoke(*args), code)
+
+
+def test_every_float_flag_of_every_command_refuses_nan_and_inf():
+    """One rule for every float flag (`cli_common.FiniteFloat`): a new flag declared as a plain
+    float, or a FloatRange (nan passes every range check), fails here."""
+    def commands(command, path):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from commands(sub, f"{path} {name}")
+
+    def takes(param, value) -> bool:
+        try:
+            param.type.convert(value, param, None)
+        except click.BadParameter:
+            return False
+        return True
+
+    flags = [(f"{path} --{param.name.replace('_', '-')}", param) for path, command in commands(cli.main, "edgespec")
+             for param in command.params if isinstance(param.type, click.types.FloatParamType)]
+    assert {"edgespec run --temperature", "edgespec serve --top-p", "edgespec bench --temperature",
+            "edgespec models tune --min-agreement"} <= {name for name, _ in flags}
+    assert [(name, value) for name, param in flags for value in ("nan", "inf", "-inf") if takes(param, value)] == []
 
 
 def test_whitespace_only_stdin_without_prompt_exits_2(env):

@@ -7,9 +7,9 @@ success, since every check of the flags must come before that moment. The pairs 
 (and one whose files are missing) in a user models.toml; the home is a temporary folder.
 
 Real argv cannot hold NUL, so none is generated; text that was not UTF-8 arrives as lone
-surrogates (Python's surrogateescape), and those are generated. Some cases are known to fail here
-and are fixed in other branches of issue 26; `owned_elsewhere` names them, so that they are
-checked only by the rule above until those branches merge.
+surrogates (Python's surrogateescape), and those are generated. Beyond the one-line rule,
+`broken_rules` checks issue 26's rules for values: nan and inf refused, an unknown pair a usage
+error, text that is not Unicode refused before loading.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def broken_rules(argv: list[str], result) -> list[str]:
     if pairs - KNOWN_PAIRS:
         if loads:
             broken.append("an unknown pair loads nothing")
-        elif result.exit_code == 1 and "pair" in result.stderr:
+        elif result.exit_code != 2 and "unknown pair" in result.stderr:
             broken.append("an unknown pair exits 2")
     texts = [flags[f] for f in ("-s", "--system") if f in flags and command in ("run", "chat")]
     texts += rest[:1] if command == "run" and rest and not rest[0].startswith("-") else []
@@ -190,16 +190,8 @@ def broken_rules(argv: list[str], result) -> list[str]:
     return broken
 
 
-# Rules broken here that other branches of issue 26 fix: delete each at its merge.
-OWNED_ELSEWHERE = {
-    "--min-agreement nan/inf exits 2": "wt-home (issue 26 item 5: models tune --min-agreement nan)",
-    "an unknown pair exits 2": "wt-home (issue 26 item 5: run -m no-such-pair exits 1)",
-}
-
-
 def test_generated_command_lines_end_in_success_or_one_line(env):
     tally = {"loads": 0, "ok": 0, "error": 0}
-    owned = {rule: 0 for rule in OWNED_ELSEWHERE}
 
     @settings(max_examples=ARGV_CASES, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -208,12 +200,10 @@ def test_generated_command_lines_end_in_success_or_one_line(env):
     def one(argv):
         result = CliRunner().invoke(cli.main, argv, input="")
         tally[outcome(result)] += 1
-        for rule in broken_rules(argv, result):
-            assert rule in OWNED_ELSEWHERE, (rule, argv, result.exit_code, result.stderr)
-            owned[rule] += 1
+        assert not broken_rules(argv, result), (argv, result.exit_code, result.stderr)
 
     one()
-    print(f"{sum(tally.values())} generated command lines: {tally}; still broken, owned elsewhere: {owned}")
+    print(f"{sum(tally.values())} generated command lines: {tally}")
     assert sum(tally.values()) >= ARGV_CASES
     assert tally["loads"] and tally["error"]  # the generator reaches both ends
 

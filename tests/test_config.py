@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.config import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, load_registry
+from edgespec.config import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, UnknownPair, load_registry
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +139,7 @@ def test_missing_user_file(tmp_path):
 
 
 def test_unknown_pair_lists_the_available_ones():
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(UnknownPair) as e:
         load_registry().pair("qwen-9000")
     assert 'unknown pair "qwen-9000"' in str(e.value)
     assert "available: qwen2.5-coder-1.5b, qwen2.5-coder-1.5b-ngram" in str(e.value)

@@ -102,7 +102,7 @@ def test_a_pair_that_does_not_draft_has_no_speculative_config(env):
 
 
 def test_an_unknown_pair_or_bad_k_is_one_line(env):
-    for args, code in ((["nope"], 1), (["tiny", "--k", "0"], 2)):
+    for args, code in ((["nope"], 2), (["tiny", "--k", "0"], 2)):
         result = CliRunner().invoke(cli.main, ["export", "vllm", *args])
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.exit_code == code and len(lines) == 1 and lines[0].startswith("edgespec: error:")

@@ -64,7 +64,7 @@ def test_list_shows_present_files_and_user_pairs(run, user_config):
 
 def test_pull_of_an_unknown_pair_is_one_line(run):
     result = run("pull", "no-such-pair")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a name that does not exist: a usage error, as for any flag
     assert result.output.count("\n") == 1
     assert result.output.startswith('edgespec: error: unknown pair "no-such-pair"')
     assert "available: qwen2.5-coder-1.5b" in result.output

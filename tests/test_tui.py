@@ -633,14 +633,58 @@ async def test_a_reply_cut_by_the_full_context_says_so(tmp_path):
 
 
 @pytest.mark.asyncio
-async def test_a_chat_that_cannot_be_saved_says_so_once_and_goes_on(tmp_path):
+async def test_a_chat_with_nowhere_beside_it_to_go_is_rescued_in_a_temporary_folder(tmp_path):
+    """Neither chats/ nor rescued/ can be made (their parent is a file): a private temporary folder
+    takes the chat, said once however many times the reply is saved while it streams."""
+    (tmp_path / "not-a-folder").write_text("")
+    app = ChatApp(FakeEngine(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock())
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_for_reply(pilot)
+        assert [n.title for n in app._notifications] == ["Saved elsewhere"]
+        assert app.conversation.messages[-1]["content"] == REPLY
+    [line] = app.unsaved_lines
+    rescued = Path(line.rsplit(" it was saved to ", 1)[1])
+    try:
+        assert rescued.name == f"{app.conversation.id}.json" and rescued.parent.name.startswith("edgespec-rescued-")
+        assert json.loads(rescued.read_text())["messages"][-1]["content"] == REPLY
+    finally:
+        rescued.unlink()
+        rescued.parent.rmdir()
+
+
+@pytest.mark.asyncio
+async def test_what_the_engine_cannot_save_is_a_notification_while_the_app_is_on_screen(tmp_path):
+    """A read-only home: the calibration the engine thread cannot save is said in the app (stderr
+    would tear the screen), and on stderr again once the app has gone."""
+    from edgespec import unsaved
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        error = OSError(30, "Read-only file system")
+        await asyncio.to_thread(unsaved.cannot_save, "speed calibration", tmp_path, error)  # as the engine thread
+        await wait_until(pilot, lambda: app._notifications)
+        [note] = app._notifications
+        assert note.title == "Not saved" and "speed calibration" in note.message and "Read-only" in note.message
+    assert unsaved.say is unsaved._to_stderr
+
+
+@pytest.mark.asyncio
+async def test_a_chat_that_cannot_be_saved_anywhere_says_so(tmp_path, monkeypatch):
+    import tempfile
+
+    def no_temporary_folder(prefix):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_temporary_folder)
     (tmp_path / "not-a-folder").write_text("")
     app = ChatApp(FakeEngine(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock())
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
         await wait_for_reply(pilot)
         assert [n.title for n in app._notifications] == ["Not saved"]
-        assert app.conversation.messages[-1]["content"] == REPLY
+    [line] = app.unsaved_lines
+    assert "nor in" in line and "a temporary folder (Permission denied)" in line
 
 
 @pytest.mark.asyncio
@@ -716,6 +760,38 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
 
     missing = CliRunner().invoke(command.chat, ["--resume", "nope"])
     assert missing.exit_code == 1 and "no saved chat 'nope'" in missing.output
+
+
+def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_quit(tmp_path, monkeypatch):
+    """The chats folder replaced by a file: the chat goes to rescued/ beside it, a notification says
+    where as soon as it happens, and the same line is on stderr after ctrl+q."""
+    import edgespec.engine
+    from edgespec.tui import command
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    (tmp_path / "chats").write_text("a file where the chats folder belongs\n")
+    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft, cache: FakeEngine(), raising=False)
+    monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
+    monkeypatch.setattr(command, "_require_terminal", lambda: None)
+    seen: dict = {}
+
+    async def chat_then_quit(pilot) -> None:
+        await send(pilot, "Write is_palindrome")
+        await wait_for_reply(pilot)
+        seen["notes"] = [(n.title, n.message) for n in pilot.app._notifications]
+        seen["id"] = pilot.app.conversation.id
+        await pilot.press("ctrl+q")
+
+    run = ChatApp.run
+    monkeypatch.setattr(ChatApp, "run", lambda self: run(self, headless=True, size=SIZE, auto_pilot=chat_then_quit))
+    result = CliRunner().invoke(command.chat, ["--no-cache"])
+    assert result.exit_code == 0, result.output
+    rescued = tmp_path / "rescued" / f"{seen['id']}.json"
+    assert json.loads(rescued.read_text())["messages"][-1]["content"] == REPLY
+    line = f"chat {seen['id']} could not be saved in {tmp_path / 'chats'} (File exists); it was saved to {rescued}"
+    assert seen["notes"] == [("Saved elsewhere", line)]
+    assert result.stderr.splitlines()[-1] == f"edgespec: warning: {line}"
+    assert (tmp_path / "chats").read_text() == "a file where the chats folder belongs\n"
 
 
 # Snapshots (pytest-textual-snapshot; update with --snapshot-update after checking the report)

@@ -136,7 +136,7 @@ def test_tune_never_overwrites_a_different_user_entry(env):
 
 @pytest.mark.parametrize("args, needle", [
     (("text",), "not a GGUF"),
-    (("tiny", "--layouts", "q9_9"), "no layout 'q9_9'"),
+    (("tiny", "--layouts", "q9_9"), "--layouts': unknown 'q9_9'"),
     (("tiny", "--layouts", "q4_0", "--pick", "iq4_nl"), "--pick iq4_nl: not among the layouts measured"),
     (("tiny", "--layouts", "q4_0", "--pick", "draft-only"), "draft model of tiny has no tensors to convert"),
     (("nosuchpair",), "nosuchpair"),

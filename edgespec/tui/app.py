@@ -27,6 +27,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
+from edgespec import unsaved
 from edgespec.engine import Engine, EngineThread, GenerateSettings
 from edgespec.errors import EdgespecError
 from edgespec.machine import physical_cores
@@ -107,7 +108,8 @@ class ChatApp(App):
         self._gen: Generation | None = None
         self._last_figures: ReplyFigures | None = None
         self._context_used: int | None = None
-        self._save_failed = False
+        self._unsaved: dict[str, str] = {}  # chat id -> where it went instead of the chats folder, for the quit
+        self._say_before = unsaved.say
         # how often the reply is updated while it streams: more often when decoding leaves a core free
         self.pacer = UpdatePacer(update_budget(engine.decoding_threads(), physical_cores()))
         self._drain_timer: Timer | None = None
@@ -127,17 +129,19 @@ class ChatApp(App):
         # it may wait up to 5 ms for the UI thread to yield it, several times a token. A short
         # switch interval keeps the UI from slowing decoding.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        if getattr(self.engine, "cache", None) is not None:  # its notes, written on stderr, would tear the screen
-            self.engine.cache.warn = self._cache_note
+        # notes from the engine thread, written on stderr, would tear the screen
+        if getattr(self.engine, "cache", None) is not None:
+            self.engine.cache.warn = lambda message: self._engine_note(message, "Prompt cache")
+        unsaved.say = lambda message: self._engine_note(message, "Not saved")
         self.sub_title = describe_pair(self.engine)
         await self._show_conversation()
         self.query_one(PromptBox).focus()
         if self._first_message:
             self.send(self._first_message)
 
-    def _cache_note(self, message: str) -> None:
-        """A prompt cache problem (said by the engine thread, once per kind)."""
-        self.call_from_thread(self.notify, message, title="Prompt cache", severity="warning")
+    def _engine_note(self, message: str, title: str) -> None:
+        """A problem the engine thread says once (a prompt cache entry, a file it cannot save)."""
+        self.call_from_thread(self.notify, message, title=title, severity="warning")
 
     @property
     def transcript(self) -> Transcript:
@@ -209,16 +213,33 @@ class ChatApp(App):
         return True
 
     def _save(self, conversation: Conversation) -> None:
-        """Save, and on failure (disk full, no permission) say so once rather than crash or nag."""
+        """Save; a chat the chats folder cannot take (disk full, no permission, a file in its place)
+        is saved in a rescue folder instead (`ChatStore.rescue`) and the app says where: at once,
+        once per chat and place rather than on every flush, and again on quit (`unsaved_lines`)."""
         try:
             self.store.save(conversation)
         except OSError as e:
-            if not self._save_failed:
-                self._save_failed = True
-                self.notify(f"Cannot save this chat in {self.store.root}: {e.strerror or e}",
-                            title="Not saved", severity="error", timeout=10)
+            why = f"{e.strerror or e}"
         else:
-            self._save_failed = False
+            self._unsaved.pop(conversation.id, None)
+            return
+        try:
+            line = f"chat {conversation.id} could not be saved in {self.store.root} ({why}); " \
+                   f"it was saved to {self.store.rescue(conversation)}"
+            title, severity = "Saved elsewhere", "warning"
+        except OSError as e:
+            line = f"chat {conversation.id} could not be saved in {self.store.root} ({why}), " \
+                   f"nor in {self.store.rescue_root} or a temporary folder ({e.strerror or e})"
+            title, severity = "Not saved", "error"
+        if self._unsaved.get(conversation.id) != line:
+            self._unsaved[conversation.id] = line
+            self.notify(line, title=title, severity=severity, timeout=10)
+
+    @property
+    def unsaved_lines(self) -> list[str]:
+        """What the chats folder could not take and where it went, one line per chat (the command
+        prints them on stderr after the app has left the screen)."""
+        return list(self._unsaved.values())
 
     def _refuse_if_busy(self) -> bool:
         if self._gen is None:
@@ -400,6 +421,7 @@ class ChatApp(App):
 
     async def on_unmount(self) -> None:
         """Quitting mid-reply counts as esc: cancel, let the worker end (up to 2 s), save the reply."""
+        unsaved.say = self._say_before  # the screen is going: stderr can be read again
         gen = self._gen
         if gen is None:
             return

@@ -89,8 +89,11 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
 
             from edgespec.tui.app import ChatApp
 
-            ChatApp(engine, settings, system=system, conversation=conversation, first_message=first_message,
-                    store=store, engine_thread=engine_thread).run()
+            app = ChatApp(engine, settings, system=system, conversation=conversation, first_message=first_message,
+                          store=store, engine_thread=engine_thread)
+            app.run()
+            for line in app.unsaved_lines:
+                click.echo(f"edgespec: warning: {line}", err=True)
         finally:
             engine_thread.call(engine.close)
     finally:

@@ -1,7 +1,11 @@
 """Saved conversations: one JSON file per chat, rewritten atomically as the reply streams in.
 
 Where: `EDGESPEC_HOME/chats/` when EDGESPEC_HOME is set, else `platformdirs.user_data_dir("edgespec")
-/chats/`. Each save writes a temporary file in the same folder and `os.replace`s it over the old one,
+/chats/`. A chat that cannot be saved there (the folder is a file, the disk is read-only) is saved
+in `rescued/` beside it, else in a private temporary folder (`ChatStore.rescue`), in the same
+format: moved back into chats/, it resumes.
+
+Each save writes a temporary file in the same folder and `os.replace`s it over the old one,
 so a reader (or a resumed app after a crash or a kill) sees either the previous or the new version,
 never half a file. The app saves on every batched UI flush, so a kill loses at most the tokens since
 the last one (the flushes come 2 to 30 times a second, see pacing.py). No fsync: a process kill is covered, a power cut may lose the last writes.
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +47,7 @@ import platformdirs
 from edgespec.atomic_file import write_text_atomic
 from edgespec.decoding.events import Source
 from edgespec.errors import EdgespecError
+from edgespec.store import home
 from edgespec.text_check import text_problem
 from edgespec.tui.stats import ReplyFigures
 
@@ -56,9 +62,8 @@ class HistoryError(EdgespecError):
 
 
 def chats_dir() -> Path:
-    """The folder holding saved chats (not created here)."""
-    home = os.environ.get("EDGESPEC_HOME")
-    base = Path(home) if home else Path(platformdirs.user_data_dir("edgespec"))
+    """The folder holding saved chats (not created here); an EDGESPEC_HOME that is a file is refused (`home`)."""
+    base = home() if os.environ.get("EDGESPEC_HOME") else Path(platformdirs.user_data_dir("edgespec"))
     return base / "chats"
 
 
@@ -238,18 +243,29 @@ class ChatStore:
 
     def __init__(self, root: Path | None = None):
         self.root = root if root is not None else chats_dir()
+        self.rescue_root = self.root.parent / "rescued"
+        self._spare: Path | None = None  # the temporary folder of the last resort, made once
 
     def path(self, chat_id: str) -> Path:
         return self.root / f"{chat_id}.json"
 
     def save(self, conversation: Conversation) -> None:
-        """Atomic (see atomic_file): a reader sees the previous save or this one."""
+        """Atomic (see atomic_file): a reader sees the previous save or this one. OSError when the
+        chats folder cannot take it (then `rescue`)."""
         if not conversation.messages:
             return  # an empty chat is not worth a file
         conversation.updated = time.time()
-        self.root.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(conversation.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        write_text_atomic(self.path(conversation.id), data)
+        _write(self.root, conversation)
+
+    def rescue(self, conversation: Conversation) -> Path:
+        """Save a chat that `save` could not: in `rescued/` beside the chats folder, else in a
+        private temporary folder. Returns the file; OSError only when neither takes it."""
+        try:
+            return _write(self.rescue_root, conversation)
+        except OSError:
+            if self._spare is None:
+                self._spare = Path(tempfile.mkdtemp(prefix="edgespec-rescued-"))
+            return _write(self._spare, conversation)
 
     def load(self, chat_id: str) -> Conversation:
         path = self.path(chat_id)
@@ -289,6 +305,13 @@ class ChatStore:
             except OSError:
                 continue  # deleted since the folder was listed
         return [path for *_, path in sorted(stamped, reverse=True)]
+
+
+def _write(folder: Path, conversation: Conversation) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{conversation.id}.json"
+    write_text_atomic(path, json.dumps(conversation.to_dict(), ensure_ascii=False, separators=(",", ":")))
+    return path
 
 
 def _read(path: Path) -> Conversation:
