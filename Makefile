@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EDGESPEC := $(BIN)/edgespec
 
-.PHONY: demo chat test pull bench results gpu-check clean
+.PHONY: demo chat test lint pull bench results gpu-check clean
 
 # llama-cpp-python builds llama.cpp from source for this machine's CPU (about 5 minutes on 2
 # cores). On x86 the build leaves AMX out: a CPU can report AMX where the system does not let it run
@@ -37,7 +37,12 @@ demo: pull
 chat: pull
 	$(EDGESPEC) chat
 
-test: $(VENV)/.installed-test pull
+# The import contract of pyproject.toml ([tool.importlinter]): each layer imports only those below
+# it, and no package has an import cycle (docs/design.md, "Layers"). `make test` checks it first.
+lint: $(VENV)/.installed-test
+	$(BIN)/lint-imports
+
+test: lint pull
 	$(BIN)/python -m pytest -q
 
 bench: pull

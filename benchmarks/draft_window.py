@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec import bench as b
+from edgespec.bench import modes, suites
 from edgespec.decoding.drafters import DraftChoice, ModelDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine import GenerateSettings, find_pair, open_engine
-from edgespec.provenance import provenance
+from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
 from whole_call import read_case  # noqa: E402
@@ -73,8 +73,8 @@ def main() -> None:
     engine = open_engine(find_pair(args.pair))
     prompts = []  # (suite, id, prompt ids, max tokens)
     if args.suites:
-        for p in b.select(b.load_suite(b.DEV_SET), args.limit, args.suites):
-            prompts.append((p.suite, p.id, b.prompt_ids(engine, p), p.max_tokens))
+        for p in suites.select(suites.load_suite(suites.DEV_SET), args.limit, args.suites):
+            prompts.append((p.suite, p.id, modes.prompt_ids(engine, p), p.max_tokens))
     for spec, instruction in args.case:
         label, text = read_case(spec)
         message = text.rstrip("\n") + "\n\n" + instruction

@@ -54,7 +54,7 @@ import torch  # noqa: E402
 from edgespec.backends import llamacpp  # noqa: E402  (llama_cpp itself is imported on first use)
 from edgespec.backends.hf import HFBackend  # noqa: E402
 from edgespec.backends.hf_loading import cpu_has_bf16  # noqa: E402
-from edgespec.bench_hf_assisted import assisted_generate  # noqa: E402
+from edgespec.bench.hf_assisted import assisted_generate  # noqa: E402
 from edgespec.decoding.controller import AutoK  # noqa: E402
 from edgespec.decoding.costs import CostModel, best_k  # noqa: E402
 from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402

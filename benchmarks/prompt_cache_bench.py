@@ -36,7 +36,7 @@ from pathlib import Path
 import click
 import httpx
 
-from edgespec.provenance import provenance
+from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_throughput import start_server  # noqa: E402
@@ -113,9 +113,9 @@ def cache_cost(pair: str | None, text: str) -> dict:
     """The cache's own cost, in one process: a 2k-token prompt read cold by both models, its two
     states saved (what a cold call pays after its reply), then a lookup that finds nothing (what a
     call on a new file pays before reading)."""
-    from edgespec.backends.base import sync_cache
-    from edgespec.engine import find_pair, open_engine
-    from edgespec.prompt_cache import PromptCache
+    from edgespec.decoding.backend import sync_cache
+    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.prompt_cache import PromptCache
 
     with tempfile.TemporaryDirectory() as folder:
         cache = PromptCache(Path(folder))

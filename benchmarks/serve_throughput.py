@@ -33,7 +33,7 @@ import httpx
 import openai
 import psutil
 
-from edgespec import bench
+from edgespec.bench import suites
 
 EDGESPEC = [sys.executable, "-m", "edgespec"]
 
@@ -94,7 +94,7 @@ def burst(url: str, model: str, clients: int) -> list[tuple[int, str | None]]:
 @click.option("--clients", default=16, show_default=True)
 def main(pair, n_prompts, max_tokens, rounds, clients):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` stops the server too (finally)
-    chats = bench.load_suite(bench.DEV_SET)
+    chats = suites.load_suite(suites.DEV_SET)
     texts = {p.id: p.messages[-1]["content"] for suite in ("mtbench", "code-edit")  # single user messages
              for p in [p for p in chats if p.suite == suite][:n_prompts]}
     server, url = start_server(pair, queue=8)
@@ -121,7 +121,7 @@ def main(pair, n_prompts, max_tokens, rounds, clients):
         print(f"served / run tokens/s: median {statistics.median(ratios):.3f} ({', '.join(f'{r:.3f}' for r in ratios)})")
         print(f"TTFT added by the server: median {statistics.median(added) * 1000:.1f} ms, max {max(added) * 1000:.1f} ms")
 
-        source = (Path(bench.__file__).parent / "decoding" / "controller.py").read_text()[:7800]
+        source = (Path(suites.__file__).parents[1] / "decoding" / "controller.py").read_text()[:7800]
         prefix = [{"role": "system", "content": "You review Python code."}]
         cold = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat does Rate do?"}], 1)
         warm = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat is best_k?"}], 1)

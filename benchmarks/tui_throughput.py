@@ -27,14 +27,14 @@ from pathlib import Path
 
 import click
 
-from edgespec.cli_common import (
+from edgespec.cli.common import (
     decoding_options,
     error_boundary,
     pair_options,
-    sampling_from_flags,
 )
 from edgespec.decoding.events import Summary
-from edgespec.engine import Engine, GenerateSettings
+from edgespec.decoding.sampling import sampling_from_flags
+from edgespec.engine.engine import Engine, GenerateSettings
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 SIZE = (120, 40)
@@ -99,7 +99,7 @@ async def tui_rate(engine: Engine, engine_thread, settings: GenerateSettings, pr
 @click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Measured rounds.")
 @error_boundary
 def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt, max_tokens, reps):
-    from edgespec.engine import EngineThread, find_pair, open_engine
+    from edgespec.engine.engine import EngineThread, find_pair, open_engine
 
     if "\n" in prompt:
         raise click.UsageError("--prompt must be one line (enter sends it)")

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from edgespec.provenance import provenance
+from edgespec.util.provenance import provenance
 
 STDLIB = Path(os.__file__).parent
 

@@ -1,21 +1,21 @@
 """The program: `python -m edgespec` and the `edgespec` script (pyproject's entry point) run `main`.
 
 The signal handler goes in before the command line is imported: that import takes a few hundred
-milliseconds, and a Ctrl-C in it would otherwise end in a traceback (see edgespec.interrupts).
-stdout gets its rule for failed writes (edgespec.stdout) there too, so click's own --help and
+milliseconds, and a Ctrl-C in it would otherwise end in a traceback (see edgespec.util.interrupts).
+stdout gets its rule for failed writes (edgespec.util.stdout) there too, so click's own --help and
 --version follow it.
 """
 
 import sys
 
-from edgespec import interrupts, stdout
+from edgespec.util import interrupts, stdout
 
 
 def main() -> None:
     interrupts.install()
     stdout.install()
     try:
-        from edgespec.cli import main as command_line
+        from edgespec.cli.main import main as command_line
 
         command_line()  # exits through SystemExit; each command reports its own signal (error_boundary)
     except KeyboardInterrupt:  # in the import, before a command's error boundary took over

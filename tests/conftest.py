@@ -10,9 +10,9 @@ from typing import Callable
 
 import pytest
 
-import edgespec.engine
-from edgespec import unsaved
+import edgespec.engine.engine
 from edgespec.testing.tiny_gguf import DRAFT, write_tiny_gguf
+from edgespec.util import unsaved
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -21,7 +21,7 @@ def no_user_calibration_file(tmp_path_factory: pytest.TempPathFactory):
     session file, never into the user's EDGESPEC_HOME."""
     path = tmp_path_factory.mktemp("calibration") / "calibration.json"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(edgespec.engine, "_calibration_file", lambda: path)
+        patch.setattr(edgespec.engine.engine, "_calibration_file", lambda: path)
         yield
 
 
@@ -30,7 +30,7 @@ def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     """Each test reads and writes its own calibration file: never the user's, and no test's
     costs (fake backends share one cache key) leak into another's."""
     path = tmp_path / "calibration.json"
-    monkeypatch.setattr(edgespec.engine, "_calibration_file", lambda: path)
+    monkeypatch.setattr(edgespec.engine.engine, "_calibration_file", lambda: path)
     return path
 
 

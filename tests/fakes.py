@@ -17,11 +17,11 @@ from unittest import mock
 
 import numpy as np
 
-from edgespec.backends.base import ContextOverflow, Placement, Vocabulary
-from edgespec.config import ModelSpec, PairConfig
 from edgespec.decoding import costs, decoder, drafters
+from edgespec.decoding.backend import ContextOverflow, Placement, Vocabulary
 from edgespec.decoding.tree import depths
-from edgespec.engine import Engine
+from edgespec.engine.engine import Engine
+from edgespec.models.config import ModelSpec, PairConfig
 
 
 class VirtualClock:

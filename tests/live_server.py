@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from edgespec.config import PairConfig
-from edgespec.engine import EngineThread, GenerateSettings, open_engine
+from edgespec.cli.serve import base_url, listen, uvicorn_server
+from edgespec.engine.engine import EngineThread, GenerateSettings, open_engine
+from edgespec.models.config import PairConfig
 from edgespec.server.app import create_app
-from edgespec.server.command import base_url, listen, uvicorn_server
 from edgespec.server.engine_worker import EngineWorker
 
 START_TIMEOUT_S = 20

@@ -17,22 +17,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgespec import bench
-from edgespec.bench import (
-    BenchPrompt,
-    Mode,
-    Row,
-    load_suite,
-    parse_modes,
-    run_bench,
-    summarize,
-    to_json,
-)
+from edgespec.bench import report, suites
+from edgespec.bench.modes import Mode, Row, parse_modes, run_bench
+from edgespec.bench.report import summarize, to_json
+from edgespec.bench.suites import BenchPrompt, load_suite
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.errors import UsageError
-from edgespec.text_check import MAX_TOKEN_BYTES
+from edgespec.util.errors import UsageError
+from edgespec.util.text_check import MAX_TOKEN_BYTES
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 DEV_SET = Path("/work/shared/bench/dev.jsonl")
@@ -166,7 +159,7 @@ def test_load_suite_refuses_a_prompt_no_context_of_the_pairs_can_hold(tmp_path):
 
 
 def test_load_suite_reads_no_further_than_its_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench, "SUITE_BYTES", len(GOOD_COMPLETION))
+    monkeypatch.setattr(suites, "SUITE_BYTES", len(GOOD_COMPLETION))
     path = write_suite(tmp_path, GOOD_COMPLETION, GOOD_CHAT)
     with pytest.raises(UsageError, match=f"suite file {path} is over {len(GOOD_COMPLETION)} bytes; split it"):
         load_suite(path)
@@ -187,11 +180,11 @@ def test_load_suite_rejects_a_missing_or_empty_file(tmp_path):
 
 def test_select_takes_the_first_n_of_each_suite_and_named_suites():
     prompts = [BenchPrompt(f"{s}/{i}", s, "completion", 8, prompt="x") for s in ("a", "b") for i in range(3)]
-    assert [p.id for p in bench.select(prompts, 2, None)] == ["a/0", "a/1", "b/0", "b/1"]
-    assert [p.id for p in bench.select(prompts, None, "b")] == ["b/0", "b/1", "b/2"]
-    assert [p.id for p in bench.select(prompts, 1, " b , a ")] == ["a/0", "b/0"]
+    assert [p.id for p in suites.select(prompts, 2, None)] == ["a/0", "a/1", "b/0", "b/1"]
+    assert [p.id for p in suites.select(prompts, None, "b")] == ["b/0", "b/1", "b/2"]
+    assert [p.id for p in suites.select(prompts, 1, " b , a ")] == ["a/0", "b/0"]
     with pytest.raises(UsageError, match="c"):
-        bench.select(prompts, None, "a,c")
+        suites.select(prompts, None, "a,c")
 
 
 # -- modes ------------------------------------------------------------------------------------
@@ -462,18 +455,18 @@ def test_table_lists_every_suite_and_mode():
     from rich.console import Console
 
     console = Console(record=True, width=250)
-    console.print(bench.table(summarize(HAND_ROWS)))
+    console.print(report.table(summarize(HAND_ROWS)))
     text = console.export_text()
     assert "1.50x" in text and "0.50x" in text and "60%" in text and "0:1 2:4 10:1" in text
     assert text.index("whole vs ar") < text.index("decode vs ar")  # what the user waits for comes first
-    console.print(bench.table(summarize([timed_row("a/0", "ar", 11.0, 1.0, 9.0, 0.75, 0.0),
+    console.print(report.table(summarize([timed_row("a/0", "ar", 11.0, 1.0, 9.0, 0.75, 0.0),
                                          timed_row("a/0", "k2", 26.0, 1.25, 3.75, 0.75, 0.25)])))
     times, speeds = [l.split() for l in console.export_text().splitlines() if " k2 " in l][-2:]
     assert [x for x in times if x != "│"] == ["a", "k2", "1.25", "0.75", "0.25", "3.75", "5.00", "20.0"]
     assert [x for x in speeds if x != "│"][:5] == ["a", "k2", "2.00x", "26.0", "2.36x"]
     assert "accepted path / tree size" not in text  # no auto mode: every draft was a chain of K
     auto = [replace(r, mode="auto") for r in HAND_ROWS if r.mode == "k2"] + [r for r in HAND_ROWS if r.mode == "ar"]
-    console.print(bench.table(summarize(auto)))
+    console.print(report.table(summarize(auto)))
     assert "accepted path / tree size per drafting pass: auto a 4.8/3.6, auto b 0.0/2.0" in console.export_text()
 
 
@@ -484,13 +477,13 @@ def test_auto_chain_is_a_bench_mode():
 
 def test_plot_writes_a_png(tmp_path, bench_run):
     out = tmp_path / "bench.png"
-    bench.plot(out, bench_run.rows, summarize(bench_run.rows))
+    report.plot(out, bench_run.rows, summarize(bench_run.rows))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_copes_with_ar_only(tmp_path):
     rows = [row("a/0", "a", "ar", 10.0, trace=[0, 0])]
-    bench.plot(tmp_path / "ar.png", rows, summarize(rows))
+    report.plot(tmp_path / "ar.png", rows, summarize(rows))
     assert (tmp_path / "ar.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -523,7 +516,7 @@ def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
 
 
 def _bench_command():
-    from edgespec import cli
+    from edgespec.cli import main as cli
 
     if "bench" not in cli.main.commands:
         pytest.skip("the `edgespec bench` command is not there yet")
@@ -542,7 +535,7 @@ def test_bench_command_writes_json_and_plot(cli_env):
     assert doc["meta"]["repeats"] == 2
     # what made the figures: the command, the code and the machine
     assert {"command", "version", "machine", "date"} <= set(doc["meta"]) and doc["meta"]["machine"]["cpus"] >= 1
-    checkout = Path(cli.__file__).resolve().parents[1]
+    checkout = Path(cli.__file__).resolve().parents[2]
     if (checkout / ".git").exists():
         head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
         assert doc["meta"]["commit"] == head.stdout.strip()

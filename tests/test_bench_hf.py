@@ -13,23 +13,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from edgespec.backends.hf_loading import load_hf_backend  # noqa: E402
-from edgespec.bench import (  # noqa: E402
-    BenchPrompt,
-    parse_modes,
-    prompt_ids,
-    run_bench,
-    summarize,
-    table,
-    to_json,
-)
-from edgespec.bench_hf_assisted import assisted_generate  # noqa: E402
-from edgespec.config import ModelSpec, PairConfig  # noqa: E402
+from edgespec.bench.hf_assisted import assisted_generate  # noqa: E402
+from edgespec.bench.modes import parse_modes, prompt_ids, run_bench  # noqa: E402
+from edgespec.bench.report import summarize, table, to_json  # noqa: E402
+from edgespec.bench.suites import BenchPrompt  # noqa: E402
 from edgespec.decoding.events import Token  # noqa: E402
 from edgespec.decoding.plan import KSetting  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
-from edgespec.engine import Engine, GenerateSettings  # noqa: E402
-from edgespec.errors import UsageError  # noqa: E402
+from edgespec.engine.engine import Engine, GenerateSettings  # noqa: E402
+from edgespec.models.config import ModelSpec, PairConfig  # noqa: E402
 from edgespec.testing.tiny_hf import build_tiny_hf  # noqa: E402
+from edgespec.util.errors import UsageError  # noqa: E402
 from tests.fakes import MarkovBackend  # noqa: E402
 
 GREEDY = SamplingParams()
@@ -173,7 +167,7 @@ def test_hf_assisted_needs_a_draft_model_and_greedy_decoding(hf_engine):
 def test_bench_command_runs_hf_assisted_on_an_hf_pair(tiny_pair, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from edgespec import cli
+    from edgespec.cli import main as cli
 
     target_dir, draft_dir = tiny_pair
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))

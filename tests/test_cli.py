@@ -10,11 +10,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from edgespec import bench as bench_module
-from edgespec import cli
-from edgespec.engine import Engine
-from edgespec.errors import UsageError
+from edgespec.bench import modes as bench_module
+from edgespec.cli import main as cli
+from edgespec.cli.common import read_stdin
+from edgespec.cli.run import compose_message
+from edgespec.engine.engine import Engine
 from edgespec.testing.tiny_gguf import FOREIGN_TOKENS, write_tiny_gguf
+from edgespec.util.errors import UsageError
 
 
 @pytest.fixture
@@ -100,11 +102,11 @@ def test_color_always_marks_tokens_by_source(env):
 
 
 def test_stdin_and_prompt_are_composed_into_one_message():
-    assert cli.compose_message("code\n", "add hints") == "code\n\nadd hints"
-    assert cli.compose_message(None, "hi") == "hi"
-    assert cli.compose_message("only stdin", None) == "only stdin"
+    assert compose_message("code\n", "add hints") == "code\n\nadd hints"
+    assert compose_message(None, "hi") == "hi"
+    assert compose_message("only stdin", None) == "only stdin"
     with pytest.raises(UsageError):
-        cli.compose_message(None, None)
+        compose_message(None, None)
 
 
 def test_piped_stdin_reaches_the_model(env):
@@ -119,7 +121,7 @@ def test_terminal_stdin_without_prompt_is_a_usage_error(monkeypatch):
             return True
 
     monkeypatch.setattr("sys.stdin", Tty())
-    assert cli.read_stdin(256) is None  # a terminal is never read (no hang)
+    assert read_stdin(256) is None  # a terminal is never read (no hang)
 
 
 def test_no_prompt_and_empty_stdin_exits_2(env):

@@ -24,11 +24,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import edgespec.engine
-import edgespec.store
-import edgespec.tui.command
-import edgespec.tune
-from edgespec import cli
+import edgespec.bench.tune
+import edgespec.cli.chat
+import edgespec.engine.engine
+import edgespec.models.store
+from edgespec.cli import main as cli
 
 ARGV_CASES = 900  # generated command lines
 SUITE_CASES = 300  # generated bench suite files; together at least 1,000
@@ -61,12 +61,12 @@ def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
     def stop(*args, **kwargs):
         raise ReachedLoading
 
-    monkeypatch.setattr(edgespec.engine, "load_backend", stop)
-    monkeypatch.setattr(edgespec.store.Store, "pull", stop)  # never the network
-    monkeypatch.setattr(edgespec.tune, "build_candidate", stop)
-    monkeypatch.setattr(edgespec.tune, "Tuner", stop)
-    monkeypatch.setattr(edgespec.tui.command, "_reopen_terminal", stop)  # never fd 0 of the test run
-    monkeypatch.setattr(edgespec.tui.command, "_require_terminal", stop)
+    monkeypatch.setattr(edgespec.engine.engine, "load_backend", stop)
+    monkeypatch.setattr(edgespec.models.store.Store, "pull", stop)  # never the network
+    monkeypatch.setattr(edgespec.bench.tune, "build_candidate", stop)
+    monkeypatch.setattr(edgespec.bench.tune, "Tuner", stop)
+    monkeypatch.setattr(edgespec.cli.chat, "_reopen_terminal", stop)  # never fd 0 of the test run
+    monkeypatch.setattr(edgespec.cli.chat, "_require_terminal", stop)
     return tmp_path
 
 

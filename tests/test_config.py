@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.config import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, UnknownPair, load_registry
+from edgespec.models.config import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, UnknownPair, load_registry
 
 
 @pytest.fixture(autouse=True)

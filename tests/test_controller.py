@@ -34,7 +34,7 @@ from edgespec.decoding.plan import KSetting, Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import children, first_branch, is_chain
-from edgespec.errors import SettingError
+from edgespec.util.errors import SettingError
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
 # -- simulated hardware -----------------------------------------------------------------------

@@ -132,7 +132,7 @@ def test_context_full_stops_with_reason():
 
 
 def test_prompt_longer_than_context_is_refused():
-    from edgespec.backends.base import ContextOverflow
+    from edgespec.decoding.backend import ContextOverflow
 
     target = MarkovBackend(seed=6, n_ctx=8)
     with pytest.raises(ContextOverflow, match="context holds 8"):
@@ -300,7 +300,7 @@ def test_an_engine_drafts_with_its_pairs_window(window, read):
 
     from edgespec.decoding.drafters import DraftChoice
     from edgespec.decoding.plan import KSetting
-    from edgespec.engine import Engine, GenerateSettings
+    from edgespec.engine.engine import Engine, GenerateSettings
     from tests.fakes import fake_engine
 
     fake = fake_engine()

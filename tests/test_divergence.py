@@ -9,22 +9,22 @@ import json
 import numpy as np
 import pytest
 
-import edgespec.engine
-from edgespec import bench
+import edgespec.engine.engine
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.config import ModelSpec, PairConfig
+from edgespec.bench import modes, report, suites
 from edgespec.decoding import decoder
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.divergence import DIFF, TIE, explain_parting, first_divergence, verdict
-from edgespec.engine import Engine, GenerateSettings
-from edgespec.noise_floor import SIZES, calibration_tokens, measure_noise_floor
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.models.config import ModelSpec, PairConfig
+from edgespec.quality.divergence import DIFF, TIE, explain_parting, first_divergence, verdict
+from edgespec.quality.noise_floor import SIZES, calibration_tokens, measure_noise_floor
 from tests.fakes import ArgmaxRecorder, MarkovBackend, fake_engine
 
 GREEDY = SamplingParams()
 TEXTS = ["def add(a, b):\n    return a + b\n\ndef add(", "for i in range(10): print(i)\nfor i in (",
          "hello world, hello", "abcabcabcabc"]
-PROMPTS = [bench.BenchPrompt(f"c/{i}", "code", "completion", 40, prompt=text) for i, text in enumerate(TEXTS)]
+PROMPTS = [suites.BenchPrompt(f"c/{i}", "code", "completion", 40, prompt=text) for i, text in enumerate(TEXTS)]
 
 
 def accept_every_draft(logits, draft_ids, parents):
@@ -90,7 +90,7 @@ def test_the_engine_measures_the_noise_floor_once_and_keeps_it(own_calibration_f
         measured.append(len(tokens))
         return measure_noise_floor(backend, tokens)
 
-    monkeypatch.setattr(edgespec.engine, "measure_noise_floor", counting)
+    monkeypatch.setattr(edgespec.engine.engine, "measure_noise_floor", counting)
     engine = fake_engine(batch_noise=0.3)
     assert engine.saved_noise_floor() is None
     first = engine.noise_floor()
@@ -113,7 +113,7 @@ def test_the_engine_measures_the_noise_floor_once_and_keeps_it(own_calibration_f
 
 def test_partings_on_a_target_with_noisy_batches_are_ties():
     engine = fake_engine(batch_noise=0.3, noise=0.3)
-    rows = bench.run_bench([engine], PROMPTS, bench.parse_modes("ar,k3,k6,auto", "model"), GREEDY)
+    rows = modes.run_bench([engine], PROMPTS, modes.parse_modes("ar,k3,k6,auto", "model"), GREEDY)
     ar = {r.id: r.output_ids for r in rows if r.mode == "ar"}
     parted = [r for r in rows if r.mode != "ar" and r.vs_ar != "exact"]
     assert parted and all(r.vs_ar == TIE for r in parted)
@@ -126,31 +126,31 @@ def test_partings_on_a_target_with_noisy_batches_are_ties():
         round_ = max((x for x in r.rounds if x.start <= p.position), key=lambda x: x.start)
         assert p.batch == len(round_.drafted) + 1
     assert all(r.vs_ar == "exact" for r in rows if r.mode != "ar" and r not in parted)
-    counts = {s["mode"]: s["vs_ar"] for s in bench.summarize(rows)}
+    counts = {s["mode"]: s["vs_ar"] for s in report.summarize(rows)}
     assert counts["ar"] is None
     assert sum(counts[m][TIE] for m in ("k3", "k6", "auto")) == len(parted)
-    assert bench.strict_failure(rows) is None
+    assert modes.strict_failure(rows) is None
 
 
 def test_a_broken_verification_is_a_DIFF(monkeypatch):
     monkeypatch.setattr(decoder, "verify_greedy", accept_every_draft)
     engine = fake_engine(batch_noise=0.3)
-    rows = bench.run_bench([engine], PROMPTS, bench.parse_modes("ar,k3", "model"), GREEDY)
+    rows = modes.run_bench([engine], PROMPTS, modes.parse_modes("ar,k3", "model"), GREEDY)
     diffs = [r for r in rows if r.vs_ar == DIFF]
     assert diffs
     for r in diffs:
         assert r.parting.gap_batched < -r.parting.floor  # the target's own pass preferred plain decoding's token
-    failure = bench.strict_failure(rows)
+    failure = modes.strict_failure(rows)
     assert failure is not None and "\n" not in str(failure)
     assert f"{len(diffs)} greedy output(s)" in str(failure) and f"{diffs[0].id} k3 at token" in str(failure)
 
 
 def test_sampled_and_peer_outputs_that_part_are_left_unchecked():
     engine = fake_engine(noise=0.5)
-    rows = bench.run_bench([engine], PROMPTS[:1], bench.parse_modes("ar,k3", "model"), SamplingParams(1.0, seed=1))
+    rows = modes.run_bench([engine], PROMPTS[:1], modes.parse_modes("ar,k3", "model"), SamplingParams(1.0, seed=1))
     k3 = rows[1]
-    assert k3.vs_ar == bench.UNCHECKED and k3.parting is None
-    assert bench.summarize(rows)[1]["vs_ar"] == {"exact": 0, "tie": 0, "DIFF": 0, "unchecked": 1}
+    assert k3.vs_ar == modes.UNCHECKED and k3.parting is None
+    assert report.summarize(rows)[1]["vs_ar"] == {"exact": 0, "tie": 0, "DIFF": 0, "unchecked": 1}
 
 
 # -- the replay on a real runtime ----------------------------------------------------------------
@@ -163,11 +163,11 @@ def test_the_replay_reproduces_the_verify_pass_of_llama_cpp(tiny_gguf, tiny_draf
     engine = Engine(PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "d", 256),
                     target, draft)
     try:
-        prompt = bench.BenchPrompt("p", "s", "completion", 40, prompt="def add(a, b):\n    return a + b\n\ndef add")
-        prompt_ids = bench.prompt_ids(engine, prompt)
+        prompt = suites.BenchPrompt("p", "s", "completion", 40, prompt="def add(a, b):\n    return a + b\n\ndef add")
+        prompt_ids = modes.prompt_ids(engine, prompt)
         floor = measure_noise_floor(target, calibration_tokens(target)).max
         recorder = engine.target = ArgmaxRecorder(target)
-        _, ids, rounds = bench.generate(engine, prompt, GenerateSettings(40, GREEDY, "model", KSetting("fixed", 4)))
+        _, ids, rounds = modes.generate(engine, prompt, GenerateSettings(40, GREEDY, "model", KSetting("fixed", 4)))
         engine.target = target
         ends = [r.start for r in rounds[1:]] + [len(ids)]
         inside = [i for r, end in zip(rounds, ends) for i in range(r.start + 1, end)]

@@ -12,7 +12,7 @@ import pytest
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.quiet_cost import SESSIONS
-from edgespec.engine import GenerateSettings
+from edgespec.engine.engine import GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgespec.decoding.events import Summary
-from edgespec.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
 from tests.fakes import fake_engine
 
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edgespec import cli
+from edgespec.cli import main as cli
 
 
 class VllmSpeculativeConfig(BaseModel):

@@ -14,12 +14,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from edgespec.backends import hf, hf_loading  # noqa: E402
-from edgespec.backends.base import BackendError, ContextOverflow, sync_cache  # noqa: E402
 from edgespec.backends.hf import HFBackend  # noqa: E402
 from edgespec.backends.hf_loading import load_hf_backend, read_hf_vocabulary  # noqa: E402
 from edgespec.backends.hf_tokens import token_tables  # noqa: E402
-from edgespec.config import ModelSpec  # noqa: E402
+from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache  # noqa: E402
 from edgespec.decoding.tree import ROOT, chain  # noqa: E402
+from edgespec.models.config import ModelSpec  # noqa: E402
 from edgespec.testing.tiny_hf import (  # noqa: E402
     ARCHS,
     REMOTE_CODE_SENTINEL,
@@ -532,8 +532,8 @@ REAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 def _real_model():
     """The built-in target's spec and its GGUF in the store, or None where it is not pulled."""
-    from edgespec.config import load_registry
-    from edgespec.store import Store
+    from edgespec.models.config import load_registry
+    from edgespec.models.store import Store
 
     spec = load_registry().models[REAL_MODEL]
     path = Store().path_for(spec)
@@ -544,8 +544,8 @@ def _real_model():
 def test_real_qwen_gguf_through_transformers():
     """The built-in 1.5B through transformers' GGUF loader and the conversion cache the engine uses
     (converted once, about a minute here, then loaded in seconds)."""
-    from edgespec.store import home
-    from edgespec.vocab import read_gguf_vocabulary
+    from edgespec.models.vocab import read_gguf_vocabulary
+    from edgespec.util.paths import home
 
     found = _real_model()
     if found is None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgespec import cli
+from edgespec.cli import main as cli
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,9 +17,10 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from edgespec import cli, cli_common
-from edgespec.errors import UsageError
-from edgespec.text_check import MAX_TOKEN_BYTES
+from edgespec.cli import common as cli_common
+from edgespec.cli import main as cli
+from edgespec.util.errors import UsageError
+from edgespec.util.text_check import MAX_TOKEN_BYTES
 from tests.test_interrupts import REPO, edgespec_env
 
 CONTEXT, LONG_CONTEXT = 256, 8192

@@ -2,7 +2,7 @@
 SIGTERM and SIGHUP the same way with exit 143 and 129, `serve` included.
 
 The CLI cases run `python -m edgespec` in a subprocess and send it real signals; the rest drives
-edgespec.interrupts and the llama.cpp backend in-process. No test bounds how long anything takes
+edgespec.util.interrupts and the llama.cpp backend in-process. No test bounds how long anything takes
 (a busy machine can be slow at any step); a process that never ends fails at a wait's timeout,
 set at tens of seconds for work that takes well under one.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from edgespec import interrupts
 from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.util import interrupts
 from tests.edgespec_process import REPO, edgespec_env, endless_pair_env
 from tests.test_real_pair import needs_pair
 
@@ -112,7 +112,7 @@ def seconds_to_handler(env: dict[str, str]) -> float:
     """About how long `python -m edgespec` takes now to get to its SIGINT handler (the interpreter's
     own start; tens of milliseconds, more on a busy machine). A Ctrl-C before that is Python's."""
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import edgespec.interrupts"], env=env, cwd=REPO, check=True)
+    subprocess.run([sys.executable, "-c", "import edgespec.util.interrupts"], env=env, cwd=REPO, check=True)
     return time.monotonic() - t0
 
 
@@ -137,7 +137,7 @@ def test_ctrl_c_at_any_moment_of_the_start_exits_130(endless_env):
 def test_ctrl_c_while_click_parses_is_130_not_aborted(monkeypatch):
     from click.testing import CliRunner
 
-    from edgespec import cli
+    from edgespec.cli import main as cli
 
     def interrupted(*args):
         raise KeyboardInterrupt
@@ -261,7 +261,7 @@ def test_real_pair_ctrl_c_while_loading_stops_the_load(at_s):
     assert_interrupted_cleanly(proc, err)
 
 
-# -- edgespec.interrupts --------------------------------------------------------------------------
+# -- edgespec.util.interrupts --------------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from edgespec.backends.base import BackendError, ContextOverflow, sync_cache
 from edgespec.backends.llamacpp import LlamaCppBackend, quantize
+from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
@@ -109,7 +109,7 @@ def test_first_speculative_token_follows_the_target_distribution(target, draft):
 
 
 def test_bad_file_is_a_one_line_error(tmp_path):
-    from edgespec.backends.base import BackendError
+    from edgespec.decoding.backend import BackendError
 
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)

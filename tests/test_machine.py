@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgespec import machine
 from edgespec.backends import hf, llamacpp
-from edgespec.backends.base import Placement
 from edgespec.backends.hf_loading import load_hf_backend
 from edgespec.backends.llamacpp import LlamaCppBackend, gpu_layers, gpu_memory, gpu_offload, placement_of
-from edgespec.config import ModelSpec, PairConfig, load_registry
-from edgespec.engine import Engine
-from edgespec.store import Store
+from edgespec.decoding.backend import Placement
+from edgespec.engine.engine import Engine
+from edgespec.models import fit as machine
+from edgespec.models.config import ModelSpec, PairConfig, load_registry
+from edgespec.models.store import Store
 from edgespec.testing.tiny_hf import build_tiny_hf
 from tests.fakes import fake_engine
 

@@ -7,9 +7,9 @@ import hashlib
 import pytest
 from click.testing import CliRunner
 
-from edgespec import machine
 from edgespec.backends import llamacpp
-from edgespec.models_cmd import models
+from edgespec.cli.models import models
+from edgespec.models import fit as machine
 from tests.test_store import fill_repo, overwrite_keeping_mtime
 from tests.test_vocab import tiny_tokens, write_tokenizer_gguf
 
@@ -179,7 +179,7 @@ def test_a_first_pull_without_a_published_sha256_warns_once(run, tmp_path, monke
 
 
 def test_pull_builds_a_derived_draft_after_its_base_then_finds_it_verified(run, tmp_path, tiny_gguf, tiny_draft_gguf):
-    from edgespec import layouts
+    from edgespec.models import layouts
 
     base = tmp_path / "d-q8_0.gguf"
     layouts.build(tiny_draft_gguf, base, layouts.Layout("q8_0", whole="q8_0"))

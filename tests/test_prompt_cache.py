@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.backends.base import BackendError, common_prefix
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.config import ConfigError, ModelSpec, PairConfig, load_registry
+from edgespec.decoding.backend import BackendError, common_prefix
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
-from edgespec.engine import Engine, GenerateSettings
-from edgespec.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _read, open_cache
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _read, open_cache
+from edgespec.models.config import ConfigError, ModelSpec, PairConfig, load_registry
 from tests.fakes import fake_engine
 
 FILE = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(4))  # about 110 tokens
@@ -212,7 +212,7 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from edgespec.backends.llamacpp import LlamaCppBackend
-    from edgespec.prompt_cache import Entry, PromptCache
+    from edgespec.engine.prompt_cache import Entry, PromptCache
     backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2)
     backend.eval(backend.tokenize(sys.argv[3]), 1)
     cache = PromptCache(Path(sys.argv[2]))
@@ -282,7 +282,7 @@ def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
 def run(tmp_path: Path, instruction: str, *flags: str, stdin: str = FILE) -> tuple[str, dict]:
     from click.testing import CliRunner
 
-    from edgespec import cli
+    from edgespec.cli import main as cli
 
     stats = tmp_path / "stats.json"
     r = CliRunner().invoke(cli.main, ["run", instruction, "--max-tokens", "16", "--draft", "model", "--k", "3",
@@ -316,7 +316,7 @@ def test_no_cache_writes_nothing(cli_env, monkeypatch, flags, env):
 
 
 def test_the_stdin_text_is_the_shared_prefix_with_and_without_a_system_prompt(tiny_gguf):
-    from edgespec.cli import compose_message
+    from edgespec.cli.main import compose_message
 
     backend = load(tiny_gguf)
     for system in ([], [{"role": "system", "content": "Be brief."}]):
@@ -346,7 +346,7 @@ def test_a_bad_budget_in_models_toml_is_one_line(cli_env, value):
 def test_the_budget_from_the_environment_wins_and_a_bad_one_is_a_usage_error(cli_env, monkeypatch):
     from click.testing import CliRunner
 
-    from edgespec import cli
+    from edgespec.cli import main as cli
 
     config = cli_env / "models.toml"
     config.write_text(config.read_text() + '[cache]\nbudget = "1G"\n')

@@ -9,8 +9,8 @@ import pytest
 
 from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
-from edgespec.engine import GenerateSettings, find_pair, open_engine
-from edgespec.prompt_cache import PromptCache, _read
+from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.prompt_cache import PromptCache, _read
 from tests.test_real_pair import needs_pair
 
 pytestmark = pytest.mark.slow

@@ -1,10 +1,10 @@
-"""What a result file records about the machine and the backend build (edgespec.provenance)."""
+"""What a result file records about the machine and the backend build (edgespec.util.provenance)."""
 
 from __future__ import annotations
 
 from importlib import metadata
 
-from edgespec import provenance as p
+from edgespec.util import provenance as p
 
 X86 = """processor\t: 0
 model name\t: AMD EPYC 9654

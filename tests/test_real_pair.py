@@ -4,7 +4,7 @@ Greedy losslessness on a real quantized model is tested the honest way (../DESIG
 every emitted token is the target's argmax of the logits it was verified with, and where the
 output parts from plain decoding it is at a near-tie of the logits, because a batch of n tokens does
 not give bit-identical logits to n single steps. How near is the target's measured noise floor
-(edgespec/noise_floor.py), not a constant.
+(edgespec/quality/noise_floor.py), not a constant.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgespec import bench
-from edgespec.config import load_registry
+from edgespec.bench import modes, suites
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.divergence import TIE, explain_parting, verdict
-from edgespec.engine import Engine, GenerateSettings, find_pair, open_engine
-from edgespec.store import Store
+from edgespec.engine.engine import Engine, GenerateSettings, find_pair, open_engine
+from edgespec.models.config import load_registry
+from edgespec.models.store import Store
+from edgespec.quality.divergence import TIE, explain_parting, verdict
 from tests.fakes import ArgmaxRecorder
 
 pytestmark = pytest.mark.slow
@@ -56,9 +56,9 @@ def generate(engine: Engine, ids, settings) -> tuple[list[int], Summary]:
 
 
 @needs_pair
-@pytest.mark.parametrize("prompt", bench.select(bench.load_suite(bench.DEV_SET), 1, None), ids=lambda p: p.id)
+@pytest.mark.parametrize("prompt", suites.select(suites.load_suite(suites.DEV_SET), 1, None), ids=lambda p: p.id)
 def test_greedy_speculation_is_the_targets_argmax_and_matches_plain(engine, floor, prompt):
-    ids = bench.prompt_ids(engine, prompt)
+    ids = modes.prompt_ids(engine, prompt)
     real_target = engine.target
     recorder = ArgmaxRecorder(real_target)
     engine.target = recorder
@@ -88,13 +88,13 @@ def test_the_bench_replays_the_verify_pass_bit_for_bit(engine, floor):
     """A parting is explained with the logits the decoder really verified with: the replay of a
     round (same tokens, same batch size, the run's own cache) gives them exactly, here where batch
     sizes 4 and up run other kernels than single steps."""
-    prompt = bench.select(bench.load_suite(bench.DEV_SET), 1, "code-edit")[0]
-    ids = bench.prompt_ids(engine, prompt)
+    prompt = suites.select(suites.load_suite(suites.DEV_SET), 1, "code-edit")[0]
+    ids = modes.prompt_ids(engine, prompt)
     real_target = engine.target
     recorder = engine.target = ArgmaxRecorder(real_target)
     try:
         settings = GenerateSettings(max_tokens=32, draft="model", k=KSetting("fixed", 5))
-        _, out, rounds = bench.generate(engine, replace(prompt, max_tokens=32), settings)
+        _, out, rounds = modes.generate(engine, replace(prompt, max_tokens=32), settings)
     finally:
         engine.target = real_target
     # tokens from a row past the first of a pass of 4 or more tokens

@@ -23,14 +23,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from edgespec.backends.base import sync_cache
+from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, ModelDrafter, NgramDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK
-from edgespec.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
 from tests.test_real_pair import needs_pair
 
 pytestmark = pytest.mark.slow

@@ -28,14 +28,14 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from edgespec import cli
-from edgespec.config import load_registry
+from edgespec.cli import main as cli
+from edgespec.cli.serve import listen
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Source, Summary, Token
 from edgespec.decoding.plan import KSetting
-from edgespec.engine import GenerateSettings
+from edgespec.engine.engine import GenerateSettings
+from edgespec.models.config import load_registry
 from edgespec.server.app import MAX_BODY_BYTES
-from edgespec.server.command import listen
 from edgespec.server.stop_strings import StopCut
 from tests.live_server import serving, serving_app
 

@@ -4,7 +4,7 @@ resending the same file) is read from the KV cache instead of being evaluated ag
 
 Greedy output is checked against the target's own logits, not against another run's text: a
 server's earlier requests leave another cache history, which changes batch shapes and with them
-the logits' last bits, so two exact runs may part at a near-tie (see edgespec/divergence.py). A
+the logits' last bits, so two exact runs may part at a near-tie (see edgespec/quality/divergence.py). A
 token is the argmax when no other token's logit beats it by more than the noise floor allows.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
-from edgespec.engine import GenerateSettings, find_pair
+from edgespec.engine.engine import GenerateSettings, find_pair
 from tests.live_server import serving
 from tests.test_real_pair import needs_pair
 

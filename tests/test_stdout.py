@@ -1,4 +1,4 @@
-"""stdout that fails (edgespec.stdout): a closed pipe ends the command quietly, exit 1, with the
+"""stdout that fails (edgespec.util.stdout): a closed pipe ends the command quietly, exit 1, with the
 stats line and --stats-json still written; a closed descriptor or a full disk is one line and
 exit 1. Each case runs `python -m edgespec` in a subprocess on the tiny endless pair."""
 

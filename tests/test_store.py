@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import layouts
-from edgespec.config import Derived, HubSource, ModelSpec, PypiChunks
-from edgespec.store import ModelMissing, PullError, Store, home
+from edgespec.models import layouts
+from edgespec.models.config import Derived, HubSource, ModelSpec, PypiChunks
+from edgespec.models.store import ModelMissing, PullError, Store
+from edgespec.util.paths import home
 
 PACKAGE = "edgespec-test-chunk{n}"  # not a real PyPI name, so no other index can answer for it
 MEMBER = "edgespec_test_chunk{n}/data/part{nn}.bin"
@@ -381,7 +382,7 @@ def test_every_builtin_hub_source_resolves_in_a_fake_hub(hub_cache, store):
     """Each hub model of the built-in registry is pulled from a local hub cache filled under its repo,
     file and revision: GGUFs with a published sha256 resolve and are refused for their (fake) bytes,
     one without is recorded on its first pull, transformers repos are linked whole."""
-    from edgespec.config import load_registry
+    from edgespec.models.config import load_registry
 
     hub = {name: m for name, m in load_registry().models.items() if isinstance(m.source, HubSource)}
     assert {"qwen2.5-coder-7b-instruct-q4_k_m", "qwen2.5-coder-14b-instruct-q4_k_m",

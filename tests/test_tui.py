@@ -21,14 +21,12 @@ from click.testing import CliRunner
 from rich.text import Text
 from textual.app import App
 
-from edgespec.backends.base import Placement
-from edgespec.config import ModelSpec, PairConfig
+from edgespec.decoding.backend import Placement
 from edgespec.decoding.events import ControllerState, Source, Step, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine import GenerateSettings
-from edgespec.errors import EdgespecError
-from edgespec.machine import physical_cores
+from edgespec.engine.engine import GenerateSettings
+from edgespec.models.config import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import ChatStore, Conversation
@@ -44,6 +42,8 @@ from edgespec.tui.transcript import (
     UserMessage,
     render_spans,
 )
+from edgespec.util.errors import EdgespecError
+from edgespec.util.hardware import physical_cores
 
 REPLY = '''Here is a small function that ignores case, spaces and punctuation:
 
@@ -109,7 +109,7 @@ def summarize(events: list, stop_reason: str) -> Summary:
 
 
 class FakeEngine:
-    """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, placements,
+    """Scripted stand-in for edgespec.engine.engine.Engine (chat, count_tokens, n_ctx, pair, placements,
     decoding_threads, token_text). Its models run on `threads` CPU threads, by default every core,
     as the default pair does."""
 
@@ -657,7 +657,7 @@ async def test_a_chat_with_nowhere_beside_it_to_go_is_rescued_in_a_temporary_fol
 async def test_what_the_engine_cannot_save_is_a_notification_while_the_app_is_on_screen(tmp_path):
     """A read-only home: the calibration the engine thread cannot save is said in the app (stderr
     would tear the screen), and on stderr again once the app has gone."""
-    from edgespec import unsaved
+    from edgespec.util import unsaved
 
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -712,7 +712,7 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
     """The real engine (llama.cpp, tiny random models) behind the app: tokens, steps, summary, save."""
     pytest.importorskip("llama_cpp")
     from edgespec.backends.llamacpp import LlamaCppBackend
-    from edgespec.engine import Engine
+    from edgespec.engine.engine import Engine
 
     pair = PairConfig(name="tiny", backend="llamacpp", target=ModelSpec("tiny", "gguf", path=tiny_gguf),
                       draft=ModelSpec("tiny-draft", "gguf", path=tiny_draft_gguf), drafter="model", context=256)
@@ -738,13 +738,13 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
 
 
 def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
-    import edgespec.engine
+    import edgespec.engine.engine
     from edgespec.tui import command
 
     engine = FakeEngine()
     seen: dict = {}
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft, cache: seen.update(
+    monkeypatch.setattr(edgespec.engine.engine, "open_engine", lambda pair, draft, cache: seen.update(
         pair=pair, draft=draft, cache=cache) or engine, raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: seen.update(reopened=True))
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
@@ -765,12 +765,12 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
 def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_quit(tmp_path, monkeypatch):
     """The chats folder replaced by a file: the chat goes to rescued/ beside it, a notification says
     where as soon as it happens, and the same line is on stderr after ctrl+q."""
-    import edgespec.engine
+    import edgespec.engine.engine
     from edgespec.tui import command
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     (tmp_path / "chats").write_text("a file where the chats folder belongs\n")
-    monkeypatch.setattr(edgespec.engine, "open_engine", lambda pair, draft, cache: FakeEngine(), raising=False)
+    monkeypatch.setattr(edgespec.engine.engine, "open_engine", lambda pair, draft, cache: FakeEngine(), raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     seen: dict = {}

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgespec import cli, layouts
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.config import Derived, load_registry
-from edgespec.fidelity import Fidelity, measure_fidelity
-from edgespec.noise_floor import calibration_tokens
-from edgespec.store import Store
-from edgespec.tune import ORIGINAL, Measured, TuneError, check_space, recommend
-from edgespec.vocab import read_vocabulary
+from edgespec.bench.tune import ORIGINAL, Measured, TuneError, check_space, recommend
+from edgespec.cli import main as cli
+from edgespec.models import layouts
+from edgespec.models.config import Derived, load_registry
+from edgespec.models.store import Store
+from edgespec.models.vocab import read_vocabulary
+from edgespec.quality.fidelity import Fidelity, measure_fidelity
+from edgespec.quality.noise_floor import calibration_tokens
 
 USER_FILE = """# my own models
 default = "tiny"   # the pair I use most
@@ -245,7 +246,7 @@ def test_a_signal_while_the_quantizer_runs_leaves_no_file(tiny_gguf, tmp_path, m
     is removed, and no finished-looking file is left either."""
     import llama_cpp
 
-    from edgespec import interrupts
+    from edgespec.util import interrupts
 
     real = llama_cpp.llama_model_quantize
 

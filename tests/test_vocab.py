@@ -7,8 +7,8 @@ from pathlib import Path
 import gguf
 import pytest
 
-from edgespec.backends.base import BackendError, Vocabulary
-from edgespec.vocab import (
+from edgespec.decoding.backend import BackendError, Vocabulary
+from edgespec.models.vocab import (
     IncompatibleDraft,
     VocabularyError,
     check_loaded_pair,

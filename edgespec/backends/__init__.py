@@ -1,1 +1,2 @@
-"""Runtimes behind one small protocol (`base.Backend`): llama.cpp and transformers."""
+"""Runtimes behind the protocol decoding owns (`decoding.backend.Backend`): llama.cpp and
+transformers. They import only decoding and util."""

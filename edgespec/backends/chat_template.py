@@ -8,7 +8,7 @@ from typing import Sequence
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from edgespec.backends.base import BackendError
+from edgespec.decoding.backend import BackendError
 
 
 @lru_cache(maxsize=8)

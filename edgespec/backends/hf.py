@@ -22,9 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from edgespec.backends.base import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.backends.hf_quiet import first_line
 from edgespec.backends.hf_tokens import end_of_generation_ids, token_tables
+from edgespec.decoding.backend import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.decoding.tree import ancestry, depths, is_chain
 
 # Prompts longer than this are evaluated in chunks: the attention scores of one pass grow with

@@ -20,8 +20,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from edgespec.backends.base import BackendError
 from edgespec.backends.hf_quiet import first_line, quiet_transformers
+from edgespec.decoding.backend import BackendError
 
 DONE = "edgespec-conversion.json"  # written last: its presence marks a complete conversion
 

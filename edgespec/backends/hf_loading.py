@@ -20,17 +20,28 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from edgespec.backends.base import BackendError, Vocabulary
 from edgespec.backends.hf import HFBackend
 from edgespec.backends.hf_convert import converted_dir
 from edgespec.backends.hf_quiet import first_line, quiet_transformers
 from edgespec.backends.hf_tokens import end_of_generation_ids, token_tables
-from edgespec.config import ModelSpec
-from edgespec.store import home
+from edgespec.decoding.backend import BackendError, Vocabulary
+from edgespec.util.paths import home
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+class HFModelSettings(Protocol):
+    """What loading reads of a registry entry (`models.config.ModelSpec` has all of it): the backend
+    layer takes it by shape, so it never imports the registry above it."""
+
+    name: str
+    dtype: str  # "auto", "bf16", "fp16", "fp32"
+    quant: str  # "none", "8bit", "4bit"
+    sha256: str | None  # of a GGUF, keys its converted copy
+    trust_remote_code: bool
+    allow_pickle: bool
 
 
 # -- where and in what precision -------------------------------------------------------------------
@@ -244,7 +255,7 @@ def read_hf_vocabulary(path: Path) -> Vocabulary:
 
 
 def load_hf_backend(
-    model_spec: ModelSpec,
+    model_spec: HFModelSettings,
     path: Path,
     *,
     n_ctx: int,

@@ -25,11 +25,11 @@ from typing import Sequence
 
 import numpy as np
 
-from edgespec import interrupts
-from edgespec.backends.base import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.backends.chat_template import render_chat
+from edgespec.decoding.backend import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.decoding.tree import branches_through, depths, leaves
-from edgespec.machine import physical_cores
+from edgespec.util import interrupts
+from edgespec.util.hardware import physical_cores
 
 _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
@@ -434,7 +434,7 @@ class LlamaCppBackend:
     def cache_identity(self) -> str:
         """What decides the bytes of `save_state` beside the tokens: the model file, the llama.cpp
         build, and the context and cache settings. A state is only loaded into a backend of the
-        same identity (`edgespec.prompt_cache` checks it)."""
+        same identity (`edgespec.engine.prompt_cache` checks it)."""
         return self._identity
 
     def save_state(self) -> bytearray:

@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from edgespec.backends.base import Backend, ContextOverflow, reused_prefix, sync_cache
+from edgespec.decoding.backend import Backend, ContextOverflow, reused_prefix, sync_cache
 from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.plan import Plan, Policy, RoundContext

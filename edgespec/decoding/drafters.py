@@ -33,7 +33,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from edgespec.backends.base import Backend, common_prefix, sync_cache
+from edgespec.decoding.backend import Backend, common_prefix, sync_cache
 from edgespec.decoding.sampling import Dist, SamplingParams, softmax_top, warp
 from edgespec.decoding.tree import ROOT, chain, first_branch, subtree
 

@@ -15,7 +15,7 @@ from typing import Literal, Protocol, Sequence
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
 from edgespec.decoding.events import ControllerState, Step
-from edgespec.errors import SettingError
+from edgespec.util.errors import SettingError
 
 
 @dataclass(frozen=True, slots=True)

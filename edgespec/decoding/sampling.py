@@ -16,7 +16,7 @@ host-side cost per verified row well under a millisecond.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -43,6 +43,13 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+
+def sampling_from_flags(defaults: SamplingParams, temperature, top_p, top_k, min_p, seed) -> SamplingParams:
+    """The pair's default sampling with the values the user gave (command-line flags, a request's
+    fields; None where not given) laid over it."""
+    given = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed)
+    return replace(defaults, **{k: v for k, v in given.items() if v is not None})
 
 
 def _finite_in(low: float, high: float, *, low_open: bool = False, meaning: str = "") -> Callable[[float], str | None]:

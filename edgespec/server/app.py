@@ -22,9 +22,9 @@ from pydantic import BaseModel
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
 from starlette.middleware.authentication import AuthenticationMiddleware
 
-from edgespec.cli_common import sampling_from_flags
 from edgespec.decoding.events import Token
-from edgespec.engine import Engine, GenerateSettings
+from edgespec.decoding.sampling import sampling_from_flags
+from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.server import openai_errors
 from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from edgespec.decoding.events import Summary
-from edgespec.engine import Engine, EngineThread, GenerateSettings
+from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
 from edgespec.server.openai_errors import (
     APIError,
     context_length_exceeded,

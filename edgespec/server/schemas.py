@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from edgespec.decoding.sampling import sampling_problem
-from edgespec.text_check import text_problem
+from edgespec.util.text_check import text_problem
 
 # -- requests ----------------------------------------------------------------------------------
 

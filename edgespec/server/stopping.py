@@ -3,7 +3,7 @@
 uvicorn's own handlers take SIGINT and SIGTERM only, wait for replies in flight, cancel what is
 left after the graceful timeout (a traceback per request cut), and then raise the signal again,
 which ends the process by the signal's default action or a KeyboardInterrupt in the event loop.
-Here the three signals are recorded as edgespec.interrupts records any signal (`deferred`), and
+Here the three signals are recorded as edgespec.util.interrupts records any signal (`deferred`), and
 stopping tells every request in flight at once (`on_stop`, EngineWorker.stop: a streamed reply
 ends with an error event and `data: [DONE]`, one not streamed yet gets a 503), so the replies end
 within one target pass and the process exits well inside the graceful timeout. The command then
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 
 import uvicorn
 
-from edgespec import interrupts
+from edgespec.util import interrupts
 
 
 class StoppingServer(uvicorn.Server):

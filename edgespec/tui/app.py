@@ -8,7 +8,7 @@ decoding leaves a core free): it folds the events into the reply's spans and sta
 reply and the stats bar once, and saves the conversation (atomic write), so a crash loses at most
 the last flush's tokens. The worker's last item ends the reply; that flush freezes the reply's stats.
 
-The app talks to the engine through `edgespec.engine.Engine` plus one optional method,
+The app talks to the engine through `edgespec.engine.engine.Engine` plus one optional method,
 `token_text(id) -> str` (text of a single token, for showing rejected draft tokens); an engine
 without it shows rejected tokens as their ids.
 """
@@ -27,10 +27,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
-from edgespec import unsaved
-from edgespec.engine import Engine, EngineThread, GenerateSettings
-from edgespec.errors import EdgespecError
-from edgespec.machine import physical_cores
+from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
 from edgespec.tui.chat_list import ChatListScreen
 from edgespec.tui.details import DetailsScreen
 from edgespec.tui.generation import Generation, fit_context
@@ -46,6 +43,9 @@ from edgespec.tui.transcript import (
     UserMessage,
     legend,
 )
+from edgespec.util import unsaved
+from edgespec.util.errors import EdgespecError
+from edgespec.util.hardware import physical_cores
 
 
 def describe_pair(engine: Engine) -> str:

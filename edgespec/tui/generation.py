@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from edgespec.decoding.events import Step, Summary, Token
-from edgespec.engine import Engine, GenerateSettings
-from edgespec.errors import EdgespecError
+from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.tui.history import Conversation
 from edgespec.tui.stats import ReplyStats
 from edgespec.tui.transcript import ReplySpans, ReplyView
+from edgespec.util.errors import EdgespecError
 
 
 class ContextFullError(EdgespecError):

@@ -44,12 +44,12 @@ from typing import Callable
 
 import platformdirs
 
-from edgespec.atomic_file import write_text_atomic
 from edgespec.decoding.events import Source
-from edgespec.errors import EdgespecError
-from edgespec.store import home
-from edgespec.text_check import text_problem
 from edgespec.tui.stats import ReplyFigures
+from edgespec.util.atomic_file import write_text_atomic
+from edgespec.util.errors import EdgespecError
+from edgespec.util.paths import home
+from edgespec.util.text_check import text_problem
 
 FORMAT_VERSION = 1
 REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away

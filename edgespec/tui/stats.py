@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from edgespec.decoding.events import Step, Summary, Tally, Token
-from edgespec.figures import figure_parts
+from edgespec.engine.figures import figure_parts
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 12

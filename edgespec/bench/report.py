@@ -1,0 +1,248 @@
+"""The bench's results: per pair, suite and mode medians and speedups (`summarize`), the tables on
+stderr, the JSON document and the plot."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Iterable
+
+from rich.console import Group
+from rich.table import Table
+
+from edgespec.bench.modes import EXACT, UNCHECKED, Row
+from edgespec.engine.figures import histogram_text
+from edgespec.quality.divergence import DIFF, TIE
+from edgespec.quality.noise_floor import NoiseFloor
+from edgespec.util.errors import UsageError
+from edgespec.util.output_files import check_writable
+
+
+def summarize(rows: Iterable[Row]) -> list[dict]:
+    """Per pair, suite and mode: median tokens/s of the decoding and of the whole reply, the median
+    per-prompt speedups of both vs the pair's own ar (and, with several pairs, vs the first pair's
+    ar), median times (first token, the target's and the draft model's reading, decoding, whole
+    reply), acceptance, tokens per pass, K histogram, and the share of outputs identical to ar. A
+    prompt's figure in a mode is the median of its repeats; each median time is taken on its own, so
+    they need not add up."""
+    rows = list(rows)
+    speed = _prompt_medians(rows, lambda r: r.decode_tokens_per_s)
+    whole = _prompt_medians(rows, lambda r: r.total_tokens_per_s)
+    times = {name: _prompt_medians(rows, lambda r, name=name: getattr(r, name))
+             for name in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")}
+    pairs = list(dict.fromkeys(r.pair for r in rows))
+    out = []
+    for pair, suite, mode in dict.fromkeys((r.pair, r.suite, r.mode) for r in rows):
+        group = [r for r in rows if r.pair == pair and r.suite == suite and r.mode == mode]
+        ids = list(dict.fromkeys(r.id for r in group))
+        hist: dict[str, int] = {}
+        for r in group:
+            for k in r.k_trace:
+                hist[str(k)] = hist.get(str(k), 0) + 1
+        drafted = sum(r.drafted for r in group)
+        passes = sum(r.target_passes for r in group)
+        drafting = sum(1 for r in group for k in r.k_trace if k)  # passes that verified a draft
+        matched = [r.matches_ar for r in group if r.matches_ar is not None]
+        verdicts = [r.vs_ar for r in group if r.vs_ar is not None]
+        entry = {
+            "pair": pair,
+            "suite": suite,
+            "mode": mode,
+            "prompts": len(ids),
+            "decode_tokens_per_s": _median_of(speed, pair, suite, ids, mode),
+            "total_tokens_per_s": _median_of(whole, pair, suite, ids, mode),
+            "total_speedup_vs_ar": _median_ratio(whole, pair, suite, ids, mode, pair),
+            "speedup_vs_ar": _median_ratio(speed, pair, suite, ids, mode, pair),
+            **{name: _median_of(t, pair, suite, ids, mode) for name, t in times.items()},
+            "acceptance": sum(r.accepted for r in group) / drafted if drafted else 0.0,
+            "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
+            # per pass that verified a draft: its nodes (a chain's K) and the accepted path's length
+            "tree_size": sum(k for r in group for k in r.k_trace) / drafting if drafting else 0.0,
+            "accepted_length": sum(r.accepted for r in group) / drafting if drafting else 0.0,
+            "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+            "matches_ar": sum(matched) / len(matched) if matched else None,
+            "vs_ar": {v: verdicts.count(v) for v in (EXACT, TIE, DIFF, UNCHECKED)} if verdicts else None,
+        }
+        if len(pairs) > 1:
+            entry["total_speedup_vs_first_ar"] = _median_ratio(whole, pair, suite, ids, mode, pairs[0])
+            entry["speedup_vs_first_ar"] = _median_ratio(speed, pair, suite, ids, mode, pairs[0])
+        out.append(entry)
+    return out
+
+
+def _prompt_medians(rows: list[Row], figure: Callable[[Row], float | None]) -> dict[tuple, float]:
+    """(pair, suite, prompt id, mode) -> the median of `figure` over that prompt's repeats; a
+    figure the mode does not give (None) is left out."""
+    values: dict[tuple, list[float]] = {}
+    for r in rows:
+        value = figure(r)
+        if value is not None:
+            values.setdefault((r.pair, r.suite, r.id, r.mode), []).append(value)
+    return {key: statistics.median(v) for key, v in values.items()}
+
+
+def _median_of(medians: dict[tuple, float], pair: str, suite: str, ids: list[str], mode: str) -> float | None:
+    """The median over the prompts `ids` of their figures in `mode` (None: no prompt has one)."""
+    values = [medians[key] for id in ids if (key := (pair, suite, id, mode)) in medians]
+    return statistics.median(values) if values else None
+
+
+def _median_ratio(speeds: dict[tuple, float], pair: str, suite: str, ids: list[str], mode: str,
+                  ar_pair: str) -> float | None:
+    """Median of per-prompt speed in `mode` over `ar_pair`'s ar. A speed of 0 is no speed: that run
+    had nothing to time (a one-token reply's decoding; or `hf-assisted` whose first pass, which
+    also reads the prompt, produced the whole reply), so its prompt has no ratio."""
+    ratios = [v / ar for id in ids
+              if (v := speeds.get((pair, suite, id, mode))) and (ar := speeds.get((ar_pair, suite, id, "ar")))]
+    return statistics.median(ratios) if ratios else None
+
+
+def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
+    return {
+        "meta": meta,
+        "rows": [{**{k: v for k, v in asdict(r).items() if k not in ("output_ids", "rounds")},
+                  "total_s": r.total_s, "total_tokens_per_s": r.total_tokens_per_s} for r in rows],
+        "summary": summary,
+    }
+
+
+def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None) -> Group:
+    """The summary as two tables, each narrow enough for an 80-column terminal (no outer edge): where
+    a reply's time went (`times_table`), then the speedups and how the drafting went (`speed_table`)."""
+    return Group(times_table(summary), speed_table(summary, floors))
+
+
+def times_table(summary: list[dict]) -> Table:
+    """Median seconds per pair, suite and mode: the first token (of which the target's reading of
+    the prompt), the draft model's reading, decoding, the whole reply, and its tokens/s."""
+    several = _several_pairs(summary)
+    t = Table(title="edgespec bench: where a reply's time goes (medians, seconds)", show_edge=False,
+              caption="TTFT (time to first token) holds the target's reading of the prompt and the draft model's "
+                      "reading before the first token; draft read: all the draft model's reading, before the first "
+                      "token and while decoding; whole = TTFT + decode; -: the mode does not say")
+    for col in (("pair",) if several else ()) + ("suite", "mode", "TTFT", "target read", "draft read", "decode",
+                                                 "whole", "whole tok/s"):
+        _add_column(t, col)
+    for s in summary:
+        cells = [s["pair"]] if several else []
+        cells += [s["suite"], s["mode"], *(_seconds(s[key]) for key in
+                                           ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s"))]
+        t.add_row(*cells, f"{s['total_tokens_per_s']:.1f}")
+    return t
+
+
+def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None) -> Table:
+    """The speedups of the whole reply, then of decoding alone, and how the drafting went; `= ar`
+    counts outputs equal to plain decoding's, parted at a tie, and parted beyond the target's noise
+    floor (DIFF), in that order. The caption gives the auto modes' mean accepted path over their mean
+    tree size (nodes) per drafting pass. With several pairs, a pair column and each pair's speedups
+    against the first pair's ar."""
+    caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
+    floors = floors or {}
+    for pair, floor in floors.items():
+        whose = "the target" if len(floors) == 1 else f"{pair}'s target"
+        caption += f"\nnoise floor of {whose}: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
+    trees = [s for s in summary if s["mode"].startswith("auto") and s["tree_size"]]
+    if trees:  # the modes whose drafts may branch; every row's figures are in --json
+        caption += "\naccepted path / tree size per drafting pass: " + ", ".join(
+            f"{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees)
+    several = _several_pairs(summary)
+    first = summary[0]["pair"] if summary else ""
+    columns = (("pair",) if several else ()) + ("suite", "mode", "whole vs ar") \
+        + ((f"whole vs {first} ar",) if several else ()) + ("decode tok/s", "decode vs ar") \
+        + ((f"decode vs {first} ar",) if several else ()) \
+        + ("acceptance", "tokens/pass", "K histogram", "= ar")
+    t = Table(title="edgespec bench", caption=caption, show_edge=False)
+    for col in columns:
+        _add_column(t, col)
+    for s in summary:
+        hist = histogram_text({int(k): v for k, v in s["k_histogram"].items()})
+        cells = [s["pair"]] if several else []
+        cells += [s["suite"], s["mode"], _ratio(s["total_speedup_vs_ar"])]
+        cells += [_ratio(s["total_speedup_vs_first_ar"])] if several else []
+        cells += [f"{s['decode_tokens_per_s']:.1f}", _ratio(s["speedup_vs_ar"])]
+        cells += [_ratio(s["speedup_vs_first_ar"])] if several else []
+        cells += [f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist, _vs_ar_text(s["vs_ar"])]
+        t.add_row(*cells)
+    return t
+
+
+_SQUEEZABLE = ("decode tok/s", "acceptance", "tokens/pass", "= ar")  # short figures beside long headers
+
+
+def _add_column(t: Table, name: str) -> None:
+    """Names are kept whole on a narrow terminal, and times and speeds ("2.36x") too; headers and
+    the other figures wrap instead."""
+    if name in ("pair", "suite", "mode"):
+        t.add_column(name, no_wrap=True)
+    elif name == "K histogram":
+        t.add_column(name)
+    else:
+        t.add_column(name, justify="right", min_width=5 if name not in _SQUEEZABLE else None)
+
+
+def _several_pairs(summary: list[dict]) -> bool:
+    return any("speedup_vs_first_ar" in s for s in summary)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _vs_ar_text(counts: dict | None) -> str:
+    if counts is None:
+        return "-"
+    text = f"{counts[EXACT]}/{counts[TIE]}/{counts[DIFF]}"
+    return text + (f" ({counts[UNCHECKED]} unchecked)" if counts[UNCHECKED] else "")
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse, before the bench runs, a plot path that cannot be written or whose suffix names no
+    image format matplotlib writes."""
+    from matplotlib.figure import Figure
+
+    check_writable(path, "--plot")
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise UsageError(f"--plot {path}: the name must end in one of {', '.join('.' + f for f in sorted(formats))}")
+
+
+def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
+    """Whole-reply speedup per suite and mode (bars), and K over time for the `auto` generation that drafted most."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    suites = list(dict.fromkeys(s["suite"] for s in summary))
+    pairs = list(dict.fromkeys(s["pair"] for s in summary))
+    series = [(p, m) for p, m in dict.fromkeys((s["pair"], s["mode"]) for s in summary) if m != "ar"]
+    modes = [m for _, m in series]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / max(len(series), 1)
+    for i, (pair, mode) in enumerate(series):
+        vals = [next((s["total_speedup_vs_ar"] or 0 for s in summary
+                      if s["pair"] == pair and s["suite"] == su and s["mode"] == mode), 0) for su in suites]
+        ax1.bar([j + i * width for j in range(len(suites))], vals, width,
+                label=f"{pair} {mode}" if len(pairs) > 1 else mode)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(suites))], suites)
+    ax1.set_ylabel("whole reply (first token + decoding) speed vs plain\n(median of per-prompt ratios)")
+    if series:
+        ax1.legend(fontsize=8)
+    trace_mode = "auto" if any(r.mode == "auto" for r in rows) else (modes[0] if modes else "ar")
+    candidates = [r for r in rows if r.mode == trace_mode]
+    if candidates:
+        r = max(candidates, key=lambda r: (r.drafted, len(r.k_trace)))
+        ax2.step(range(len(r.k_trace)), r.k_trace, where="post")
+        ax2.set_title(f"K per target pass: {trace_mode}, {r.id}", fontsize=9)
+        ax2.set_xlabel("target pass")
+        ax2.set_ylabel("K (0 = plain step)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

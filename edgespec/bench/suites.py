@@ -1,0 +1,161 @@
+"""Bench suites: JSONL prompts (a completion or a chat, with a token budget), each line read and
+checked before any model loads, and the selection `--limit` / `--suites` make of them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from edgespec.util.errors import UsageError
+from edgespec.util.text_check import context_bytes, text_problem
+
+DEV_SET = Path(str(files("edgespec") / "data" / "dev.jsonl"))  # the development set shipped with edgespec
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    suite: str
+    mode: str  # "completion" | "chat"
+    max_tokens: int
+    prompt: str | None = None
+    messages: tuple[dict, ...] | None = None
+
+
+
+
+
+# A suite is read whole; the bound keeps a wrong file (a disk image, a log) from filling memory. A
+# suite this size would take days to bench.
+SUITE_BYTES = 64 << 20
+
+
+def load_suite(path: Path, context: int | None = None) -> list[BenchPrompt]:
+    """Read and check a JSONL suite, every line before any model loads; a bad line is a one-line
+    error naming the file, the line and the field. `context`: the smallest context (tokens) of the
+    pairs to run, which every prompt must be able to fit (`text_check.context_bytes`)."""
+    if not path.is_file():
+        raise UsageError(f"suite file {path} {'is not a regular file' if path.exists() else 'does not exist'}")
+    try:
+        with path.open("rb") as f:
+            data = f.read(SUITE_BYTES + 1)
+    except OSError as e:
+        raise UsageError(f"suite file {path}: cannot read ({e.strerror or e})") from None
+    if len(data) > SUITE_BYTES:
+        raise UsageError(f"suite file {path} is over {SUITE_BYTES:,} bytes; split it")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (invalid byte at offset {e.start})") from None
+    prompts = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            fields = json.loads(line)
+        except ValueError as e:
+            raise UsageError(f"{path}:{n}: not JSON ({e})") from None
+        except RecursionError:  # json's decoder recurses once per level of nesting
+            raise UsageError(f"{path}:{n}: not JSON (nested too deeply)") from None
+        if not isinstance(fields, dict):
+            raise UsageError(f"{path}:{n}: not a JSON object")
+        try:
+            prompt = _prompt(SuiteLine.model_validate(fields))
+        except ValidationError as e:
+            raise UsageError(f"{path}:{n}: {_first_problem(e)}") from None
+        if context is not None and (size := _text_bytes(prompt)) > context_bytes(context):
+            raise UsageError(f"{path}:{n}: the {prompt.mode} text is {size:,} bytes, more than the pair's context "
+                             f"of {context:,} tokens can hold")
+        prompts.append(prompt)
+    if not prompts:
+        raise UsageError(f"suite file {path} has no prompts")
+    return prompts
+
+
+def _text(value: object) -> object:
+    """Text as `text_check` says it, before pydantic's own check (which says less)."""
+    problem = text_problem(value) if isinstance(value, str) else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _number_as_text(value: object) -> object:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+# Text that reaches the tokenizer or the terminal: a lone surrogate ("\ud800" in JSON) is refused here.
+Text = Annotated[str, BeforeValidator(_text)]
+Prompt = Annotated[str, Field(min_length=1), BeforeValidator(_text)]  # an empty one has nothing to continue
+Id = Annotated[str, BeforeValidator(_text), BeforeValidator(_number_as_text)]  # "HumanEval/0", or 7
+
+
+class SuiteMessage(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: Text
+
+
+class SuiteLine(BaseModel):
+    """One line of a suite as written; unknown keys (`split`) are ignored. Strict: a number is not
+    text, nor true a count."""
+
+    model_config = ConfigDict(strict=True)
+
+    id: Id
+    suite: Text
+    mode: Literal["completion", "chat"]
+    max_tokens: int = Field(256, ge=1)
+    prompt: Prompt | None = None
+    messages: Annotated[list[SuiteMessage], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _has_its_modes_input(self) -> SuiteLine:
+        if self.mode == "completion" and self.prompt is None:
+            raise ValueError('mode "completion" needs a "prompt"')
+        if self.mode == "chat" and self.messages is None:
+            raise ValueError('mode "chat" needs "messages"')
+        return self
+
+
+def _first_problem(e: ValidationError) -> str:
+    """The first error pydantic found, as `messages[0].content: <what is wrong>`."""
+    error = e.errors(include_url=False)[0]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
+    cause = error.get("ctx", {}).get("error")
+    message = str(cause) if error["type"] == "value_error" and cause is not None else error["msg"]
+    return f"{where}: {message}" if where else message
+
+
+def _prompt(line: SuiteLine) -> BenchPrompt:
+    messages = tuple(m.model_dump() for m in line.messages) if line.mode == "chat" else None
+    return BenchPrompt(line.id, line.suite, line.mode, line.max_tokens,
+                       prompt=line.prompt if line.mode == "completion" else None, messages=messages)
+
+
+def _text_bytes(prompt: BenchPrompt) -> int:
+    texts = [prompt.prompt] if prompt.mode == "completion" else [m["content"] for m in prompt.messages]
+    return sum(len(t.encode("utf-8")) for t in texts)
+
+
+def select(prompts: list[BenchPrompt], limit: int | None, suites: str | None) -> list[BenchPrompt]:
+    """The first `limit` prompts of each suite, of the suites named (comma-separated) if any."""
+    wanted = {s.strip() for s in suites.split(",")} if suites else None
+    if wanted:
+        unknown = wanted - {p.suite for p in prompts}
+        if unknown:
+            raise UsageError(f"no suite named {', '.join(sorted(unknown))} in the file")
+    taken: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        if (wanted is None or p.suite in wanted) and (limit is None or taken.get(p.suite, 0) < limit):
+            taken[p.suite] = taken.get(p.suite, 0) + 1
+            out.append(p)
+    return out

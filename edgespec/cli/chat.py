@@ -1,0 +1,100 @@
+"""`edgespec chat`: the click command that loads the pair and opens the app (registered in cli.py).
+
+Piped stdin becomes the first message (`git diff | edgespec chat -s "review this"`); the app then
+reads keys from the terminal, reopened as /dev/tty onto file descriptor 0, where Textual reads.
+Textual draws on stderr, so stdout may be redirected; stderr may not.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from edgespec.cli.common import (
+    cache_option,
+    decoding_options,
+    error_boundary,
+    pair_options,
+    read_stdin,
+)
+from edgespec.decoding.sampling import sampling_from_flags
+from edgespec.util.errors import UsageError
+from edgespec.util.text_check import check_text
+
+
+def _reopen_terminal() -> None:
+    """Point fd 0 back at the terminal after stdin was read to the end from a pipe."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR)
+    except OSError:
+        raise UsageError("stdin is a pipe and there is no terminal (/dev/tty) to chat in; "
+                         "`edgespec run` prints a reply to a pipe") from None
+    os.dup2(fd, 0)
+    os.close(fd)
+
+
+def _require_terminal() -> None:
+    # Textual draws on stderr (sys.__stderr__), so that is the stream that must be a terminal.
+    if not sys.__stderr__.isatty():
+        raise UsageError("chat draws on the terminal through stderr, which is redirected; "
+                         "`edgespec run` prints a reply to a pipe")
+
+
+@click.command("chat")
+@pair_options
+@decoding_options
+@click.option("-s", "--system", default=None, help="System prompt for a new chat (replaces a resumed chat's).")
+@click.option("--resume", "resume", is_flag=False, flag_value="", default=None, metavar="[ID]",
+              help="Reopen a saved chat: the most recent, or the one with this id (see ctrl+o in the app).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Most tokens per reply.")
+@cache_option
+@error_boundary
+def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system, resume, max_tokens, no_cache):
+    """Chat in the terminal; every token shows whether the draft or the target wrote it.
+
+    Keys: enter send · shift+enter/ctrl+j newline · esc stop · ctrl+n new chat · ctrl+r regenerate ·
+    F2 details · F3 markdown · F4 rejected drafts · ctrl+o saved chats · ctrl+p commands · ctrl+q quit.
+
+    Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
+    """
+    from edgespec.engine.engine import EngineThread, GenerateSettings, find_pair, open_engine
+    from edgespec.engine.prompt_cache import open_cache
+    from edgespec.tui.history import ChatStore
+
+    check_text(system, "--system")
+    store = ChatStore()
+    conversation = None
+    if resume is not None:
+        conversation = store.load(resume) if resume else store.latest()
+        pair = pair or conversation.pair or None  # keep talking to the model that wrote the chat
+
+    pair_config = find_pair(pair, config, draft)
+    cache = open_cache(config, no_cache)
+    first_message = None
+    piped = read_stdin(pair_config.context)
+    if piped is not None:
+        first_message = piped.strip() or None
+        _reopen_terminal()
+    _require_terminal()
+
+    click.echo("edgespec: loading the model pair…", err=True)
+    engine_thread = EngineThread()  # loads the engine and runs every reply (see EngineThread)
+    try:
+        engine = engine_thread.call(open_engine, pair_config, draft, cache)
+        try:
+            sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
+            settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
+
+            from edgespec.tui.app import ChatApp
+
+            app = ChatApp(engine, settings, system=system, conversation=conversation, first_message=first_message,
+                          store=store, engine_thread=engine_thread)
+            app.run()
+            for line in app.unsaved_lines:
+                click.echo(f"edgespec: warning: {line}", err=True)
+        finally:
+            engine_thread.call(engine.close)
+    finally:
+        engine_thread.shutdown()

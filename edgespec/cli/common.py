@@ -1,0 +1,233 @@
+"""What every command shares: the pair / drafter / sampling options, the types that check flag
+values, and the error boundary.
+
+`run`, `chat` and `bench` take the same flags with the same meaning; they are declared once here.
+One rule per kind of value, for every command, checked while the flags are parsed (before
+anything loads): a float flag takes `FiniteFloat` (no nan, no inf), a comma-separated list of
+names takes `NameList` (an unknown name is a usage error listing the valid ones).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import functools
+import math
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import click
+
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import sampling_problem
+from edgespec.util import interrupts
+from edgespec.util.errors import EdgespecError, SettingError, UsageError
+from edgespec.util.stdout import PipeClosed
+from edgespec.util.text_check import context_bytes
+
+
+def config_option(f: Callable) -> Callable:
+    """--config (or $EDGESPEC_CONFIG): the user's models.toml."""
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        envvar="EDGESPEC_CONFIG",
+        help="User models.toml adding or overriding pairs (default: the platform config dir).",
+    )(f)
+
+
+def cache_option(f: Callable) -> Callable:
+    """--no-cache (or EDGESPEC_NO_CACHE=1): neither load nor save prompt states (`prompt_cache`)."""
+    return click.option("--no-cache", "no_cache", is_flag=True, envvar="EDGESPEC_NO_CACHE",
+                        help="Read every prompt from scratch and save nothing to the prompt cache "
+                             "(or $EDGESPEC_NO_CACHE=1).")(f)
+
+
+def pair_options(f: Callable) -> Callable:
+    """-m/--pair and --config."""
+    f = click.option("-m", "--pair", "pair", default=None, help="Model pair from models.toml (default: the registry's default).")(f)
+    return config_option(f)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float flag's type: a number, never nan or inf (which pass every range comparison), within
+    [min, max] when given. Every float flag of every command uses it."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx) -> float:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+class NameList(click.ParamType):
+    """A comma-separated list of names from a known set (a tuple, or a callable that gives it, for
+    sets known only once a module loads); an unknown name is a usage error that lists the valid
+    ones. Converts to the list of names, in order, blanks dropped."""
+
+    name = "name,..."
+
+    def __init__(self, valid: Sequence[str] | Callable[[], Sequence[str]]):
+        self.valid = valid
+
+    def convert(self, value, param, ctx) -> list[str]:
+        if isinstance(value, list):
+            return value
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        valid = self.valid() if callable(self.valid) else self.valid
+        if not names:
+            self.fail(f"name at least one of: {', '.join(valid)}", param, ctx)
+        unknown = [n for n in names if n not in valid]
+        if unknown:
+            self.fail(f"unknown {', '.join(map(repr, unknown))}; valid: {', '.join(valid)}", param, ctx)
+        return names
+
+
+def sampling_option(flag: str, kind: type, help: str | None = None, default=None) -> Callable:
+    """A sampling flag checked by the same rule as models.toml's sampling table (a bad value is a
+    usage error, found before anything loads)."""
+    name = flag.lstrip("-").replace("-", "_")
+    kind = FiniteFloat() if kind is float else kind
+
+    def check(ctx: click.Context, param: click.Parameter, value):
+        problem = None if value is None else sampling_problem(name, value)
+        if problem:
+            raise click.BadParameter(problem, ctx, param)
+        return value
+
+    return click.option(flag, name, type=kind, default=default, callback=check, help=help,
+                        show_default=default is not None)
+
+
+class KSettingParam(click.ParamType):
+    """--k as a typed KSetting, so a bad value is refused while the flags are parsed."""
+
+    name = "auto|auto-chain|heuristic|N"
+
+    def convert(self, value, param, ctx) -> KSetting:
+        if isinstance(value, KSetting):
+            return value
+        try:
+            return KSetting.parse(value)
+        except SettingError as e:
+            self.fail(str(e), param, ctx)
+
+
+def decoding_options(f: Callable) -> Callable:
+    """--draft, --k and the sampling flags; unset sampling flags fall back to the pair's defaults."""
+    opts = [
+        click.option("--draft", type=click.Choice([c.value for c in DraftChoice]), default="auto", show_default=True,
+                     callback=lambda ctx, param, value: DraftChoice(value),
+                     help="Drafter: the draft model, n-gram lookup in the context, none (plain decoding), or auto."),
+        click.option("--k", "k", type=KSettingParam(), default="auto", show_default=True,
+                     help="Draft length: auto (cost-aware controller, trees where they pay), auto-chain (chains "
+                          "only), heuristic (+2/-1), or a fixed number."),
+        sampling_option("--temperature", float, "0 = greedy."),
+        sampling_option("--top-p", float),
+        sampling_option("--top-k", int),
+        sampling_option("--min-p", float),
+        sampling_option("--seed", int, "Seed for sampling (reproducible output)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _report(message: str) -> None:
+    """One line whatever the message quotes: a name or path the user typed may hold a newline or
+    a terminal's control sequence, written escaped as Python writes it."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    click.echo(f"edgespec: error: {line}", err=True)
+
+
+def error_boundary(f: Callable) -> Callable:
+    """Turn EdgespecError into one line on stderr and its exit code; Ctrl-C, SIGTERM and SIGHUP into
+    exit 130, 143 and 129 (edgespec.util.interrupts); stdout's reader leaving into a quiet exit 1
+    (edgespec.util.stdout)."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            result = f(*args, **kwargs)
+            interrupts.raise_pending()  # a Ctrl-C that landed in a C callback after the last check
+            return result
+        except EdgespecError as e:
+            _report(f"--{e.setting.replace('_', '-')}: {e}" if isinstance(e, SettingError) and e.setting else str(e))
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            interrupts.exit_interrupted()
+        except PipeClosed as e:
+            sys.exit(e.exit_code)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def _one_line_click_errors():
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise  # a bare `edgespec` shows the help, as click does
+    except click.ClickException as e:
+        _report(e.format_message())
+        raise click.exceptions.Exit(e.exit_code) from None
+    except KeyboardInterrupt:  # click's own answer is "Aborted!" and exit 1
+        interrupts.exit_interrupted()
+
+
+class OneLineErrorGroup(click.Group):
+    """A command group whose click errors (a bad flag value, an unknown option or command) read as
+    one line, like edgespec's own, instead of click's usage block: click raises them while it
+    parses the group's arguments (make_context) or a subcommand's (invoke). A Ctrl-C there, before
+    a command's error boundary, is exit 130 as it is in the command."""
+
+    def make_context(self, *args, **kwargs):
+        with _one_line_click_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context):
+        with _one_line_click_errors():
+            return super().invoke(ctx)
+
+
+# Bytes read from stdin at a time: each read returns to Python, where a Ctrl-C is raised.
+STDIN_CHUNK = 1 << 16
+
+
+def read_stdin(context: int) -> str | None:
+    """Piped input as text, or None when stdin is a terminal or absent. Read in chunks and refused
+    at the first chunk that shows it is binary (a NUL byte, bytes that are not UTF-8) or longer
+    than a `context`-token context can hold, so endless input (`< /dev/zero`, `yes |`) ends at
+    once with a usage error instead of filling memory."""
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return None
+    read = stream.buffer.read1 if hasattr(stream, "buffer") else lambda n: stream.read(n).encode()
+    limit = context_bytes(context)
+    decoder = codecs.getincrementaldecoder("utf-8")()  # keeps a character split between chunks
+    parts: list[str] = []
+    size = 0  # bytes decoded so far
+
+    def decode(chunk: bytes, final: bool = False) -> str:
+        try:
+            return decoder.decode(chunk, final)
+        except UnicodeDecodeError as e:  # e.start counts from the split character the decoder held
+            start = size - len(decoder.getstate()[0]) + e.start
+            raise UsageError(f"stdin is not UTF-8 text (invalid byte at offset {start})") from None
+
+    while chunk := read(STDIN_CHUNK):
+        if b"\x00" in chunk:
+            raise UsageError("stdin looks binary (it contains NUL bytes); pipe text or source code")
+        parts.append(decode(chunk))
+        size += len(chunk)
+        if size > limit:
+            raise UsageError(f"stdin is over {limit:,} bytes, more than the pair's context of {context:,} tokens "
+                             "can hold")
+    parts.append(decode(b"", final=True))
+    return "".join(parts)

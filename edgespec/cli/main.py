@@ -1,0 +1,40 @@
+"""The `edgespec` command: run (pipes), chat (TUI), serve (OpenAI API), bench, models, export.
+
+One module per command (run.py, chat.py, serve.py, bench.py, models.py, tune.py, export_vllm.py),
+and the options and error handling they share in common.py.
+
+Commands import the engine, the bench and the chat app when they run, not when this module loads,
+so `--help` and a bad flag answer at once instead of after numpy, llama.cpp and Textual load.
+"""
+
+from __future__ import annotations
+
+import click
+
+from edgespec import __version__
+from edgespec.cli.common import OneLineErrorGroup
+
+
+@click.group(cls=OneLineErrorGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="edgespec")
+def main() -> None:
+    """Fast local chat and coding assistance with lossless speculative decoding."""
+
+
+def _register_subcommands() -> None:
+    from edgespec.cli.bench import bench
+    from edgespec.cli.chat import chat
+    from edgespec.cli.export_vllm import export
+    from edgespec.cli.models import models
+    from edgespec.cli.run import run
+    from edgespec.cli.serve import serve
+
+    main.add_command(run)
+    main.add_command(bench)
+    main.add_command(models)
+    main.add_command(chat)
+    main.add_command(serve)
+    main.add_command(export)
+
+
+_register_subcommands()

@@ -1,0 +1,148 @@
+"""`edgespec run`: a reply to a prompt and piped stdin, streamed to stdout.
+
+Unix contract: stdout carries only the model's text, streamed; stats, progress and errors go to
+stderr; exit 0 ok, 1 runtime error, 2 usage error, 130 on Ctrl-C (partial output flushed), 143 on
+SIGTERM, 129 on SIGHUP. A reader that closes the pipe early ends the reply quietly with exit 1, the
+stats still written; any other failure to write stdout is one line and exit 1 (edgespec.util.stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from edgespec.cli.common import (
+    cache_option,
+    decoding_options,
+    error_boundary,
+    pair_options,
+    read_stdin,
+)
+from edgespec.decoding.events import Source, Summary, Token
+from edgespec.decoding.sampling import sampling_from_flags
+from edgespec.engine.figures import stats_line
+from edgespec.util.errors import UsageError
+from edgespec.util.output_files import check_writable, write_or_rescue
+from edgespec.util.stdout import PipeClosed, check_open
+from edgespec.util.text_check import check_text
+
+# Styles that read without colour too: corrections are underlined, bonus tokens bold.
+TOKEN_STYLES = {
+    Source.DRAFT: dict(fg="green"),
+    Source.CORRECTION: dict(fg="red", underline=True),
+    Source.BONUS: dict(fg="cyan", bold=True),
+    Source.TARGET: dict(),
+}
+
+
+def compose_message(stdin_text: str | None, prompt: str | None) -> str:
+    """stdin, a blank line, then the prompt: `cat app.py | edgespec run "add type hints"`."""
+    parts = [p for p in (stdin_text.rstrip("\n") if stdin_text else None, prompt) if p and p.strip()]
+    if not parts:
+        raise UsageError("nothing to do: give a PROMPT or pipe text on stdin (see `edgespec run --help`)")
+    return "\n\n".join(parts)
+
+
+@click.command()
+@click.argument("prompt", required=False)
+@click.option("-s", "--system", default=None, help="System message.")
+@pair_options
+@decoding_options
+@click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True)
+@click.option("--raw", is_flag=True, help="Plain completion of the text, without the chat template.")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour tokens by source: green = accepted draft, red underlined = correction, bold cyan = bonus.")
+@click.option("--stats", is_flag=True, help="One line of speed and acceptance figures on stderr.")
+@click.option("--stats-json", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the generation summary as JSON to this file.")
+@cache_option
+@error_boundary
+def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p, seed, max_tokens, raw, color,
+        stats, stats_json, no_cache):
+    """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout.
+
+    Piped text comes first and the PROMPT after it, so asking another thing about the same input
+    finds it in the prompt cache and reads only the new instruction (see --no-cache)."""
+    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+    from edgespec.engine.prompt_cache import open_cache
+
+    check_open()
+    check_text(prompt, "PROMPT")
+    check_text(system, "--system")
+    if raw and system:
+        raise UsageError("--system has no meaning with --raw (no chat template)")
+    pair_config = find_pair(pair, config, draft)  # its context bounds the stdin read
+    text = compose_message(read_stdin(pair_config.context), prompt)
+    if stats_json:
+        check_writable(stats_json, "--stats-json")
+    engine = open_engine(pair_config, draft, open_cache(config, no_cache))
+    try:
+        settings = GenerateSettings(
+            max_tokens=max_tokens,
+            sampling=sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed),
+            draft=draft,
+            k=k,
+        )
+        reply(engine, text, system, raw, settings, color, stats, stats_json)
+    finally:
+        engine.close()
+
+
+def reply(engine, text: str, system: str | None, raw: bool, settings, color: str, stats: bool,
+          stats_json: Path | None) -> None:
+    """Tokenize the input the way asked, check it fits, stream the reply, report the figures."""
+    if raw:
+        prompt_tokens = engine.target.tokenize(text, special=False)
+    else:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        prompt_tokens = engine.chat_tokens(messages)
+    if len(prompt_tokens) >= engine.n_ctx:
+        raise UsageError(
+            f"the input is {len(prompt_tokens)} tokens but pair {engine.pair.name!r} has a {engine.n_ctx}-token "
+            "context; shorten it or pick a pair with a longer context"
+        )
+    colored = color == "always" or (color == "auto" and sys.stdout.isatty())
+    stop = threading.Event()
+    summary, closed = stream_to_stdout(engine.generate_tokens(prompt_tokens, settings, stop), colored, stop)
+    if summary.stop_reason == "context":
+        click.echo(f"edgespec: the reply was cut: the {engine.n_ctx}-token context is full", err=True)
+    if stats:
+        click.echo(stats_line(summary, engine.load_s), err=True)
+    if stats_json:
+        data = json.dumps({"pair": engine.pair.name, **summary.to_dict(), "load_s": engine.load_s}, indent=2) + "\n"
+        write_or_rescue(stats_json, lambda tmp: tmp.write_text(data), "stats")
+    if closed is not None:
+        raise closed
+
+
+def stream_to_stdout(events, colored: bool, stop: threading.Event) -> tuple[Summary, PipeClosed | None]:
+    """Write token text as it arrives; on Ctrl-C the partial output is flushed before exiting.
+    When the reader closes the pipe, `stop` ends the generation (within one target pass) and its
+    Summary still comes: the reply's figures, and the PipeClosed to end the command with."""
+    out = sys.stdout
+    summary = Summary()
+    wrote = ""
+    closed = None
+    try:
+        for event in events:
+            if isinstance(event, Token):
+                if event.text and closed is None:
+                    style = TOKEN_STYLES[event.source] if colored else None
+                    try:
+                        out.write(click.style(event.text, **style) if style else event.text)
+                        out.flush()
+                    except PipeClosed as e:
+                        closed = e
+                        stop.set()
+                    wrote = event.text
+            elif isinstance(event, Summary):
+                summary = event
+    finally:
+        if wrote and not wrote.endswith("\n") and closed is None:
+            out.write("\n")
+        out.flush()
+    return summary, closed

@@ -1,0 +1,145 @@
+"""The protocol every runtime implements, and the bookkeeping they share.
+
+A backend owns one model and one KV cache. The decoder talks to it only through `eval` (append
+tokens, get logits at the positions asked for), `truncate` (roll the cache back), and `eval_tree` /
+`keep_path` (verify a draft tree in one pass, then keep the accepted path), so the speculative loop
+never knows which runtime it drives. `cached` mirrors the token ids in the cache,
+which lets callers reuse a shared prefix (a chat's earlier turns) instead of re-evaluating it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from edgespec.util.errors import EdgespecError
+
+
+class BackendError(EdgespecError):
+    """A runtime failure with a message fit for the user (one line)."""
+
+
+class ContextOverflow(BackendError):
+    """The tokens asked for do not fit in the model's context window."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a loaded model runs, as its runtime reported it at load, never as a config asked for it.
+
+    `device` is "cpu", "gpu", "gpu+cpu" (layers split between them) or "unknown" (the runtime did
+    not say); `detail` is the runtime's own account ("29/29 layers on CUDA0", "cuda:0", "4
+    threads"). `cpu_threads` counts the CPU threads its passes keep busy, 0 when none of it runs on
+    the CPU: whether decoding competes with the rest of the machine (the chat app) for the CPU.
+    """
+
+    device: str
+    detail: str
+    cpu_threads: int
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """What two models must share to be paired: token texts and special tokens."""
+
+    size: int
+    tokens: tuple[bytes, ...]  # the text of each id, as the model's tokenizer spells it
+    eos_ids: frozenset[int]  # end-of-generation ids (eos, eot, im_end ...)
+    bos_id: int | None
+
+
+class Backend(Protocol):
+    """One model with one KV cache.
+
+    Shapes and units: logits are float32 numpy arrays of shape (n, n_vocab); row i is the
+    distribution of the token that follows the i-th of the last n tokens passed to `eval`.
+    """
+
+    n_ctx: int
+    n_vocab: int
+    eos_ids: frozenset[int]
+    cached: list[int]  # token ids currently in the KV cache, in order (read-only for callers)
+    placement: Placement  # where the model runs, as the runtime reported it
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes a token stands for (may be part of a UTF-8 character)."""
+        ...
+
+    def chat_prompt(self, messages: Sequence[dict]) -> str:
+        """Render messages with the model's own chat template, ending with the assistant cue."""
+        ...
+
+    def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+        """Append `tokens` to the cache; return logits for the last `n_logits` of them."""
+        ...
+
+    def truncate(self, n: int) -> None:
+        """Drop everything in the cache after the first `n` tokens."""
+        ...
+
+    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Evaluate `pending` and a draft tree after it in one pass (`decoding/tree.py`: node i is
+        `ids[i]` under `parents[i]`); logits (n + 1, n_vocab), row 0 after `pending`, row i + 1 after
+        node i, each as if the tokens from `pending` down to it were all that followed the cache.
+        `cached` then ends in `pending`; `keep_path` must come next."""
+        ...
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After `eval_tree`: the cache holds what it held, `pending`, and the nodes of `path` (root
+        to leaf) as if evaluated in a row; every other node is dropped."""
+        ...
+
+    def vocabulary(self) -> Vocabulary: ...
+
+
+class StatefulBackend(Backend, Protocol):
+    """A backend whose cache can be saved and loaded again, in this process or another (the prompt
+    cache, `edgespec.engine.prompt_cache`). Optional: callers test for `save_state`. llama.cpp's backend
+    has it; the transformers backend keeps no saved states."""
+
+    def cache_identity(self) -> str:
+        """What decides a saved state's bytes besides its tokens (model file, runtime build, cache
+        settings): a state loads only into a backend of the same identity."""
+        ...
+
+    def save_state(self) -> bytes | bytearray:
+        """The cache's state, covering exactly the tokens of `cached`."""
+        ...
+
+    def load_state(self, data: bytes | bytearray, tokens: Sequence[int]) -> None:
+        """Replace the cache with a saved state that covered `tokens`; BackendError when the runtime
+        refuses it (the cache is then empty)."""
+        ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest shared prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int = 1) -> int:
+    """How many of `tokens` `sync_cache` would keep from the cache; it evaluates the rest."""
+    return max(0, min(common_prefix(backend.cached, tokens), len(tokens) - n_logits))
+
+
+def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+    """Make the cache hold exactly `tokens` and return logits for the last `n_logits` of them.
+
+    Reuses the longest cached prefix; always re-evaluates at least the last `n_logits` tokens so
+    their logits exist. This is the only place where cache reuse is decided.
+    """
+    if len(tokens) > backend.n_ctx:
+        raise ContextOverflow(f"{len(tokens)} tokens do not fit the {backend.n_ctx}-token context")
+    keep = reused_prefix(backend, tokens, n_logits)
+    if keep < len(backend.cached):
+        backend.truncate(keep)
+    return backend.eval(tokens[keep:], n_logits)
+

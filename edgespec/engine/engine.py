@@ -1,0 +1,393 @@
+"""A loaded pair, ready to generate: the one object the CLI, the TUI and the bench drive.
+
+    engine = open_engine(find_pair("qwen2.5-coder-1.5b"))
+    for event in engine.chat(messages, GenerateSettings(max_tokens=256), cancel=threading.Event()):
+        ...  # Token / Step / Summary from edgespec.decoding.events
+
+`chat` and `generate_tokens` are generators; they may run in a worker thread and be stopped with `cancel`
+(checked once per target pass; the generator then ends with a Summary whose stop_reason is
+"cancelled"). The engine keeps its caches between calls, so a chat's earlier turns are not
+re-evaluated, and its cost measurements, so the controller starts warm on the next reply. With a
+prompt cache (`cache=`, passed by the front ends that serve a user, never by the bench), it also
+loads what an earlier process read of the same prompt before reading it, and saves what it read
+after each reply (`edgespec.engine.prompt_cache`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from edgespec.decoding.backend import Backend, BackendError, Placement
+from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter, NgramDrafter
+from edgespec.decoding.events import Event, Summary
+from edgespec.decoding.plan import KSetting, Policy
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.engine.prompt_cache import PromptCache
+from edgespec.models.config import ModelSpec, PairConfig, load_registry
+from edgespec.models.store import Store
+from edgespec.models.vocab import check_loaded_pair, check_pair, read_vocabulary
+from edgespec.quality.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
+from edgespec.util import unsaved
+from edgespec.util.atomic_file import write_text_atomic
+from edgespec.util.errors import EdgespecError, SettingError
+from edgespec.util.paths import home
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    draft: DraftChoice = DraftChoice.AUTO
+    k: KSetting = KSetting("auto")
+
+
+class NoDraftModel(SettingError):
+    """--draft model on a pair without a draft model."""
+
+    def __init__(self, pair: str):
+        super().__init__(f"pair {pair!r} has no draft model; draft with ngram or none", setting="draft")
+
+
+class Engine:
+    """A target backend, an optional draft-model backend, and the drafters built on them."""
+
+    def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None,
+                 load_s: dict[str, float] | None = None, cache: PromptCache | None = None):
+        self.pair, self.target, self.draft, self.cache = pair, target, draft, cache
+        self.n_ctx = target.n_ctx
+        self._drafters: list[Drafter] = [NgramDrafter()]
+        if draft is not None:
+            self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
+        self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
+        self.costs = CostModel()  # shared by every policy, and every pass refines it: the hardware does not change
+        self._costs_loaded = False  # measured or restored: only then is what live passes teach it saved
+        self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
+        self._noise_floor: NoiseFloor | None = None
+        # seconds `open_engine` spent per part of the load: "check" (the model files' size and
+        # sha256, hashed once per file version), "target" and "draft" (each model's load)
+        self.load_s = load_s or {}
+
+    def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+        return self.generate_tokens(self.chat_tokens(messages), settings, cancel)
+
+    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
+        return self.target.tokenize(self.target.chat_prompt(messages), special=True)
+
+    def count_tokens(self, messages: Sequence[dict]) -> int:
+        """Tokens the chat prompt for `messages` takes (for a context-fill gauge and trimming)."""
+        return len(self.chat_tokens(messages))
+
+    def token_text(self, token_id: int) -> str:
+        """A token's text on its own (for showing rejected drafts)."""
+        return self.target.token_bytes(token_id).decode("utf-8", "replace")
+
+    def generate_tokens(self, prompt: list[int], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Generate after already-tokenized input (what `chat` ends in)."""
+        draft = DraftChoice(settings.draft)
+        if draft is DraftChoice.MODEL and self.draft is None:
+            raise NoDraftModel(self.pair.name)
+        drafters = [d for d in self._drafters if d.kind in draft.kinds]
+        if self._measure_again and settings.k.cost_aware:
+            self.measure_costs()
+        decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
+        events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
+        return self._keeping_costs(events if self.cache is None else self._cached(prompt, events))
+
+    def _keeping_costs(self, events: Iterator[Event]) -> Iterator[Event]:
+        """`events`, then what their passes taught the cost curve is saved (also when the caller
+        stops early or the reply fails: the passes it made were real)."""
+        try:
+            yield from events
+        finally:
+            self.keep_costs()
+
+    def read_hook(self, backend: Backend, tokens: Sequence[int]) -> int:
+        """Called before a model reads `tokens` (the target here, the draft model from its drafter):
+        loads the longest saved prefix of them from the prompt cache. Tokens it saved reading."""
+        return self.cache.warm(backend, tokens) if self.cache is not None else 0
+
+    def _cached(self, prompt: list[int], events: Iterator[Event]) -> Iterator[Event]:
+        """`events`, with the target warmed from the prompt cache first (the time it takes counts
+        in the Summary's target reading and time to first token) and the models' states saved once
+        the Summary is out (the reply is complete on screen while they are written)."""
+        start = time.perf_counter()
+        self.read_hook(self.target, prompt)
+        warm_s = time.perf_counter() - start
+        for event in events:
+            if isinstance(event, Summary):
+                event.target_read_s += warm_s
+                event.ttft_s += warm_s
+            yield event
+        for backend in (self.target, self.draft):
+            if backend is not None:
+                self.cache.save(backend)
+
+    def empty_caches(self) -> None:
+        """Forget what the target and the draft model have read, so the next generation reads its
+        whole prompt: a measurement of a cold call (the bench) must not reuse the previous one's
+        cached prefix."""
+        for backend in (self.target, self.draft):
+            if backend is not None:
+                backend.truncate(0)
+
+    def placements(self) -> dict[str, Placement]:
+        """Where each loaded model runs ("target", and "draft" when a draft model is loaded), as its
+        runtime reported it at load."""
+        loaded = {"target": self.target, "draft": self.draft}
+        return {role: backend.placement for role, backend in loaded.items() if backend is not None}
+
+    def decoding_threads(self) -> int:
+        """CPU threads decoding keeps busy: the most any loaded model's passes use, and at least
+        one, the engine's own thread, which runs the decode loop between passes."""
+        return max([1] + [p.cpu_threads for p in self.placements().values()])
+
+    def _policy(self, settings: GenerateSettings) -> Policy:
+        """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
+        key = (settings.draft, settings.k)
+        if key not in self._policies:
+            costs = self.cost_model() if settings.k.cost_aware else self.costs
+            self._policies[key] = make_policy(settings.k, settings.draft, costs)
+        return self._policies[key]
+
+    def cost_model(self) -> CostModel:
+        """The cost curve of this pair on this machine: the saved calibration, or one measured now."""
+        if not self._costs_loaded:
+            self._load_or_calibrate()
+        return self.costs
+
+    def _runtime_key(self, backends: Sequence[Backend | None]) -> list[str]:
+        """What a measurement on these backends depends on: the runtime, how it is run (where each
+        model runs), and each model file (path and size)."""
+        parts = [self.pair.backend, str(self.pair.threads), self.pair.device_map]
+        parts += [f"{p.device} {p.detail}" for p in self.placements().values()]
+        for backend in backends:
+            path = getattr(backend, "path", None)
+            if path is not None:
+                st = Path(path).stat()
+                parts += [str(path), str(st.st_size)]
+        return parts
+
+    def _calibration_key(self) -> str:
+        """What the cost curve depends on: the models, the runtime and how it is run (and how it
+        was calibrated, `CALIBRATION_VERSION`)."""
+        return "|".join([CALIBRATION_VERSION, *self._runtime_key((self.target, self.draft))])
+
+    def _load_or_calibrate(self) -> None:
+        """The curve is kept between runs, so only the first run on a machine pays for measuring
+        it (a few seconds on a small CPU), and every reply refines it (`keep_costs`). A saved
+        curve that a damaged file holds is measured again; so is one that live passes
+        contradicted, keeping what they taught it."""
+        saved = _read_saved(_calibration_file(), self._calibration_key())
+        if saved:
+            try:
+                self.costs.restore(saved)
+            except ValueError:
+                saved = None
+        if saved and self.costs.calibrated and not saved.get("measure_again"):
+            self._costs_loaded = True
+            return
+        self.measure_costs()
+
+    def measure_costs(self) -> CostModel:
+        """Time the target's verification at every length auto may draft, and a draft step; add
+        them to the curve and save it (`models tune` measures each candidate layout this way)."""
+        self.costs.calibrate(self.target, self.draft, max_n=LONGEST_DRAFT + 1)
+        self._costs_loaded, self._measure_again = self.costs.calibrated, False
+        self._save_costs()
+        return self.costs
+
+    def keep_costs(self) -> None:
+        """Fold the live passes since the last call, whatever their policy, into the saved curve
+        once there is one (`cost_model`), after each reply and at close. Cheap (one small JSON file
+        rewritten) and only when they taught it something. A curve they contradict
+        (`CostModel.contradicted`) is measured again before the next reply: in this process if
+        there is one, else in the next (the file says so)."""
+        if not self._costs_loaded or not self.costs.end_session():
+            return
+        self._measure_again = self.costs.contradicted()
+        self._save_costs()
+
+    def _save_costs(self) -> None:
+        entry = {**self.costs.to_dict(), "measure_again": self._measure_again}
+        _save(_calibration_file(), self._calibration_key(), entry, CALIBRATION_VERSION, "speed calibration")
+
+    def _noise_floor_key(self) -> str:
+        return "|".join([NOISE_FLOOR_VERSION, *self._runtime_key((self.target,))])
+
+    def saved_noise_floor(self) -> NoiseFloor | None:
+        """The target's noise floor as measured by an earlier run, if any (a damaged entry is none)."""
+        saved = _read_saved(_noise_floor_file(), self._noise_floor_key())
+        try:
+            return NoiseFloor.from_dict(saved) if saved else None
+        except ValueError:
+            return None
+
+    def noise_floor(self) -> NoiseFloor:
+        """How far the target's batched logits part from single steps (`quality/noise_floor.py`). Measured
+        once per target file and runtime (about 10 s for the 1.5B target on a 2-core CPU) and kept
+        in EDGESPEC_HOME/noise_floor.json. Empties the target's cache when it measures."""
+        if self._noise_floor is None:
+            self._noise_floor = self.saved_noise_floor()
+        if self._noise_floor is None:
+            self._noise_floor = measure_noise_floor(self.target, calibration_tokens(self.target))
+            _save(_noise_floor_file(), self._noise_floor_key(), self._noise_floor.to_dict(), NOISE_FLOOR_VERSION,
+                  "noise floor")
+        return self._noise_floor
+
+    def close(self) -> None:
+        self.keep_costs()
+        for backend in (self.target, self.draft):
+            if backend is not None and hasattr(backend, "close"):
+                backend.close()
+
+
+# Saved curves of another version are measured again: "v4" curves keep each size's recent session
+# figures and are refined by live passes; "v3" ones kept one fastest timing per size; "v2" ones
+# timed 1, 2, 4, 8 and 16 tokens and interpolated between.
+CALIBRATION_VERSION = "v4"
+# "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
+NOISE_FLOOR_VERSION = "floor-v2"
+
+
+def _calibration_file() -> Path:
+    return home() / "calibration.json"
+
+
+def _noise_floor_file() -> Path:
+    """Next to the calibration (so whatever moves one moves both)."""
+    return _calibration_file().with_name("noise_floor.json")
+
+
+def _read_saved(path: Path, key: str) -> dict | None:
+    """The measurement saved under `key` in a JSON file of them, or None (no file, no entry, damaged)."""
+    try:
+        saved = json.loads(path.read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
+    """Save a measurement (`what`, for the user) under `key`; entries of other versions (keys not
+    starting with `version`) go, and so does a damaged file. A file that cannot be read or written
+    only costs a measurement next time (said once: `unsaved`)."""
+    try:
+        try:
+            data = json.loads(path.read_text()) if path.exists() else {}
+            data = {k: v for k, v in data.items() if k.startswith(version + "|")}
+        except (ValueError, AttributeError):
+            data = {}
+        data[key] = value
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(data, indent=1))
+    except OSError as e:
+        unsaved.cannot_save(what, path.parent, e)
+
+
+class EngineThread:
+    """One long-lived thread that loads an engine and runs every generation of it.
+
+    llama.cpp's CPU backend runs on an OpenMP thread team that belongs to the OS thread calling
+    it. Loading in one thread and generating in another decodes markedly slower than doing both on
+    the same thread. A front end that generates off its main thread (the chat app) therefore sends
+    all engine work here.
+    """
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-engine")
+
+    def call(self, fn, *args, **kwargs):
+        """Run fn(*args, **kwargs) on the engine thread and return (or raise) its result."""
+        return self.submit(fn, *args, **kwargs).result()
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        """Queue fn(*args, **kwargs) for the engine thread (first in, first out) without waiting."""
+        return self._pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
+    # Each runtime is imported only when a pair uses it: llama_cpp loads its shared libraries, and
+    # the hf backend needs the optional torch and transformers (seconds to import).
+    if pair.backend == "llamacpp":
+        from edgespec.backends.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads)
+    from edgespec.backends.hf_loading import load_hf_backend
+
+    return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
+
+
+def find_pair(pair_name: str | None = None, config_path: Path | None = None,
+              draft: DraftChoice = DraftChoice.AUTO) -> PairConfig:
+    """The pair from the registry, refused at once if `draft` asks for a draft model it lacks (so
+    every setting is checked before anything loads)."""
+    pair = load_registry(config_path).pair(pair_name)
+    if draft == DraftChoice.MODEL and pair.draft is None:
+        raise NoDraftModel(pair.name)
+    return pair
+
+
+def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: PromptCache | None = None) -> Engine:
+    """Load a pair: check its files, load the target (and the draft model if it may be used: not
+    for --draft ngram or none). The engine's `load_s` has the seconds of each part; the draft's
+    includes checking that its vocabulary is the target's. `cache`: the prompt cache its replies
+    read from and save to (none: every reply reads cold)."""
+    store = Store()
+    t0 = time.perf_counter()
+    target_path = store.ensure(pair.target, pair.name)
+    use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
+    draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
+    t1 = time.perf_counter()
+    target = load_backend(pair, pair.target, target_path)
+    t2 = time.perf_counter()
+    load_s = {"check": t1 - t0, "target": t2 - t1}
+    try:
+        draft_backend = None
+        if draft_path is not None:
+            draft_backend = _load_draft(pair, target, target_path, draft_path)
+            load_s["draft"] = time.perf_counter() - t2
+    except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
+        target.close()
+        raise
+    return Engine(pair, target, draft_backend, load_s=load_s, cache=cache)
+
+
+def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:
+    """The draft model's backend, refused (IncompatibleDraft) when its vocabulary is not the target's.
+
+    A draft the runtime cannot load at all may still have a readable vocabulary: when that differs
+    from the target's, the error says how (as `edgespec models check` does), not what the runtime
+    logged on the way down."""
+    try:
+        draft = load_backend(pair, pair.draft, path)
+    except BackendError:
+        _refuse_unlike_vocabularies(pair, target_path, path)
+        raise
+    try:
+        check_loaded_pair(target, draft, pair.name)
+    except BaseException:
+        draft.close()
+        raise
+    return draft
+
+
+def _refuse_unlike_vocabularies(pair: PairConfig, target_path: Path, draft_path: Path) -> None:
+    """IncompatibleDraft when the two files' vocabularies differ; nothing when they agree or a file
+    has no readable vocabulary (then the runtime's own error says more)."""
+    try:
+        target, draft = read_vocabulary(pair.target, target_path), read_vocabulary(pair.draft, draft_path)
+    except EdgespecError:
+        return
+    check_pair(target, draft, pair.name)

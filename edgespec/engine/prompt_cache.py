@@ -1,0 +1,379 @@
+"""The prompt cache: the KV state of what a model has read, kept across calls and processes.
+
+Reading the prompt is most of a coding assistant's call on a small CPU (DESIGN.md, "The whole
+call"), and editors and scripts ask several things about one file. A call whose prompt starts with
+text read before (the same file with another instruction, a resumed chat) loads that state and
+reads only the rest; loading 2,000 tokens' state takes well under a second where reading them
+takes about 20 s.
+
+- `warm(backend, tokens)` before a model reads `tokens`: loads the saved state sharing the longest
+  prefix with them, when that beats what the backend's own cache shares by at least `MIN_TOKENS`.
+- `save(backend)` after a reply: keeps the backend's whole state, unless a saved one already covers
+  it; a saved state that the new one nearly covers is replaced, so asking ten things about one
+  file keeps one entry, not ten.
+
+The engine does both, for the target and the draft model (`Engine(cache=...)`). Only the front ends
+that serve a user pass a cache (`run`, `chat`, `serve`); the bench passes none, so its timings stay
+cold. Backends without `save_state` (the transformers one) are left alone.
+
+On disk (`home()/prompt-cache`), one file per state, named `<identity hash>-<tokens hash>.kv`:
+MAGIC, the header's length (4 bytes), the header (JSON: the backend's `cache_identity`, the token
+count, the state's size, CRC-32s of the token ids and of the state), the token ids (int32, little
+endian), then the state. Nothing is trusted from a name: a lookup reads headers only (a few KB, no
+states) and checks identity and token ids; a load checks the state's CRC. A damaged, truncated,
+foreign or older-format entry is ignored, removed and said once on stderr; a cache folder that
+cannot be written costs only the cache. Writes are atomic (`atomic_file`), so two processes that
+save the same entry leave one whole entry. The folder holds at most `budget` bytes (default 2 GB,
+`[cache] budget` in models.toml, or EDGESPEC_CACHE_BUDGET); the least recently used entries go
+first (a hit or a save that finds its state covered touches the file's mtime).
+
+In memory (`memory_entries` > 0, for `serve`): the last few states of each model, so an editor
+that alternates between two files loads neither from disk; the disk is the fallback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import sys
+import time
+import zlib
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from edgespec.decoding.backend import Backend, BackendError, common_prefix, reused_prefix
+from edgespec.models.config import load_registry, parse_size
+from edgespec.util import unsaved
+from edgespec.util.atomic_file import write_atomic
+from edgespec.util.errors import UsageError
+from edgespec.util.paths import home
+
+MAGIC = b"edgespec prompt cache 1\n"  # a new format changes the number; older entries are then removed
+MIN_TOKENS = 32  # shorter states are not saved, and a load must gain at least this many tokens
+# A saved state is replaced by a new one that shares at least this share of its tokens (a state the
+# new one extends, or the same file with another instruction and reply).
+NEAR_DUPLICATE = 0.75
+DEFAULT_BUDGET = 2 * 1000**3
+SERVE_MEMORY_ENTRIES = 4  # states per model `serve` keeps in memory
+BUDGET_ENV = "EDGESPEC_CACHE_BUDGET"
+_LENGTH = struct.Struct("<I")
+_MAX_HEADER = 1 << 16
+_STALE_PARTIAL_S = 3600  # a temporary file this old was left by a killed writer
+
+
+@dataclass(eq=False)  # entries are compared by identity: a state is megabytes
+class Entry:
+    """One saved state: on disk (`path`, the state read when it loads) or in memory (`state`)."""
+
+    identity: str
+    tokens: list[int]
+    path: Path | None = None
+    state: bytearray | None = None
+
+
+class Damaged(Exception):
+    """An entry file that is not a whole entry of this format; the message says how."""
+
+
+class PromptCache:
+    """Saved KV states in `folder` (default `home()/prompt-cache`), at most `budget` bytes, and the
+    last `memory_entries` states of each model in memory. `warn` says a problem in one line
+    (default: stderr)."""
+
+    def __init__(self, folder: Path | None = None, budget: int = DEFAULT_BUDGET, memory_entries: int = 0,
+                 warn: Callable[[str], None] | None = None):
+        self.folder = folder if folder is not None else home() / "prompt-cache"
+        self.budget, self.memory_entries = budget, memory_entries
+        self.warn = warn or _to_stderr
+        self._said: set[str] = set()
+        self._memory: dict[str, list[Entry]] = {}  # by identity, least recently used first
+
+    # -- the two calls ------------------------------------------------------------------------
+
+    def warm(self, backend: Backend, tokens: Sequence[int]) -> int:
+        """Before `backend` reads `tokens`: load the saved state sharing the longest prefix with
+        them, cut to that prefix and to all but the last token (whose logits the reader needs), when
+        it gains at least MIN_TOKENS over the backend's own cache. Returns the tokens gained."""
+        if getattr(backend, "save_state", None) is None or len(tokens) < 2:
+            return 0
+        identity = backend.cache_identity()
+        have = reused_prefix(backend, tokens)
+        ranked = sorted(((min(common_prefix(e.tokens, tokens), len(tokens) - 1), e) for e in self._entries(identity)),
+                        key=lambda pair: -pair[0])  # stable: memory before disk on a tie
+        for shared, entry in ranked:
+            if shared - have < MIN_TOKENS:
+                break
+            state = self._state(entry)
+            if state is None:
+                continue  # damaged: removed, try the next best
+            try:
+                backend.load_state(state, entry.tokens)
+            except BackendError as e:
+                self._drop(entry, "refused", f"{e}; removed the entry")
+                return 0  # the backend's cache is empty now: the reader reads the whole prompt
+            backend.truncate(shared)
+            self._used(entry, state)
+            return shared - have
+        return 0
+
+    def save(self, backend: Backend) -> None:
+        """Keep `backend`'s state (all of `cached`) unless a saved one covers it (the same tokens or
+        more after them). Saved states it nearly covers go (NEAR_DUPLICATE); a failure to save is
+        said once and costs nothing else."""
+        if getattr(backend, "save_state", None) is None or len(backend.cached) < MIN_TOKENS:
+            return
+        identity, tokens = backend.cache_identity(), list(backend.cached)
+        state: bytearray | None = None
+        try:
+            if self.memory_entries and not self._covered(self._memory.get(identity, []), tokens):
+                state = _state_of(backend)
+                self._remember(Entry(identity, tokens, state=state))
+            on_disk = self._disk_entries(identity)
+            if not self._covered(on_disk, tokens):
+                state = state if state is not None else _state_of(backend)
+                self._write(Entry(identity, tokens), state, [e for e in on_disk if _superseded(e, tokens)])
+        except BackendError as e:
+            self._say("state", f"prompt cache: {e}; this reply's state is not saved")
+
+    # -- both tiers ---------------------------------------------------------------------------
+
+    def _entries(self, identity: str) -> list[Entry]:
+        """Saved states of this identity: in memory (most recent first), then on disk."""
+        return self._memory.get(identity, [])[::-1] + self._disk_entries(identity)
+
+    def _covered(self, entries: list[Entry], tokens: list[int]) -> bool:
+        """Whether one of `entries` starts with `tokens` (touched as used if so)."""
+        for entry in entries:
+            if entry.tokens[: len(tokens)] == tokens:
+                self._touch(entry)
+                return True
+        return False
+
+    def _state(self, entry: Entry) -> bytearray | None:
+        if entry.state is not None:
+            return entry.state
+        try:
+            whole = _read(entry.path, with_state=True)
+        except FileNotFoundError:  # removed since the lookup (another process evicted it)
+            return None
+        except Damaged as e:
+            self._drop(entry, "damaged", f"removed a damaged entry ({e}): {entry.path.name}")
+            return None
+        except OSError as e:
+            self._say("read", f"prompt cache: cannot read {entry.path} ({e.strerror or e})")
+            return None
+        # replaced since the lookup by another process's save of the same tokens: still checked
+        return whole.state if (whole.identity, whole.tokens) == (entry.identity, entry.tokens) else None
+
+    def _used(self, entry: Entry, state: bytearray) -> None:
+        self._touch(entry)
+        if entry.path is not None and self.memory_entries:
+            self._remember(Entry(entry.identity, entry.tokens, state=state))
+
+    def _touch(self, entry: Entry) -> None:
+        if entry.path is None:
+            kept = self._memory[entry.identity]
+            kept.remove(entry)
+            kept.append(entry)
+            return
+        _stamp(entry.path)
+
+    def _drop(self, entry: Entry, kind: str, message: str) -> None:
+        """Forget an entry that cannot be used, and say so (once per kind of problem)."""
+        if entry.path is None:
+            self._memory[entry.identity].remove(entry)
+        else:
+            _remove(entry.path)
+        self._say(kind, f"prompt cache: {message}")
+
+    def _say(self, kind: str, message: str) -> None:
+        if kind not in self._said:
+            self._said.add(kind)
+            self.warn(message)
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def _remember(self, entry: Entry) -> None:
+        kept = [e for e in self._memory.get(entry.identity, []) if not _superseded(e, entry.tokens)]
+        self._memory[entry.identity] = (kept + [entry])[-self.memory_entries:]
+
+    # -- disk ---------------------------------------------------------------------------------
+
+    def _disk_entries(self, identity: str) -> list[Entry]:
+        """The entries on disk named for `identity`, headers checked; bad ones are removed."""
+        try:
+            paths = sorted(self.folder.glob(f"{_digest(identity.encode())}-*.kv"))
+        except OSError:
+            return []
+        entries = []
+        for path in paths:
+            try:
+                entry = _read(path, with_state=False)
+            except FileNotFoundError:
+                continue
+            except Damaged as e:
+                self._drop(Entry(identity, [], path), "damaged", f"removed a damaged entry ({e}): {path.name}")
+                continue
+            except OSError as e:
+                self._say("read", f"prompt cache: cannot read {path} ({e.strerror or e})")
+                continue
+            if entry.identity != identity:
+                self._drop(entry, "foreign", f"removed an entry saved by another model or runtime: {path.name}")
+                continue
+            entries.append(entry)
+        return entries
+
+    def _write(self, entry: Entry, state: bytearray, superseded: list[Entry]) -> None:
+        """Save `state` as `entry` (atomically), remove what it supersedes, then keep to the budget."""
+        header = json.dumps({"identity": entry.identity, "n_tokens": len(entry.tokens), "state_size": len(state),
+                             "tokens_crc32": zlib.crc32(_token_bytes(entry.tokens)),
+                             "state_crc32": zlib.crc32(state)}).encode()
+        size = len(MAGIC) + _LENGTH.size + len(header) + 4 * len(entry.tokens) + len(state)
+        if size > self.budget:
+            self._say("budget", f"prompt cache: a {size / 1e6:.0f} MB state is larger than the whole "
+                                f"{self.budget / 1e6:.0f} MB budget ({BUDGET_ENV}); not saved")
+            return
+        path = self.folder / f"{_digest(entry.identity.encode())}-{_digest(_token_bytes(entry.tokens))}.kv"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, lambda tmp: _write_file(tmp, header, entry.tokens, state))
+            _stamp(path)
+            for old in superseded:
+                if old.path != path:
+                    _remove(old.path)
+            self._evict()
+        except OSError as e:
+            unsaved.cannot_save("prompt cache", self.folder, e, self.warn)
+
+    def _evict(self) -> None:
+        """Remove the least recently used entries until the folder fits the budget, and temporary
+        files that killed writers left."""
+        now = time.time()
+        entries = []
+        with os.scandir(self.folder) as it:
+            for item in it:
+                try:
+                    st = item.stat()
+                except OSError:
+                    continue
+                if item.name.endswith(".kv"):
+                    entries.append((st.st_mtime_ns, st.st_size, Path(item.path)))
+                elif item.name.endswith(".partial") and now - st.st_mtime > _STALE_PARTIAL_S:
+                    _remove(Path(item.path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries):
+            if total <= self.budget:
+                break
+            _remove(path)
+            total -= size
+
+
+def _state_of(backend: Backend) -> bytearray:
+    state = backend.save_state()
+    return state if isinstance(state, bytearray) else bytearray(state)
+
+
+def _superseded(entry: Entry, tokens: list[int]) -> bool:
+    """Whether a new state of `tokens` makes `entry` not worth keeping: it shares most of it."""
+    return common_prefix(entry.tokens, tokens) >= NEAR_DUPLICATE * len(entry.tokens)
+
+
+def _read(path: Path, with_state: bool) -> Entry:
+    """The entry in `path`: its header and token ids, and its state too if asked (CRC-checked)."""
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC) + _LENGTH.size)
+        if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
+            raise Damaged("not an entry of this version")
+        (length,) = _LENGTH.unpack(head[len(MAGIC):])
+        if length > _MAX_HEADER:
+            raise Damaged("bad header")
+        try:
+            meta = json.loads(f.read(length))
+            identity, n_tokens, size = meta["identity"], meta["n_tokens"], meta["state_size"]
+            tokens_crc, state_crc = meta["tokens_crc32"], meta["state_crc32"]
+        except (ValueError, TypeError, KeyError):
+            raise Damaged("bad header") from None
+        if not (isinstance(identity, str) and all(isinstance(v, int) and v >= 0
+                                                  for v in (n_tokens, size, tokens_crc, state_crc))):
+            raise Damaged("bad header")
+        raw = f.read(4 * n_tokens)
+        if len(raw) != 4 * n_tokens or zlib.crc32(raw) != tokens_crc:
+            raise Damaged("token ids do not match their checksum")
+        if os.fstat(f.fileno()).st_size != f.tell() + size:
+            raise Damaged("truncated" if os.fstat(f.fileno()).st_size < f.tell() + size else "trailing bytes")
+        entry = Entry(identity, _token_list(raw), path)
+        if with_state:
+            state = bytearray(size)
+            if f.readinto(state) != size or zlib.crc32(state) != state_crc:
+                raise Damaged("the state does not match its checksum")
+            entry.state = state
+    return entry
+
+
+def _write_file(tmp: Path, header: bytes, tokens: list[int], state: bytearray) -> None:
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + _LENGTH.pack(len(header)) + header + _token_bytes(tokens))
+        f.write(state)
+
+
+def _token_bytes(tokens: Sequence[int]) -> bytes:
+    ids = array("i", tokens)
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tobytes()
+
+
+def _token_list(raw: bytes) -> list[int]:
+    ids = array("i")
+    ids.frombytes(raw)
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tolist()
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _stamp(path: Path) -> None:
+    """Mark an entry as used now. The time is set explicitly, from the same clock for every
+    entry: a file's own write time comes from a coarser kernel clock, which could rank a state
+    written just now before one touched a moment earlier."""
+    now = time.time_ns()
+    try:
+        os.utime(path, ns=(now, now))
+    except OSError:
+        pass  # a read-only cache still serves what it holds
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # a read-only folder: the entry stays, and is found (and ignored) again next time
+
+
+def _to_stderr(message: str) -> None:
+    print(f"edgespec: {message}", file=sys.stderr, flush=True)
+
+
+def cache_budget(from_config: int | None) -> int:
+    """The budget in bytes: EDGESPEC_CACHE_BUDGET, else models.toml's `[cache] budget`, else 2 GB."""
+    raw = os.environ.get(BUDGET_ENV)
+    if raw is None or not raw.strip():
+        return from_config if from_config is not None else DEFAULT_BUDGET
+    size = parse_size(raw)
+    if size is None:
+        raise UsageError(f'{BUDGET_ENV}: "{raw}" is not a size (e.g. 2G, 500M, or a number of bytes)')
+    return size
+
+
+def open_cache(config: Path | None, no_cache: bool, memory_entries: int = 0) -> PromptCache | None:
+    """The prompt cache a front end hands its engine, or None with --no-cache / EDGESPEC_NO_CACHE."""
+    if no_cache:
+        return None
+    return PromptCache(budget=cache_budget(load_registry(config).cache_budget), memory_entries=memory_entries)

