@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from edgespec.backends import llamacpp  # noqa: E402  (llama_cpp itself is imported on first use)
+from edgespec.backends import llamacpp, llamacpp_runtime  # noqa: E402  (llama_cpp itself is imported on first use)
 from edgespec.backends.hf import HFBackend  # noqa: E402
 from edgespec.backends.hf_loading import cpu_has_bf16  # noqa: E402
 from edgespec.bench.hf_assisted import assisted_generate  # noqa: E402
@@ -327,7 +327,7 @@ def quantize_4bit(model, compute_dtype) -> None:
 def llama_files(plan: CheckPlan, target_model, draft_model, rules: dict, work: Path) -> tuple[Path, dict[float, Path]]:
     """The target and one draft per acceptance rate as GGUFs of `plan.llama_quant`."""
     def quantized(f16: Path) -> Path:
-        out = llamacpp.quantize(f16, f16.with_name(f16.name.replace("-f16", f"-{plan.llama_quant}")), plan.llama_quant)
+        out = llamacpp_runtime.quantize(f16, f16.with_name(f16.name.replace("-f16", f"-{plan.llama_quant}")), plan.llama_quant)
         f16.unlink()
         return out
 
@@ -357,7 +357,7 @@ def llama_left_out(plan: CheckPlan) -> str | None:
         import llama_cpp  # noqa: F401
     except ImportError:
         return "llama-cpp-python is not installed"
-    if plan.device == "cuda" and not llamacpp.gpu_offload():
+    if plan.device == "cuda" and not llamacpp_runtime.gpu_offload():
         return "this llama-cpp-python does not offload to the GPU (a CPU build): --build-llama-cuda ARCH builds one"
     return None
 

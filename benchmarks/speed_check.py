@@ -59,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
 
     engine = open_engine(find_pair(draft="none"), "none")
-    threads = engine.pair.threads or __import__("edgespec.backends.llamacpp", fromlist=["x"]).default_threads()
+    threads = engine.pair.threads or __import__("edgespec.backends.llamacpp_runtime", fromlist=["x"]).default_threads()
     theirs, llm = llama_cpp_python_rate(engine.target.path, args.tokens, threads)
     settings = GenerateSettings(max_tokens=args.tokens, draft="none", k=KSetting("fixed", 0))
     messages = [{"role": "user", "content": PROMPT}]

@@ -21,7 +21,7 @@ from edgespec.decoding import costs, decoder, drafters
 from edgespec.decoding.backend import ContextOverflow, Placement, Vocabulary
 from edgespec.decoding.tree import depths
 from edgespec.engine.engine import Engine
-from edgespec.models.config import ModelSpec, PairConfig
+from edgespec.models.registry import ModelSpec, PairConfig
 
 
 class VirtualClock:

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from edgespec.cli.serve import base_url, listen, uvicorn_server
 from edgespec.engine.engine import EngineThread, GenerateSettings, open_engine
-from edgespec.models.config import PairConfig
+from edgespec.models.registry import PairConfig
 from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker
 

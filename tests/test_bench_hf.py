@@ -21,7 +21,7 @@ from edgespec.decoding.events import Token  # noqa: E402
 from edgespec.decoding.plan import KSetting  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.engine.engine import Engine, GenerateSettings  # noqa: E402
-from edgespec.models.config import ModelSpec, PairConfig  # noqa: E402
+from edgespec.models.registry import ModelSpec, PairConfig  # noqa: E402
 from edgespec.testing.tiny_hf import build_tiny_hf  # noqa: E402
 from edgespec.util.errors import UsageError  # noqa: E402
 from tests.fakes import MarkovBackend  # noqa: E402

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.models.config import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, UnknownPair, load_registry
+from edgespec.models.config import load_registry
+from edgespec.models.registry import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, UnknownPair
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from edgespec.decoding import decoder
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.models.config import ModelSpec, PairConfig
+from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.quality.divergence import DIFF, TIE, explain_parting, first_divergence, verdict
 from edgespec.quality.noise_floor import SIZES, calibration_tokens, measure_noise_floor
 from tests.fakes import ArgmaxRecorder, MarkovBackend, fake_engine

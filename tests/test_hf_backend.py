@@ -19,7 +19,7 @@ from edgespec.backends.hf_loading import load_hf_backend, read_hf_vocabulary  # 
 from edgespec.backends.hf_tokens import token_tables  # noqa: E402
 from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache  # noqa: E402
 from edgespec.decoding.tree import ROOT, chain  # noqa: E402
-from edgespec.models.config import ModelSpec  # noqa: E402
+from edgespec.models.registry import ModelSpec  # noqa: E402
 from edgespec.testing.tiny_hf import (  # noqa: E402
     ARCHS,
     REMOTE_CODE_SENTINEL,

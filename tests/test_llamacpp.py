@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from edgespec.backends.llamacpp import LlamaCppBackend, quantize
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.backends.llamacpp_runtime import quantize
 from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.costs import CostModel

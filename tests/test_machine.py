@@ -11,11 +11,13 @@ import torch
 
 from edgespec.backends import hf, llamacpp
 from edgespec.backends.hf_loading import load_hf_backend
-from edgespec.backends.llamacpp import LlamaCppBackend, gpu_layers, gpu_memory, gpu_offload, placement_of
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.backends.llamacpp_runtime import gpu_layers, gpu_memory, gpu_offload, placement_of
 from edgespec.decoding.backend import Placement
 from edgespec.engine.engine import Engine
 from edgespec.models import fit as machine
-from edgespec.models.config import ModelSpec, PairConfig, load_registry
+from edgespec.models.config import load_registry
+from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store
 from edgespec.testing.tiny_hf import build_tiny_hf
 from tests.fakes import fake_engine

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from click.testing import CliRunner
 
-from edgespec.backends import llamacpp
+from edgespec.backends import llamacpp_runtime as llamacpp
 from edgespec.cli.models import models
 from edgespec.models import fit as machine
 from tests.test_store import fill_repo, overwrite_keeping_mtime

@@ -19,7 +19,8 @@ from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _read, open_cache
-from edgespec.models.config import ConfigError, ModelSpec, PairConfig, load_registry
+from edgespec.models.config import load_registry
+from edgespec.models.registry import ConfigError, ModelSpec, PairConfig
 from tests.fakes import fake_engine
 
 FILE = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(4))  # about 110 tokens

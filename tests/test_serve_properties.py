@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
-from edgespec.models.config import ModelSpec, PairConfig
+from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker
 from tests.fakes import MarkovBackend

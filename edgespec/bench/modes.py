@@ -28,8 +28,8 @@ from edgespec.decoding.events import Step, Summary, Token, WholeReply
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.models.config import PairConfig
 from edgespec.models.layouts import describe_loaded
+from edgespec.models.registry import PairConfig
 from edgespec.quality.divergence import DIFF, Parting, Round, explain_parting, first_divergence
 from edgespec.util.errors import EdgespecError, UsageError
 

@@ -37,7 +37,7 @@ from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine
 from edgespec.models import layouts
-from edgespec.models.config import ModelSpec, PairConfig
+from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.quality.fidelity import Fidelity, measure_fidelity
 from edgespec.quality.noise_floor import calibration_tokens
 from edgespec.util.errors import EdgespecError

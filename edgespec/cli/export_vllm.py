@@ -27,7 +27,7 @@ from edgespec.cli.common import config_option, error_boundary
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.drafters import DraftChoice, DrafterKind, NgramDrafter
 from edgespec.decoding.plan import KSetting
-from edgespec.models.config import HubSource, ModelSpec, PairConfig
+from edgespec.models.registry import HubSource, ModelSpec, PairConfig
 from edgespec.models.store import Store
 
 _GGUF_QUANT = re.compile(r"[-._]((?:i?q\d|bf16|f16|f32)[a-z0-9_]*)\.gguf$", re.IGNORECASE)

@@ -19,8 +19,9 @@ from rich.table import Table
 from edgespec.cli.common import config_option, error_boundary
 from edgespec.cli.tune import tune
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.models.config import Derived, ModelSpec, PairConfig, PypiChunks, Registry, load_registry
+from edgespec.models.config import load_registry
 from edgespec.models.fit import pair_device, pair_fit
+from edgespec.models.registry import Derived, ModelSpec, PairConfig, PypiChunks, Registry
 from edgespec.models.store import Store
 from edgespec.models.vocab import compare_vocabularies, read_vocabulary
 

@@ -17,11 +17,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from edgespec.cli.common import FiniteFloat, NameList, config_option, error_boundary
-from edgespec.models.config import display_path, load_registry
+from edgespec.models.config import load_registry
 from edgespec.models.store import Store
 from edgespec.util.atomic_file import remove_stale_partials
 from edgespec.util.errors import UsageError
 from edgespec.util.output_files import check_writable, write_or_rescue
+from edgespec.util.paths import display_path
 from edgespec.util.stdout import write_or_defer
 
 CURVE_POINTS = (1, 2, 3, 4, 5, 8, 16)  # the table's columns; --json has every n

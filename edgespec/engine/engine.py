@@ -32,7 +32,8 @@ from edgespec.decoding.events import Event, Summary
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.prompt_cache import PromptCache
-from edgespec.models.config import ModelSpec, PairConfig, load_registry
+from edgespec.models.config import load_registry
+from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store
 from edgespec.models.vocab import check_loaded_pair, check_pair, read_vocabulary
 from edgespec.quality.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor

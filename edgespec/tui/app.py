@@ -18,18 +18,16 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Callable, Iterable
+from typing import Callable
 
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.reactive import var
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
 from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
-from edgespec.tui.chat_list import ChatListScreen
-from edgespec.tui.details import DetailsScreen
+from edgespec.tui.actions import ChatActions
 from edgespec.tui.generation import Generation, fit_context
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer, update_budget
@@ -64,7 +62,7 @@ def describe_pair(engine: Engine) -> str:
 SWITCH_INTERVAL_S = 0.0005
 
 
-class ChatApp(App):
+class ChatApp(ChatActions, App):
     CSS_PATH = "chat.tcss"
     TITLE = "edgespec"
     BINDINGS = [
@@ -337,87 +335,17 @@ class ChatApp(App):
             self._gen.cancel.set()
             self._gen.detached = True
 
-    # Actions
-
-    def action_stop(self) -> None:
-        if self._gen is not None and not self._gen.detached:
-            self._gen.cancel.set()
-
-    async def action_new_chat(self) -> None:
-        self._leave_generation()
-        self.conversation = Conversation(pair=self.engine.pair.name, system=self.system)
-        await self._show_conversation()
-        self.query_one(PromptBox).focus()
-
-    async def action_regenerate(self) -> None:
-        if self._refuse_if_busy():
-            return
-        messages = self.conversation.messages
-        if messages and messages[-1]["role"] == "assistant":
-            last = messages.pop()
-            for view in self.transcript.replies():
-                if view.message is last:
-                    await view.remove()
-        if not messages or messages[-1]["role"] != "user":
-            self.notify("Nothing to regenerate yet.", severity="warning")
-            return
-        self._start_reply()
-
-    def action_details(self) -> None:
-        live = self._gen is not None and not self._gen.detached
-        self.push_screen(DetailsScreen(self._gen.stats.figures() if live else self._last_figures))
-
-    def action_toggle_markdown(self) -> None:
-        self.markdown = not self.markdown
+    # Reactive settings (their keys and commands are in ChatActions)
 
     def watch_markdown(self, on: bool) -> None:
         if self.is_mounted:
             for view in self.transcript.replies():
                 view.set_markdown(on)
 
-    def action_toggle_rejected(self) -> None:
-        self.show_rejected = not self.show_rejected
-
     def watch_show_rejected(self, on: bool) -> None:
         if self.is_mounted:
             for view in self.transcript.replies():
                 view.set_show_rejected(on)
-
-    def action_open_chat(self) -> None:
-        if self._refuse_if_busy():
-            return
-        chats, unreadable = self.store.list()
-        if unreadable:
-            # listed by name so that a damaged chat is not mistaken for a lost one
-            lines = [str(e) for e in unreadable[:3]]
-            if len(unreadable) > 3:
-                lines.append(f"… and {len(unreadable) - 3} more")
-            self.notify("\n".join(lines), title="Saved chats left out of the list", severity="warning", timeout=10)
-        self.push_screen(ChatListScreen(chats), self._open_chat)
-
-    async def _open_chat(self, chat_id: str | None) -> None:
-        if not chat_id:
-            return
-        try:
-            self.conversation = self.store.load(chat_id)
-        except EdgespecError as e:
-            self.notify(str(e), severity="error")
-            return
-        await self._show_conversation()
-        self.query_one(PromptBox).focus()
-
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        yield SystemCommand("New chat", "Start an empty conversation (ctrl+n)", self.action_new_chat)
-        yield SystemCommand("Regenerate", "Generate the last reply again (ctrl+r)", self.action_regenerate)
-        yield SystemCommand("Stop", "Stop generating; the partial reply stays (esc)", self.action_stop)
-        yield SystemCommand("Details", "K histogram, time split and speedup of the last reply (F2)",
-                            self.action_details)
-        yield SystemCommand("Markdown", "Toggle Markdown rendering of finished replies (F3)",
-                            self.action_toggle_markdown)
-        yield SystemCommand("Rejected drafts", "Toggle showing rejected draft tokens struck through (F4)",
-                            self.action_toggle_rejected)
-        yield SystemCommand("Open chat", "Reopen a saved conversation (ctrl+o)", self.action_open_chat)
 
     async def on_unmount(self) -> None:
         """Quitting mid-reply counts as esc: cancel, let the worker end (up to 2 s), save the reply."""

@@ -24,3 +24,11 @@ def home() -> Path:
         where = "EDGESPEC_HOME" if os.environ.get("EDGESPEC_HOME") else "edgespec's cache folder"
         raise HomeError(f"{where} {path} is a file, not a folder; move it away or point EDGESPEC_HOME at a folder")
     return path
+
+
+def display_path(path: Path) -> str:
+    """A path as the user would type it (home shown as ~), for error messages."""
+    try:
+        return "~/" + str(path.expanduser().absolute().relative_to(Path.home()))
+    except ValueError:
+        return str(path)
