@@ -163,7 +163,7 @@ def render_page(text: str, folder: Path = RESULTS) -> str:
 
 
 def plot(folder: Path, path: Path) -> None:
-    """The bench's own plot (edgespec.bench.modes.plot) of the dev set and held-out edits."""
+    """The bench's own plot (edgespec.bench.report.plot) of the dev set and held-out edits."""
     from edgespec.bench.report import plot as bench_plot
 
     docs = [load(folder, name) for name in BENCH_FILES]

@@ -1,6 +1,6 @@
 """The bench's `hf-assisted` peer: transformers' own speculative generation,
 `generate(assistant_model=...)` with its default assistant settings, on the pair edgespec runs,
-timed the way the engine's Summary times edgespec's modes (see `bench.measure`).
+timed the way the engine's Summary times edgespec's modes (see `modes.measure`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ varies by several percent, as much as the differences worth reporting (prompts w
 drafted, so both modes did the same work, still spread on either side of 1.0x).
 Every figure comes from the engine's own event stream, as in `edgespec run`, except
 those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
-prompts (hf backend only), the peer to beat, timed the same way (see `bench_hf_assisted.assisted_generate`).
+prompts (hf backend only), the peer to beat, timed the same way (see `hf_assisted.assisted_generate`).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Each candidate is measured three ways, all on this machine:
 - its fidelity: top-1 agreement and KL against the original on the calibration text shipped with
   the package (`fidelity.measure_fidelity`);
 - the bench gain of `auto`: every candidate and the original run `ar` and `auto` on a few prompts,
-  interleaved prompt by prompt (`bench.run_bench`), so that a candidate's `auto` is compared with
+  interleaved prompt by prompt (`modes.run_bench`), so that a candidate's `auto` is compared with
   its own `ar` and with the original's `ar`, which is what the user gains.
 
 Where the pair's draft model has tensors llama.cpp does not repack, a faster layout of it is built

@@ -1,4 +1,4 @@
-"""`edgespec chat`: the click command that loads the pair and opens the app (registered in cli.py).
+"""`edgespec chat`: the click command that loads the pair and opens the app (registered in cli/main.py).
 
 Piped stdin becomes the first message (`git diff | edgespec chat -s "review this"`); the app then
 reads keys from the terminal, reopened as /dev/tty onto file descriptor 0, where Textual reads.

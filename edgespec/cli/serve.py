@@ -1,4 +1,4 @@
-"""`edgespec serve`: the click command that loads the pair and runs the server (registered in cli.py).
+"""`edgespec serve`: the click command that loads the pair and runs the server (registered in cli/main.py).
 
 The address is bound before the model loads, so a port in use or a bad --host is a one-line error
 at once; uvicorn then serves on that socket. Only the request line of each request is logged

@@ -1,4 +1,5 @@
-"""The protocol every runtime implements, and the bookkeeping they share.
+"""The protocol every runtime implements, and the bookkeeping they share. It lives in decoding, the
+layer that consumes it: the backends implement it from above, so the algorithm imports no runtime.
 
 A backend owns one model and one KV cache. The decoder talks to it only through `eval` (append
 tokens, get logits at the positions asked for), `truncate` (roll the cache back), and `eval_tree` /
