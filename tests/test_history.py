@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 import edgespec.engine.engine
-from edgespec.tui import command
+from edgespec.cli import chat as command
 from edgespec.tui.app import ChatApp
 from edgespec.tui.details import details_renderable
 from edgespec.tui.history import ChatStore, Conversation, HistoryError

@@ -317,7 +317,7 @@ def test_no_cache_writes_nothing(cli_env, monkeypatch, flags, env):
 
 
 def test_the_stdin_text_is_the_shared_prefix_with_and_without_a_system_prompt(tiny_gguf):
-    from edgespec.cli.main import compose_message
+    from edgespec.cli.run import compose_message
 
     backend = load(tiny_gguf)
     for system in ([], [{"role": "system", "content": "Be brief."}]):

@@ -739,7 +739,7 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
 
 def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     import edgespec.engine.engine
-    from edgespec.tui import command
+    from edgespec.cli import chat as command
 
     engine = FakeEngine()
     seen: dict = {}
@@ -766,7 +766,7 @@ def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_
     """The chats folder replaced by a file: the chat goes to rescued/ beside it, a notification says
     where as soon as it happens, and the same line is on stderr after ctrl+q."""
     import edgespec.engine.engine
-    from edgespec.tui import command
+    from edgespec.cli import chat as command
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     (tmp_path / "chats").write_text("a file where the chats folder belongs\n")
