@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgespec.backends import hf, llamacpp
+from edgespec.backends import hf, llamacpp_runtime
 from edgespec.backends.hf_loading import load_hf_backend
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.backends.llamacpp_runtime import gpu_layers, gpu_memory, gpu_offload, placement_of
@@ -134,8 +134,8 @@ def test_a_llamacpp_pair_runs_on_the_cpu_of_a_cpu_build():
 
 
 def test_a_llamacpp_pair_on_a_build_that_offloads(monkeypatch):
-    monkeypatch.setattr(llamacpp, "gpu_offload", lambda: True)
-    monkeypatch.setattr(llamacpp, "gpu_memory", lambda: 24_000_000_000)
+    monkeypatch.setattr(llamacpp_runtime, "gpu_offload", lambda: True)
+    monkeypatch.setattr(llamacpp_runtime, "gpu_memory", lambda: 24_000_000_000)
     assert machine.pair_device(llama_pair()) == machine.Device("gpu", "llama.cpp: all layers", 24_000_000_000, "GPU")
     assert machine.pair_device(llama_pair(0)).name == "cpu"
     split = machine.pair_device(llama_pair(20))

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from click.testing import CliRunner
 
-from edgespec.backends import llamacpp_runtime as llamacpp
+from edgespec.backends import llamacpp_runtime
 from edgespec.cli.models import models
 from edgespec.models import fit as machine
 from tests.test_store import fill_repo, overwrite_keeping_mtime
@@ -145,13 +145,13 @@ def row(output: str, pair: str) -> list[str]:
 
 def test_list_says_where_each_pair_runs_and_whether_it_fits(run, monkeypatch):
     monkeypatch.setattr(machine, "ram_bytes", lambda: 8_000_000_000)
-    monkeypatch.setattr(llamacpp, "gpu_offload", lambda: False)  # as on this machine, whatever the build
+    monkeypatch.setattr(llamacpp_runtime, "gpu_offload", lambda: False)  # as on this machine, whatever the build
     output = run().output
     assert row(output, "qwen2.5-coder-1.5b (default)")[-2:] == ["cpu (llama.cpp: no GPU offload)",
                                                                 "yes: 2.3 of 8.0 GB RAM"]  # its draft: 0.36 GB
     assert row(output, "qwen2.5-coder-14b")[-1] == "no: 11.9 GB > 8.0 GB RAM"
-    monkeypatch.setattr(llamacpp, "gpu_offload", lambda: True)  # a CUDA build on a 24 GB card
-    monkeypatch.setattr(llamacpp, "gpu_memory", lambda: 24_000_000_000)
+    monkeypatch.setattr(llamacpp_runtime, "gpu_offload", lambda: True)  # a CUDA build on a 24 GB card
+    monkeypatch.setattr(llamacpp_runtime, "gpu_memory", lambda: 24_000_000_000)
     output = run().output
     assert row(output, "qwen2.5-coder-14b")[-2:] == ["gpu (llama.cpp: all layers)", "yes: 11.9 of 24.0 GB GPU"]
 

@@ -80,7 +80,7 @@ def hub_download(source: HubSource, force: bool) -> str:
     what = f"{source.repo}/{source.file}" if source.file else source.repo
     try:
         if source.file is not None:
-            return huggingface_hub.hfhub_download(source.repo, source.file, revision=source.revision, force_download=force)
+            return huggingface_hub.hf_hub_download(source.repo, source.file, revision=source.revision, force_download=force)
         return huggingface_hub.snapshot_download(source.repo, revision=source.revision, allow_patterns=HUB_PATTERNS,
                                                  force_download=force)
     except errors.GatedRepoError:
