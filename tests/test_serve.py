@@ -528,6 +528,7 @@ def test_serve_refuses_bad_flags_in_one_line_before_loading(env):
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", "70000"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "-m", "tiny-ngram", "--draft", "model"]), 2)
     _one_line_error(CliRunner().invoke(cli.main, ["serve", "--temperature", "nan"]), 2)
+    assert "--api-key" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--api-key", "k\udcff"]), 2)
 
 
 def test_a_client_that_connects_before_the_server_runs_waits_instead_of_being_refused():

@@ -18,6 +18,7 @@ from edgespec.cli.common import cache_option, decoding_options, error_boundary, 
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.util import interrupts
 from edgespec.util.errors import UsageError
+from edgespec.util.text_check import check_text
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -85,6 +86,7 @@ def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, 
     from edgespec.server.app import create_app
     from edgespec.server.engine_worker import EngineWorker
 
+    check_text(api_key, "--api-key")  # compared as UTF-8 bytes with each request's key
     pair_config = find_pair(pair, config, draft)
     cache = open_cache(config, no_cache, memory_entries=SERVE_MEMORY_ENTRIES)
     sock = listen(host, port)
