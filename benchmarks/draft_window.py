@@ -46,15 +46,15 @@ def agreement(draft, prompt: list[int], reply: list[int], window: int | None) ->
     draft model reading the prompt's window then the reply."""
     drafter = ModelDrafter(draft, window=window)
     drafter.begin(prompt)
-    view = prompt[drafter.start:]
+    view = prompt[drafter.start :]
     draft.truncate(0)
     draft.eval(view[:-1], 1) if len(view) > 1 else None
     hits = 0
     fed = [view[-1]] + reply[:-1]  # each predicts the next reply token
     for i in range(0, len(fed), 256):
-        chunk = fed[i:i + 256]
+        chunk = fed[i : i + 256]
         logits = draft.eval(chunk, len(chunk))
-        hits += int(np.sum(np.argmax(logits, axis=1) == np.asarray(reply[i:i + len(chunk)])))
+        hits += int(np.sum(np.argmax(logits, axis=1) == np.asarray(reply[i : i + len(chunk)])))
     draft.truncate(0)
     return hits, len(reply)
 
@@ -85,20 +85,37 @@ def main() -> None:
         reply = reply_ids(engine, prompt, max_tokens)
         for window in windows:
             hits, n = agreement(engine.draft, prompt, reply, window)
-            rows.append({"suite": suite, "id": pid, "prompt_tokens": len(prompt), "reply_tokens": n,
-                         "window": window or "all", "agreement": hits / n if n else None, "hits": hits})
+            rows.append(
+                {
+                    "suite": suite,
+                    "id": pid,
+                    "prompt_tokens": len(prompt),
+                    "reply_tokens": n,
+                    "window": window or "all",
+                    "agreement": hits / n if n else None,
+                    "hits": hits,
+                }
+            )
             print(f"{suite} {pid} ({len(prompt)} prompt tokens) window {window or 'all'}: {hits}/{n}", file=sys.stderr)
     engine.close()
     summary = []
     for suite in dict.fromkeys(r["suite"] for r in rows):
         for window in [w or "all" for w in windows]:
             mine = [r for r in rows if r["suite"] == suite and r["window"] == window and r["reply_tokens"]]
-            summary.append({"suite": suite, "window": window, "prompts": len(mine),
-                            "agreement": sum(r["hits"] for r in mine) / sum(r["reply_tokens"] for r in mine),
-                            "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in mine)})
+            summary.append(
+                {
+                    "suite": suite,
+                    "window": window,
+                    "prompts": len(mine),
+                    "agreement": sum(r["hits"] for r in mine) / sum(r["reply_tokens"] for r in mine),
+                    "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in mine),
+                }
+            )
     for s in summary:
-        print(f"{s['suite']:10} window {str(s['window']):>5}: agreement {s['agreement']:.1%} "
-              f"({s['prompts']} prompts, median {s['median_prompt_tokens']:.0f} prompt tokens)")
+        print(
+            f"{s['suite']:10} window {str(s['window']):>5}: agreement {s['agreement']:.1%} "
+            f"({s['prompts']} prompts, median {s['median_prompt_tokens']:.0f} prompt tokens)"
+        )
     if args.json:
         meta = {**provenance(), "pair": engine.pair.name}
         args.json.parent.mkdir(parents=True, exist_ok=True)

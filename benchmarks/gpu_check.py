@@ -42,9 +42,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -65,8 +66,9 @@ from edgespec.decoding.simple_policies import FixedK  # noqa: E402
 from edgespec.testing.rule_models import SHAPES, agreeing_permutation, build_model, export_gguf, set_rule  # noqa: E402
 from edgespec.testing.tiny_hf import bytelevel_tokenizer  # noqa: E402
 
-LLAMA_CPP = next(line.split('"')[1] for line in (ROOT / "pyproject.toml").read_text().splitlines()
-                 if '"llama-cpp-python==' in line)
+LLAMA_CPP = next(
+    line.split('"')[1] for line in (ROOT / "pyproject.toml").read_text().splitlines() if '"llama-cpp-python==' in line
+)
 
 
 @dataclass
@@ -97,13 +99,35 @@ def make_plan(args) -> CheckPlan:
         # the other core turn a 10 ms pass into 250 ms at random; one thread keeps timings stable.
         torch.set_num_threads(1)
         quants = ("none", "4bit") if bnb_runs_on("cpu") else ("none",)
-        return CheckPlan("tiny-target", "tiny-draft", "cpu", "bf16" if cpu_has_bf16() else "fp32", prompt=32,
-                         tokens=args.tokens or 24, reps=1, accept=accept, fixed_k=(2,), quants=quants,
-                         llama_quant=llama_quant, llama_threads=1)
+        return CheckPlan(
+            "tiny-target",
+            "tiny-draft",
+            "cpu",
+            "bf16" if cpu_has_bf16() else "fp32",
+            prompt=32,
+            tokens=args.tokens or 24,
+            reps=1,
+            accept=accept,
+            fixed_k=(2,),
+            quants=quants,
+            llama_quant=llama_quant,
+            llama_threads=1,
+        )
     if not torch.cuda.is_available():
         sys.exit("gpu_check: real shapes need a CUDA GPU (torch sees none); --tiny runs it on tiny shapes")
-    return CheckPlan("llama-3.1-8b", "llama-3.2-1b", "cuda", "bf16", prompt=256, tokens=args.tokens or 128, reps=5,
-                     accept=accept, fixed_k=(2, 4, 6), quants=("none", "4bit"), llama_quant=llama_quant)
+    return CheckPlan(
+        "llama-3.1-8b",
+        "llama-3.2-1b",
+        "cuda",
+        "bf16",
+        prompt=256,
+        tokens=args.tokens or 128,
+        reps=5,
+        accept=accept,
+        fixed_k=(2, 4, 6),
+        quants=("none", "4bit"),
+        llama_quant=llama_quant,
+    )
 
 
 def bnb_runs_on(device: str) -> bool:
@@ -137,7 +161,7 @@ def measure_verify(backend, prompt: list[int], ns, reps: int) -> dict[int, float
     for n in ns:
         tokens = [(7 * i + 3) % backend.n_vocab for i in range(n)]
 
-        def one():
+        def one(tokens=tokens, n=n):
             backend.eval(tokens, n)
             backend.truncate(base)
 
@@ -224,12 +248,19 @@ def run_decode(target, draft, prompt, n_tokens, mode: str, oracle, costs) -> Dec
     # (summary.target_read_s); the draft model's reading during decoding is, as in the user's loop.
     host_s = max(summary.decode_s - (model_s - summary.target_read_s), 0.0)
     seq = list(prompt[-1:]) + ids
-    follows = sum(oracle(p) == n for p, n in zip(seq, seq[1:])) / max(len(ids), 1)
-    return DecodeResult(mode=mode, tokens=summary.tokens, seconds=summary.decode_s, passes=summary.target_passes,
-                        drafted=summary.drafted, accepted=summary.accepted,
-                        rejecting_passes=sum(1 for a in summary.acceptance_series if a < 1),
-                        host_ms=1000 * host_s / max(summary.target_passes, 1), k_hist=dict(summary.k_histogram),
-                        follows_rule=follows)
+    follows = sum(oracle(p) == n for p, n in pairwise(seq)) / max(len(ids), 1)
+    return DecodeResult(
+        mode=mode,
+        tokens=summary.tokens,
+        seconds=summary.decode_s,
+        passes=summary.target_passes,
+        drafted=summary.drafted,
+        accepted=summary.accepted,
+        rejecting_passes=sum(1 for a in summary.acceptance_series if a < 1),
+        host_ms=1000 * host_s / max(summary.target_passes, 1),
+        k_hist=dict(summary.k_histogram),
+        follows_rule=follows,
+    )
 
 
 def measured_costs(verify_ms: dict[int, float], draft_ms: float) -> CostModel:
@@ -284,13 +315,22 @@ def measure_side(side: Side, plan: CheckPlan, prompt: list[int], oracle, deadlin
         drafting = list(fixed.values()) or [auto]  # fixed K always drafts: its acceptance is the draft's
         accepted = sum(r.accepted for r in drafting)
         tried = accepted + sum(r.rejecting_passes for r in drafting)
-        row = {"fixed": fixed, "auto": auto, "measured_a": accepted / tried if tried else float("nan"),
-               "k_star": k_star, "predicted_speedup": predicted / predicted_ar,
-               "measured_speedup": auto.tok_s / ar.tok_s if ar.tok_s else float("nan"), "assisted": None}
+        row = {
+            "fixed": fixed,
+            "auto": auto,
+            "measured_a": accepted / tried if tried else float("nan"),
+            "k_star": k_star,
+            "predicted_speedup": predicted / predicted_ar,
+            "measured_speedup": auto.tok_s / ar.tok_s if ar.tok_s else float("nan"),
+            "assisted": None,
+        }
         if side.assisted:
             run = assisted_generate(side.target, draft, prompt, plan.tokens)
-            row["assisted"] = {"tok_s": run.decode_tokens_per_s, "speedup": run.decode_tokens_per_s / ar.tok_s,
-                               "accepted_of_drafted": run.accepted / run.drafted if run.drafted else float("nan")}
+            row["assisted"] = {
+                "tok_s": run.decode_tokens_per_s,
+                "speedup": run.decode_tokens_per_s / ar.tok_s,
+                "accepted_of_drafted": run.accepted / run.drafted if run.drafted else float("nan"),
+            }
         out["accept"][a] = row
     return out
 
@@ -311,11 +351,18 @@ def quantize_4bit(model, compute_dtype) -> None:
         for name, child in list(parent.named_children()):
             if not isinstance(child, torch.nn.Linear) or child is model.get_output_embeddings():
                 continue
-            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                  compute_dtype=compute_dtype, compress_statistics=True, quant_type="nf4",
-                                  device="meta")
-            weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
-                                       quant_type="nf4", module=q)
+            q = bnb.nn.Linear4bit(
+                child.in_features,
+                child.out_features,
+                bias=child.bias is not None,
+                compute_dtype=compute_dtype,
+                compress_statistics=True,
+                quant_type="nf4",
+                device="meta",
+            )
+            weight = bnb.nn.Params4bit(
+                child.weight.data, requires_grad=False, compress_statistics=True, quant_type="nf4", module=q
+            )
             q.weight = weight.to(child.weight.device)  # quantizes on that device
             if child.bias is not None:
                 q.bias = child.bias
@@ -326,8 +373,11 @@ def quantize_4bit(model, compute_dtype) -> None:
 
 def llama_files(plan: CheckPlan, target_model, draft_model, rules: dict, work: Path) -> tuple[Path, dict[float, Path]]:
     """The target and one draft per acceptance rate as GGUFs of `plan.llama_quant`."""
+
     def quantized(f16: Path) -> Path:
-        out = llamacpp_runtime.quantize(f16, f16.with_name(f16.name.replace("-f16", f"-{plan.llama_quant}")), plan.llama_quant)
+        out = llamacpp_runtime.quantize(
+            f16, f16.with_name(f16.name.replace("-f16", f"-{plan.llama_quant}")), plan.llama_quant
+        )
         f16.unlink()
         return out
 
@@ -394,8 +444,9 @@ def gpu_check(plan: CheckPlan, budget_s: float, setup: dict | None = None) -> tu
             target_gguf, draft_ggufs = llama_files(plan, target_model, draft_model, rules, Path(tmp))
             report["setup"][f"GGUFs written and quantized to {plan.llama_quant}"] = time.perf_counter() - t0
             progress("GGUFs written")
-            report["sides"][f"llama.cpp {plan.llama_quant}"] = measure_llama(plan, target_gguf, draft_ggufs, prompt,
-                                                                             oracle, deadline)
+            report["sides"][f"llama.cpp {plan.llama_quant}"] = measure_llama(
+                plan, target_gguf, draft_ggufs, prompt, oracle, deadline
+            )
         progress("llama.cpp measured")
     else:
         report["llama.cpp left out"] = why_not
@@ -415,16 +466,19 @@ def gpu_check(plan: CheckPlan, budget_s: float, setup: dict | None = None) -> tu
             report["setup"]["target quantized to nf4"] = time.perf_counter() - t0
         label = f"transformers {plan.dtype}" if quant == "none" else f"transformers nf4/{plan.dtype}"
         target = hf_backend(target_model, plan.n_ctx, plan.target)
-        report["sides"][label] = measure_side(Side(label, target, hf_draft_for, assisted=True), plan, prompt, oracle,
-                                              deadline)
+        report["sides"][label] = measure_side(
+            Side(label, target, hf_draft_for, assisted=True), plan, prompt, oracle, deadline
+        )
         progress(f"{label} measured")
     report["seconds"] = time.perf_counter() - t_start
     return render(plan, report), report
 
 
-def measure_llama(plan: CheckPlan, target_gguf: Path, draft_ggufs: dict[float, Path], prompt, oracle,
-                  deadline: float) -> dict:
+def measure_llama(
+    plan: CheckPlan, target_gguf: Path, draft_ggufs: dict[float, Path], prompt, oracle, deadline: float
+) -> dict:
     """The llama.cpp side: both models loaded as a user's pair is (every layer on the GPU where it can)."""
+
     def load(path: Path):
         backend = llamacpp.LlamaCppBackend(path, plan.n_ctx, threads=plan.llama_threads)
         backend.eos_ids = frozenset()  # synthetic text: never stop early
@@ -455,25 +509,30 @@ def measure_llama(plan: CheckPlan, target_gguf: Path, draft_ggufs: dict[float, P
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     rows = [header] + rows
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
     return "\n".join([line(rows[0]), line(tuple("-" * w for w in widths))] + [line(r) for r in rows[1:]])
 
 
 def render(plan: CheckPlan, report: dict) -> str:
     sides = report["sides"]
-    head = (f"edgespec gpu_check on {report['device']}: target {plan.target}, draft {plan.draft} (random weights, "
-            f"rule-following), prompt {plan.prompt} tokens, {plan.tokens} generated per run, greedy; "
-            f"total {report['seconds']:.0f} s")
+    head = (
+        f"edgespec gpu_check on {report['device']}: target {plan.target}, draft {plan.draft} (random weights, "
+        f"rule-following), prompt {plan.prompt} tokens, {plan.tokens} generated per run, greedy; "
+        f"total {report['seconds']:.0f} s"
+    )
     setup = "setup: " + "; ".join(f"{what} {s:.0f} s" for what, s in report["setup"].items())
     if "llama.cpp left out" in report:
         setup += f"\nllama.cpp left out: {report['llama.cpp left out']}"
-    verify = table(("verify ms, n =",) + tuple(str(n) for n in plan.verify_ns),
-                   [(label,) + tuple(f"{s['verify_ms'][n]:.1f}" for n in plan.verify_ns) for label, s in sides.items()])
+    verify = table(
+        ("verify ms, n =",) + tuple(str(n) for n in plan.verify_ns),
+        [(label,) + tuple(f"{s['verify_ms'][n]:.1f}" for n in plan.verify_ns) for label, s in sides.items()],
+    )
     plain = "\n".join(
         f"{label}: draft step {s['draft_ms']:.2f} ms; ar {s['ar'].tok_s:.1f} tok/s, host {s['ar'].host_ms:.2f} "
         f"ms/pass, follows the target's rule {s['ar'].follows_rule:.3f}"
         + (f"; runs on {s['placement']}" if "placement" in s else "")
-        for label, s in sides.items())
+        for label, s in sides.items()
+    )
     rows = []
     for label, s in sides.items():
         ar = s["ar"].tok_s
@@ -485,12 +544,33 @@ def render(plan: CheckPlan, report: dict) -> str:
             auto = r["auto"]
             hist = ",".join(f"{k}:{n}" for k, n in sorted(auto.k_hist.items()))
             assisted = r["assisted"]
-            rows.append((label, f"{a:g}", f"{r['measured_a']:.2f}", fixed, f"{auto.tok_s:.1f}",
-                         f"{auto.k_used} ({hist}); K* {r['k_star']}",
-                         f"{r['predicted_speedup']:.2f}x", f"{r['measured_speedup']:.2f}x",
-                         f"{assisted['tok_s']:.1f} ({assisted['speedup']:.2f}x)" if assisted else "-"))
-    decode = table(("backend", "a", "measured a", "fixed K tok/s", "auto tok/s", "auto K used (passes); best K*",
-                    "auto predicted", "auto measured", "hf-assisted tok/s"), rows)
+            rows.append(
+                (
+                    label,
+                    f"{a:g}",
+                    f"{r['measured_a']:.2f}",
+                    fixed,
+                    f"{auto.tok_s:.1f}",
+                    f"{auto.k_used} ({hist}); K* {r['k_star']}",
+                    f"{r['predicted_speedup']:.2f}x",
+                    f"{r['measured_speedup']:.2f}x",
+                    f"{assisted['tok_s']:.1f} ({assisted['speedup']:.2f}x)" if assisted else "-",
+                )
+            )
+    decode = table(
+        (
+            "backend",
+            "a",
+            "measured a",
+            "fixed K tok/s",
+            "auto tok/s",
+            "auto K used (passes); best K*",
+            "auto predicted",
+            "auto measured",
+            "hf-assisted tok/s",
+        ),
+        rows,
+    )
     return "\n\n".join([head, setup, verify, plain, decode])
 
 
@@ -498,26 +578,54 @@ def build_llama_cuda(arch: str, source: str) -> tuple[Path, float]:
     """pip-install llama-cpp-python built with CUDA for one architecture into build/llama-cuda-ARCH.
     Returns the folder (to put first on sys.path) and the seconds it took."""
     dest = ROOT / "build" / f"llama-cuda-{arch}"
-    env = {**os.environ, "CMAKE_ARGS": f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={arch}",
-           "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)}
+    env = {
+        **os.environ,
+        "CMAKE_ARGS": f"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={arch}",
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
+    }
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-cache-dir", "--upgrade",
-                           "--target", str(dest), source], env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-cache-dir",
+            "--upgrade",
+            "--target",
+            str(dest),
+            source,
+        ],
+        env=env,
+    )
     if done.returncode != 0:
-        sys.exit(f"gpu_check: building {source} with CUDA for sm_{arch} failed (pip exit {done.returncode}; its "
-                 "output is above)")
+        sys.exit(
+            f"gpu_check: building {source} with CUDA for sm_{arch} failed (pip exit {done.returncode}; its "
+            "output is above)"
+        )
     return dest, time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: every part, in a minute")
-    p.add_argument("--build-llama-cuda", metavar="ARCH", help="first build llama-cpp-python with CUDA for this "
-                   "architecture (e.g. 90 for H100/H200, 89 for RTX 40xx, 86 for RTX 30xx)")
-    p.add_argument("--llama-source", default=LLAMA_CPP, help=f"what that build installs (default {LLAMA_CPP}; "
-                   "a path to a downloaded sdist where there is no package index)")
-    p.add_argument("--llama-quant", default="Q4_K_M",
-                   help="llama.cpp file type of both models; none leaves llama.cpp out")
+    p.add_argument(
+        "--build-llama-cuda",
+        metavar="ARCH",
+        help="first build llama-cpp-python with CUDA for this "
+        "architecture (e.g. 90 for H100/H200, 89 for RTX 40xx, 86 for RTX 30xx)",
+    )
+    p.add_argument(
+        "--llama-source",
+        default=LLAMA_CPP,
+        help=f"what that build installs (default {LLAMA_CPP}; "
+        "a path to a downloaded sdist where there is no package index)",
+    )
+    p.add_argument(
+        "--llama-quant", default="Q4_K_M", help="llama.cpp file type of both models; none leaves llama.cpp out"
+    )
     p.add_argument("--budget-s", type=float, default=420.0, help="stop starting decode runs after this (default 420)")
     p.add_argument("--tokens", type=int, default=0, help="tokens per decode run (default 128, --tiny 24)")
     p.add_argument("--accept", default="0.5,0.7,0.9", help="acceptance rates the draft is built for")

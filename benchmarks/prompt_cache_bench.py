@@ -44,8 +44,12 @@ from serve_throughput import start_server  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 EDGESPEC = [sys.executable, "-m", "edgespec"]
 DEFAULT_INPUT = ROOT / "edgespec" / "decoding" / "controller.py"
-INSTRUCTIONS = ("Add type hints to every function.", "Write a docstring for every class.",
-                "List the functions and what each returns.", "Find one bug and explain it.")
+INSTRUCTIONS = (
+    "Add type hints to every function.",
+    "Write a docstring for every class.",
+    "List the functions and what each returns.",
+    "Find one bug and explain it.",
+)
 
 
 def fresh(text: str) -> str:
@@ -57,20 +61,43 @@ def run_call(pair: str | None, stdin: str, instruction: str, max_tokens: int, *f
     """One `edgespec run`, timed from start to exit, with its --stats-json figures."""
     with tempfile.TemporaryDirectory() as tmp:
         stats = Path(tmp) / "stats.json"
-        args = [*EDGESPEC, "run", instruction, "--max-tokens", str(max_tokens), "--temperature", "0", "--color",
-                "never", "--stats-json", str(stats), *flags] + (["-m", pair] if pair else [])
+        args = [
+            *EDGESPEC,
+            "run",
+            instruction,
+            "--max-tokens",
+            str(max_tokens),
+            "--temperature",
+            "0",
+            "--color",
+            "never",
+            "--stats-json",
+            str(stats),
+            *flags,
+        ] + (["-m", pair] if pair else [])
         start = time.perf_counter()
         subprocess.run(args, input=stdin, text=True, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - start
         summary = json.loads(stats.read_text())
-    return {"wall_s": wall, "ttft_s": summary["ttft_s"], "prompt_tokens": summary["prompt_tokens"],
-            "prompt_cached": summary.get("prompt_cached"), "tokens": summary["tokens"]}
+    return {
+        "wall_s": wall,
+        "ttft_s": summary["ttft_s"],
+        "prompt_tokens": summary["prompt_tokens"],
+        "prompt_cached": summary.get("prompt_cached"),
+        "tokens": summary["tokens"],
+    }
 
 
 def stream_call(url: str, model: str, text: str, max_tokens: int) -> dict:
     """One streamed chat request: the time to its first text chunk, and the engine's figures."""
-    body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
     first, last = None, None
     with httpx.stream("POST", url + "/chat/completions", json=body, timeout=1800) as r:
@@ -78,14 +105,17 @@ def stream_call(url: str, model: str, text: str, max_tokens: int) -> dict:
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[len("data: "):])
+            chunk = json.loads(line[len("data: ") :])
             if first is None and chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
                 first = time.perf_counter() - start
             last = chunk
-    return {"client_ttft_s": first, "wall_s": time.perf_counter() - start,
-            "engine_ttft_s": (last.get("metrics") or {}).get("ttft_s"),
-            "prompt_tokens": (last.get("usage") or {}).get("prompt_tokens"),
-            "cached_tokens": ((last.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")}
+    return {
+        "client_ttft_s": first,
+        "wall_s": time.perf_counter() - start,
+        "engine_ttft_s": (last.get("metrics") or {}).get("ttft_s"),
+        "prompt_tokens": (last.get("usage") or {}).get("prompt_tokens"),
+        "cached_tokens": ((last.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens"),
+    }
 
 
 def serve_scenario(pair: str | None, files: dict[str, str], max_tokens: int) -> list[dict]:
@@ -96,9 +126,12 @@ def serve_scenario(pair: str | None, files: dict[str, str], max_tokens: int) -> 
         for i, name in enumerate(["A", "B", "A", "B"]):
             one = stream_call(url, model, files[name] + "\n\n" + INSTRUCTIONS[i], max_tokens)
             calls.append({"request": i + 1, "file": name, **one})
-            print(f"serve request {i + 1} ({name}): first text after {one['client_ttft_s']:.3f} s "
-                  f"(engine TTFT {one['engine_ttft_s']:.3f} s), {one['cached_tokens']}/{one['prompt_tokens']} prompt "
-                  "tokens cached", flush=True)
+            print(
+                f"serve request {i + 1} ({name}): first text after {one['client_ttft_s']:.3f} s "
+                f"(engine TTFT {one['engine_ttft_s']:.3f} s), {one['cached_tokens']}/{one['prompt_tokens']} prompt "
+                "tokens cached",
+                flush=True,
+            )
         return calls
     finally:
         os.kill(server.pid, signal.SIGINT)
@@ -138,38 +171,65 @@ def cache_cost(pair: str | None, text: str) -> dict:
             miss_s = time.perf_counter() - start
         finally:
             engine.close()
-    print(f"cache cost: both models read {len(ids)} tokens in {read_s:.1f} s; saving their states "
-          f"({saved_bytes / 1e6:.0f} MB) took {save_s * 1000:.0f} ms; a miss took {miss_s * 1000:.1f} ms", flush=True)
-    return {"prompt_tokens": len(ids), "read_s": read_s, "save_s": save_s, "saved_bytes": saved_bytes,
-            "miss_s": miss_s, "miss_gained": gained}
+    print(
+        f"cache cost: both models read {len(ids)} tokens in {read_s:.1f} s; saving their states "
+        f"({saved_bytes / 1e6:.0f} MB) took {save_s * 1000:.0f} ms; a miss took {miss_s * 1000:.1f} ms",
+        flush=True,
+    )
+    return {
+        "prompt_tokens": len(ids),
+        "read_s": read_s,
+        "save_s": save_s,
+        "saved_bytes": saved_bytes,
+        "miss_s": miss_s,
+        "miss_gained": gained,
+    }
 
 
 @click.command()
 @click.option("-m", "--pair", default=None, help="Model pair (default: the registry's default).")
-@click.option("--input", "input_path", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              default=DEFAULT_INPUT, show_default=True, help="The file piped to every call.")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=DEFAULT_INPUT,
+    show_default=True,
+    help="The file piped to every call.",
+)
 @click.option("--chars", default=7800, show_default=True, help="Characters of the file to use (7,800: ~1.9k tokens).")
-@click.option("--rounds", default=3, show_default=True,
-              help="Interleaved rounds of no-cache, cold and warm calls (0: none, e.g. for --cost alone).")
+@click.option(
+    "--rounds",
+    default=3,
+    show_default=True,
+    help="Interleaved rounds of no-cache, cold and warm calls (0: none, e.g. for --cost alone).",
+)
 @click.option("--max-tokens", default=200, show_default=True)
 @click.option("--serve/--no-serve", default=True, show_default=True, help="Also the serve scenario.")
-@click.option("--cost/--no-cost", default=True, show_default=True,
-              help="Also time saving a 2k-token prompt's states and a lookup that misses, in process.")
+@click.option(
+    "--cost/--no-cost",
+    default=True,
+    show_default=True,
+    help="Also time saving a 2k-token prompt's states and a lookup that misses, in process.",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 def main(pair, input_path, chars, rounds, max_tokens, serve, cost, json_path):
     whole = input_path.read_text()
-    text, other = whole[:chars], whole[chars:2 * chars] or whole[:chars]  # other: file B of the serve scenario
+    text, other = whole[:chars], whole[chars : 2 * chars] or whole[:chars]  # other: file B of the serve scenario
     rows = []
     for n in range(rounds):  # interleaved: a busy spell on the machine hits every kind of call alike
-        row = {"round": n + 1,
-               "no_cache": run_call(pair, fresh(text), INSTRUCTIONS[0], max_tokens, "--no-cache")}
+        row = {"round": n + 1, "no_cache": run_call(pair, fresh(text), INSTRUCTIONS[0], max_tokens, "--no-cache")}
         stdin = fresh(text)
         row["cold"] = run_call(pair, stdin, INSTRUCTIONS[0], max_tokens)
         row["warm"] = run_call(pair, stdin, INSTRUCTIONS[1], max_tokens)
         rows.append(row)
-        print(" | ".join(f"{kind} {row[kind]['wall_s']:.2f} s (TTFT {row[kind]['ttft_s']:.2f} s, "
-                         f"{row[kind]['prompt_cached']}/{row[kind]['prompt_tokens']} cached)"
-                         for kind in ("no_cache", "cold", "warm")), flush=True)
+        print(
+            " | ".join(
+                f"{kind} {row[kind]['wall_s']:.2f} s (TTFT {row[kind]['ttft_s']:.2f} s, "
+                f"{row[kind]['prompt_cached']}/{row[kind]['prompt_tokens']} cached)"
+                for kind in ("no_cache", "cold", "warm")
+            ),
+            flush=True,
+        )
     summary = None
     if rows:
         summary = {
@@ -177,13 +237,24 @@ def main(pair, input_path, chars, rounds, max_tokens, serve, cost, json_path):
             "cold_over_warm_ttft": median(rows, "cold", "ttft_s") / median(rows, "warm", "ttft_s"),
             "saving_cost": median(rows, "cold", "wall_s") / median(rows, "no_cache", "wall_s") - 1,
         }
-        print(f"medians of {rounds}: warm call {summary['cold_over_warm_wall']:.2f}x faster, TTFT "
-              f"{summary['cold_over_warm_ttft']:.1f}x lower; saving adds {summary['saving_cost']:+.1%} to a cold call")
+        print(
+            f"medians of {rounds}: warm call {summary['cold_over_warm_wall']:.2f}x faster, TTFT "
+            f"{summary['cold_over_warm_ttft']:.1f}x lower; saving adds {summary['saving_cost']:+.1%} to a cold call"
+        )
     calls = serve_scenario(pair, {"A": fresh(text), "B": fresh(other)}, max_tokens) if serve else []
     costs = cache_cost(pair, text) if cost else None
     if json_path:
-        result = {**provenance(), "pair": pair, "input": str(input_path), "chars": chars, "max_tokens": max_tokens,
-                  "runs": rows, "summary": summary, "serve": calls, "cost": costs}
+        result = {
+            **provenance(),
+            "pair": pair,
+            "input": str(input_path),
+            "chars": chars,
+            "max_tokens": max_tokens,
+            "runs": rows,
+            "summary": summary,
+            "serve": calls,
+            "cost": costs,
+        }
         json_path.write_text(json.dumps(result, indent=1) + "\n")
 
 

@@ -61,14 +61,21 @@ def whole_call(folder: Path) -> list[str]:
         cells = [f"{entry['case'].split(' | ')[0]} ({entry['prompt_tokens']})"]
         for mode in modes[1:]:
             m = entry[mode]
-            cells.append(f"**{m['whole_speedup']:.2f}x** whole, TTFT {m['ttft_ratio']:.2f}x, "
-                         f"decode {m['decode_speedup']:.2f}x")
+            cells.append(
+                f"**{m['whole_speedup']:.2f}x** whole, TTFT {m['ttft_ratio']:.2f}x, decode {m['decode_speedup']:.2f}x"
+            )
         lines.append("| " + " | ".join(cells) + " |")
     base = modes[0]
     lines.append("")
-    lines.append(f"Against `--draft {base}` in the same rounds (medians): " + "; ".join(
-        f"{e['case'].split(' | ')[0]} {e[base]['wall_s']:.1f} s whole, TTFT {e[base]['ttft_s']:.1f} s, "
-        f"decode {e[base]['decode_s']:.1f} s" for e in doc["summary"]) + ".")
+    lines.append(
+        f"Against `--draft {base}` in the same rounds (medians): "
+        + "; ".join(
+            f"{e['case'].split(' | ')[0]} {e[base]['wall_s']:.1f} s whole, TTFT {e[base]['ttft_s']:.1f} s, "
+            f"decode {e[base]['decode_s']:.1f} s"
+            for e in doc["summary"]
+        )
+        + "."
+    )
     return lines + ["", source(doc, "whole_call.json")]
 
 
@@ -76,37 +83,52 @@ def prompt_cache(folder: Path) -> list[str]:
     doc = load(folder, "prompt_cache.json")
     runs, s = doc["runs"], doc["summary"]
     lines = ["| call | whole call | TTFT | prompt tokens not read |", "|---|---|---|---|"]
-    for kind, label in (("no_cache", "cold, `--no-cache`"), ("cold", "cold, saving its state"),
-                        ("warm", "warm: same file, another instruction")):
+    for kind, label in (
+        ("no_cache", "cold, `--no-cache`"),
+        ("cold", "cold, saving its state"),
+        ("warm", "warm: same file, another instruction"),
+    ):
         walls = sorted(r[kind]["wall_s"] for r in runs)
         ttfts = sorted(r[kind]["ttft_s"] for r in runs)
         cached = runs[0][kind]["prompt_cached"], runs[0][kind]["prompt_tokens"]
-        lines.append(f"| {label} | {walls[len(walls) // 2]:.1f} s ({walls[0]:.1f}-{walls[-1]:.1f}) | "
-                     f"{ttfts[len(ttfts) // 2]:.2f} s | {cached[0]} of {cached[1]} |")
-    lines += ["", f"Warm against cold (medians of {len(runs)} rounds): whole call "
-              f"**{s['cold_over_warm_wall']:.2f}x** faster, time to first token **{s['cold_over_warm_ttft']:.0f}x** lower."]
+        lines.append(
+            f"| {label} | {walls[len(walls) // 2]:.1f} s ({walls[0]:.1f}-{walls[-1]:.1f}) | "
+            f"{ttfts[len(ttfts) // 2]:.2f} s | {cached[0]} of {cached[1]} |"
+        )
+    lines += [
+        "",
+        f"Warm against cold (medians of {len(runs)} rounds): whole call "
+        f"**{s['cold_over_warm_wall']:.2f}x** faster, time to first token **{s['cold_over_warm_ttft']:.0f}x** lower.",
+    ]
     if doc.get("serve"):
         lines += ["", "| serve request | file | first text after | prompt tokens cached |", "|---|---|---|---|"]
         for c in doc["serve"]:
-            lines.append(f"| {c['request']} | {c['file']} | {c['client_ttft_s']:.2f} s | "
-                         f"{c['cached_tokens']} of {c['prompt_tokens']} |")
+            lines.append(
+                f"| {c['request']} | {c['file']} | {c['client_ttft_s']:.2f} s | "
+                f"{c['cached_tokens']} of {c['prompt_tokens']} |"
+            )
     return lines + ["", source(doc, "prompt_cache.json")]
 
 
 def prompt_cache_cost(folder: Path) -> list[str]:
     doc = load(folder, "prompt_cache_cost.json")
     c = doc["cost"]
-    return [f"Both models read a {c['prompt_tokens']}-token prompt in {c['read_s']:.1f} s; saving both states "
-            f"({c['saved_bytes'] / 1e6:.0f} MB) took {c['save_s'] * 1000:.0f} ms "
-            f"({c['save_s'] / c['read_s']:.1%} of that reading); a lookup that found nothing took "
-            f"{c['miss_s'] * 1000:.1f} ms.", "", source(doc, "prompt_cache_cost.json")]
+    return [
+        f"Both models read a {c['prompt_tokens']}-token prompt in {c['read_s']:.1f} s; saving both states "
+        f"({c['saved_bytes'] / 1e6:.0f} MB) took {c['save_s'] * 1000:.0f} ms "
+        f"({c['save_s'] / c['read_s']:.1%} of that reading); a lookup that found nothing took "
+        f"{c['miss_s'] * 1000:.1f} ms.",
+        "",
+        source(doc, "prompt_cache_cost.json"),
+    ]
 
 
 def bench(folder: Path) -> list[str]:
     """`auto` against `ar` per suite, whole reply first: the dev set and the held-out edits."""
-    lines = ["| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance "
-             "| = ar (exact/tie/DIFF) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance | = ar (exact/tie/DIFF) |",
+        "|---|---|---|---|---|---|",
+    ]
     docs = [(name, load(folder, name)) for name in BENCH_FILES]
     for _, doc in docs:
         by = {(s["suite"], s["mode"]): s for s in doc["summary"]}
@@ -115,9 +137,11 @@ def bench(folder: Path) -> list[str]:
             if not (ar and auto):
                 continue
             v = auto["vs_ar"] or {}
-            lines.append(f"| {suite} ({auto['prompts']}) | **{auto['total_speedup_vs_ar']:.2f}x** | "
-                         f"{auto['speedup_vs_ar']:.2f}x | {ar['ttft_s']:.2f} / {auto['ttft_s']:.2f} s | "
-                         f"{auto['acceptance']:.0%} | {v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} |")
+            lines.append(
+                f"| {suite} ({auto['prompts']}) | **{auto['total_speedup_vs_ar']:.2f}x** | "
+                f"{auto['speedup_vs_ar']:.2f}x | {ar['ttft_s']:.2f} / {auto['ttft_s']:.2f} s | "
+                f"{auto['acceptance']:.0%} | {v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} |"
+            )
     return lines + [""] + [source(doc, name) + "<br>" for name, doc in docs]
 
 
@@ -126,10 +150,13 @@ def before_code_edit(folder: Path) -> list[str]:
     doc = load(folder, "bench_before_code_edit.json")
     auto = next(s for s in doc["summary"] if s["mode"] == "auto")
     v = auto["vs_ar"] or {}
-    return [f"The previous version on {auto['suite']} ({auto['prompts']} prompts): `auto` decoded at "
-            f"**{auto['speedup_vs_ar']:.2f}x** `ar`, acceptance {auto['acceptance']:.0%}, "
-            f"{v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} exact/tie/DIFF.",
-            "", source(doc, "bench_before_code_edit.json")]
+    return [
+        f"The previous version on {auto['suite']} ({auto['prompts']} prompts): `auto` decoded at "
+        f"**{auto['speedup_vs_ar']:.2f}x** `ar`, acceptance {auto['acceptance']:.0%}, "
+        f"{v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} exact/tie/DIFF.",
+        "",
+        source(doc, "bench_before_code_edit.json"),
+    ]
 
 
 def draft_window(folder: Path) -> list[str]:
@@ -145,9 +172,14 @@ def draft_window(folder: Path) -> list[str]:
     return lines + ["", source(doc, "draft_window.json")]
 
 
-BLOCKS = {"bench": bench, "whole-call": whole_call, "prompt-cache": prompt_cache,
-          "prompt-cache-cost": prompt_cache_cost, "before-code-edit": before_code_edit,
-          "draft-window": draft_window}
+BLOCKS = {
+    "bench": bench,
+    "whole-call": whole_call,
+    "prompt-cache": prompt_cache,
+    "prompt-cache-cost": prompt_cache_cost,
+    "before-code-edit": before_code_edit,
+    "draft-window": draft_window,
+}
 
 
 def render_page(text: str, folder: Path = RESULTS) -> str:

@@ -39,7 +39,9 @@ EDGESPEC = [sys.executable, "-m", "edgespec"]
 
 
 def start_server(pair: str | None, queue: int) -> tuple[subprocess.Popen, str]:
-    args = [*EDGESPEC, "serve", "--port", "0", "--temperature", "0", "--queue", str(queue)] + (["-m", pair] if pair else [])
+    args = [*EDGESPEC, "serve", "--port", "0", "--temperature", "0", "--queue", str(queue)] + (
+        ["-m", pair] if pair else []
+    )
     server = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     for line in server.stderr:
         if "serving" in line:
@@ -51,32 +53,62 @@ def start_server(pair: str | None, queue: int) -> tuple[subprocess.Popen, str]:
 def run_once(pair: str | None, prompt: str, max_tokens: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         stats = Path(tmp) / "stats.json"
-        subprocess.run([*EDGESPEC, "run", prompt, "--max-tokens", str(max_tokens), "--temperature", "0",
-                        "--color", "never", "--stats-json", str(stats)] + (["-m", pair] if pair else []),
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                *EDGESPEC,
+                "run",
+                prompt,
+                "--max-tokens",
+                str(max_tokens),
+                "--temperature",
+                "0",
+                "--color",
+                "never",
+                "--stats-json",
+                str(stats),
+            ]
+            + (["-m", pair] if pair else []),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         return json.loads(stats.read_text())
 
 
 def stream_once(client: openai.OpenAI, model: str, messages: list[dict], max_tokens: int) -> dict:
     start = time.perf_counter()
     arrivals, last = [], None
-    for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0,
-                                                stream=True, stream_options={"include_usage": True}):
+    for chunk in client.chat.completions.create(
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
         if chunk.choices and chunk.choices[0].delta.content:
             arrivals.append(time.perf_counter())
         last = chunk
     tokens = last.usage.completion_tokens
     metrics = last.model_extra["metrics"]
     span = arrivals[-1] - arrivals[0]
-    return {"tokens": tokens, "rate": (tokens - 1) / span if span else 0.0, "client_ttft": arrivals[0] - start,
-            "engine_ttft": metrics["ttft_s"], "engine_rate": metrics["decode_tokens_per_s"],
-            "prompt_tokens": last.usage.prompt_tokens}
+    return {
+        "tokens": tokens,
+        "rate": (tokens - 1) / span if span else 0.0,
+        "client_ttft": arrivals[0] - start,
+        "engine_ttft": metrics["ttft_s"],
+        "engine_rate": metrics["decode_tokens_per_s"],
+        "prompt_tokens": last.usage.prompt_tokens,
+    }
 
 
 def burst(url: str, model: str, clients: int) -> list[tuple[int, str | None]]:
     def one(i: int) -> tuple[int, str | None]:
-        body = {"model": model, "messages": [{"role": "user", "content": f"Name {i + 2} prime numbers."}],
-                "max_tokens": 16, "stream": True}
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": f"Name {i + 2} prime numbers."}],
+            "max_tokens": 16,
+            "stream": True,
+        }
         with httpx.stream("POST", url + "/chat/completions", json=body, timeout=600) as r:
             text = "".join(r.iter_lines())
             return r.status_code, r.headers.get("retry-after") if r.status_code == 503 else text.endswith("[DONE]")
@@ -87,16 +119,24 @@ def burst(url: str, model: str, clients: int) -> list[tuple[int, str | None]]:
 
 @click.command()
 @click.option("-m", "--pair", default=None)
-@click.option("--prompts", "n_prompts", default=2, show_default=True,
-              help="Chat prompts of each of the dev set's chat suites (mtbench, code-edit).")
+@click.option(
+    "--prompts",
+    "n_prompts",
+    default=2,
+    show_default=True,
+    help="Chat prompts of each of the dev set's chat suites (mtbench, code-edit).",
+)
 @click.option("--max-tokens", default=96, show_default=True)
 @click.option("--rounds", default=2, show_default=True, help="Interleaved rounds per prompt (medians).")
 @click.option("--clients", default=16, show_default=True)
 def main(pair, n_prompts, max_tokens, rounds, clients):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` stops the server too (finally)
     chats = suites.load_suite(suites.DEV_SET)
-    texts = {p.id: p.messages[-1]["content"] for suite in ("mtbench", "code-edit")  # single user messages
-             for p in [p for p in chats if p.suite == suite][:n_prompts]}
+    texts = {
+        p.id: p.messages[-1]["content"]
+        for suite in ("mtbench", "code-edit")  # single user messages
+        for p in [p for p in chats if p.suite == suite][:n_prompts]
+    }
     server, url = start_server(pair, queue=8)
     try:
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
@@ -116,18 +156,27 @@ def main(pair, n_prompts, max_tokens, rounds, clients):
             client_rate = statistics.median(o["rate"] for o in served[id])
             engine_rate = statistics.median(o["engine_rate"] for o in served[id])
             ratios.append(client_rate / run_rate)
-            print(f"{id}: run {run_rate:.1f} tok/s; served {client_rate:.1f} tok/s at the client, {engine_rate:.1f} "
-                  f"in the server's engine ({served[id][0]['tokens']} tokens, medians of {rounds})")
-        print(f"served / run tokens/s: median {statistics.median(ratios):.3f} ({', '.join(f'{r:.3f}' for r in ratios)})")
-        print(f"TTFT added by the server: median {statistics.median(added) * 1000:.1f} ms, max {max(added) * 1000:.1f} ms")
+            print(
+                f"{id}: run {run_rate:.1f} tok/s; served {client_rate:.1f} tok/s at the client, {engine_rate:.1f} "
+                f"in the server's engine ({served[id][0]['tokens']} tokens, medians of {rounds})"
+            )
+        print(
+            f"served / run tokens/s: median {statistics.median(ratios):.3f} ({', '.join(f'{r:.3f}' for r in ratios)})"
+        )
+        print(
+            f"TTFT added by the server: median {statistics.median(added) * 1000:.1f} ms, max {max(added) * 1000:.1f} ms"
+        )
 
         source = (Path(suites.__file__).parents[1] / "decoding" / "controller.py").read_text()[:7800]
         prefix = [{"role": "system", "content": "You review Python code."}]
         cold = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat does Rate do?"}], 1)
         warm = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat is best_k?"}], 1)
-        print(f"repeated prefix of {cold['prompt_tokens']} tokens: engine TTFT {cold['engine_ttft']:.3f} -> "
-              f"{warm['engine_ttft']:.3f} s ({cold['engine_ttft'] / warm['engine_ttft']:.1f}x); client "
-              f"{cold['client_ttft']:.3f} -> {warm['client_ttft']:.3f} s ({cold['client_ttft'] / warm['client_ttft']:.1f}x)")
+        print(
+            f"repeated prefix of {cold['prompt_tokens']} tokens: engine TTFT {cold['engine_ttft']:.3f} -> "
+            f"{warm['engine_ttft']:.3f} s ({cold['engine_ttft'] / warm['engine_ttft']:.1f}x); client "
+            f"{cold['client_ttft']:.3f} -> {warm['client_ttft']:.3f} s "
+            f"({cold['client_ttft'] / warm['client_ttft']:.1f}x)"
+        )
 
         process = psutil.Process(server.pid)
         for n in range(2):
@@ -136,9 +185,11 @@ def main(pair, n_prompts, max_tokens, rounds, clients):
             done = sum(1 for status, ok in results if status == 200 and ok is True)
             busy = [after for status, after in results if status == 503]
             other = [status for status, _ in results if status not in (200, 503)]
-            print(f"burst {n + 1}: {clients} clients in {time.perf_counter() - t0:.1f} s: {done} complete, {len(busy)} "
-                  f"503 (Retry-After {sorted(set(busy))}), other {other}; server RSS "
-                  f"{process.memory_info().rss / 2**20:.0f} MiB")
+            print(
+                f"burst {n + 1}: {clients} clients in {time.perf_counter() - t0:.1f} s: {done} complete, {len(busy)} "
+                f"503 (Retry-After {sorted(set(busy))}), other {other}; server RSS "
+                f"{process.memory_info().rss / 2**20:.0f} MiB"
+            )
         print(f"health after: {httpx.get(url.removesuffix('/v1') + '/health').json()}")
     finally:
         os.kill(server.pid, signal.SIGINT)

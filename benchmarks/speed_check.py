@@ -75,8 +75,10 @@ def main() -> None:
         mine.append(ours())
         other.append(theirs())
     m, o = statistics.median(mine), statistics.median(other)
-    print(f"plain decoding: edgespec {m:.1f} tok/s, llama-cpp-python {o:.1f} tok/s, ratio {m / o:.3f} "
-          f"(runs: {[round(x, 1) for x in mine]} vs {[round(x, 1) for x in other]})")
+    print(
+        f"plain decoding: edgespec {m:.1f} tok/s, llama-cpp-python {o:.1f} tok/s, ratio {m / o:.3f} "
+        f"(runs: {[round(x, 1) for x in mine]} vs {[round(x, 1) for x in other]})"
+    )
     del llm
     # nine real rows of target logits: what a K=8 verification works on
     engine.target.truncate(0)
@@ -84,13 +86,17 @@ def main() -> None:
     rows = np.array(engine.target.eval(ids, 9))
     engine.close()
 
-    for label, params in (("greedy", SamplingParams()),
-                          ("sampled T=0.7 top-k 20 top-p 0.8", SamplingParams(0.7, 20, 0.8, seed=1))):
+    for label, params in (
+        ("greedy", SamplingParams()),
+        ("sampled T=0.7 top-k 20 top-p 0.8", SamplingParams(0.7, 20, 0.8, seed=1)),
+    ):
         print(f"host time per verify step at K=8 ({label}): {host_ms_per_step(rows, params):.2f} ms")
     for params in (SamplingParams(0.7, 20, 0.8), SamplingParams(0.7, 0, 0.9), SamplingParams(1.0)):
-        best = min(timed(lambda: [warp(row, params) for row in rows]) for _ in range(20))
-        print(f"warping all 9 rows of a K=8 step, worst case (every draft accepted), T={params.temperature} "
-              f"top-k {params.top_k} top-p {params.top_p}: {best * 1000:.2f} ms (best of 20)")
+        best = min(timed(lambda params=params: [warp(row, params) for row in rows]) for _ in range(20))
+        print(
+            f"warping all 9 rows of a K=8 step, worst case (every draft accepted), T={params.temperature} "
+            f"top-k {params.top_k} top-p {params.top_p}: {best * 1000:.2f} ms (best of 20)"
+        )
 
     cmd = [sys.executable, "-m", "edgespec", "run", PROMPT, "--max-tokens", "64"]
     subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)

@@ -46,8 +46,15 @@ def direct_rate(engine: Engine, settings: GenerateSettings, prompt: str) -> tupl
     return summary.decode_tokens_per_s, summary.tokens
 
 
-async def tui_rate(engine: Engine, engine_thread, settings: GenerateSettings, prompt: str, store_dir: Path,
-                   timeout: float, app_updates: list[float]) -> tuple[float, int]:
+async def tui_rate(
+    engine: Engine,
+    engine_thread,
+    settings: GenerateSettings,
+    prompt: str,
+    store_dir: Path,
+    timeout: float,
+    app_updates: list[float],
+) -> tuple[float, int]:
     """(decode tokens/s, tokens) of one reply generated through the chat app, from the Summary it got."""
     from edgespec.tui.app import ChatApp
     from edgespec.tui.history import ChatStore
@@ -116,27 +123,37 @@ def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt,
             store_dir = Path(tmp) / "chats"  # the app saves its chats here, not in the user's history
 
             def one_round() -> tuple[tuple[float, int], tuple[float, int]]:
-                return (engine_thread.call(direct_rate, engine, settings, prompt),
-                        asyncio.run(tui_rate(engine, engine_thread, settings, prompt, store_dir, timeout, hz)))
+                return (
+                    engine_thread.call(direct_rate, engine, settings, prompt),
+                    asyncio.run(tui_rate(engine, engine_thread, settings, prompt, store_dir, timeout, hz)),
+                )
 
-            click.echo(f"pair {engine.pair.name}, draft {draft}, k {k}, max {max_tokens} tokens, "
-                       f"{reps} rounds after a warm-up", err=True)
+            click.echo(
+                f"pair {engine.pair.name}, draft {draft}, k {k}, max {max_tokens} tokens, "
+                f"{reps} rounds after a warm-up",
+                err=True,
+            )
             one_round()  # warm-up (calibration, allocations, Textual's first compose): not counted
             for i in range(reps):
                 d, t = one_round()
                 runs["direct"].append(d)
                 runs["tui"].append(t)
-                click.echo(f"round {i + 1}: direct {d[0]:.1f} tok/s ({d[1]} tokens), "
-                           f"tui {t[0]:.1f} tok/s ({t[1]} tokens, {hz[-1]:.1f} updates/s)", err=True)
+                click.echo(
+                    f"round {i + 1}: direct {d[0]:.1f} tok/s ({d[1]} tokens), "
+                    f"tui {t[0]:.1f} tok/s ({t[1]} tokens, {hz[-1]:.1f} updates/s)",
+                    err=True,
+                )
     finally:
         engine_thread.call(engine.close)
         engine_thread.shutdown()
     direct = statistics.median(r for r, _ in runs["direct"])
     tui = statistics.median(r for r, _ in runs["tui"])
     lengths = {n for rs in runs.values() for _, n in rs}
-    print(f"decode tok/s, median of {reps}: direct {direct:.1f}, tui {tui:.1f}, "
-          f"tui/direct {tui / direct if direct else float('nan'):.3f}; the app updated the reply "
-          f"{statistics.median(hz[1:]):.1f} times a second")
+    print(
+        f"decode tok/s, median of {reps}: direct {direct:.1f}, tui {tui:.1f}, "
+        f"tui/direct {tui / direct if direct else float('nan'):.3f}; the app updated the reply "
+        f"{statistics.median(hz[1:]):.1f} times a second"
+    )
     if len(lengths) > 1:
         print(f"note: reply lengths differed between runs ({sorted(lengths)} tokens): sampled, or near-ties")
 

@@ -61,19 +61,36 @@ def one_call(edgespec: str, text: str, instruction: str, mode: tuple[dict[str, s
     extra_env, flags = mode
     with tempfile.TemporaryDirectory() as tmp:
         stats = Path(tmp) / "stats.json"
-        cmd = [edgespec, "run", instruction, "--max-tokens", str(args.max_tokens), "--color", "never",
-               "--stats-json", str(stats), *flags]
+        cmd = [
+            edgespec,
+            "run",
+            instruction,
+            "--max-tokens",
+            str(args.max_tokens),
+            "--color",
+            "never",
+            "--stats-json",
+            str(stats),
+            *flags,
+        ]
         env = {**os.environ, "EDGESPEC_NO_CACHE": "1", **extra_env}
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, input=text.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        done = subprocess.run(cmd, input=text.encode(), capture_output=True, env=env)
         wall = time.perf_counter() - t0
         if done.returncode != 0:
             sys.exit(f"whole_call: {shlex.join(cmd)} exited {done.returncode}: {done.stderr.decode()[-500:]}")
         summary = json.loads(stats.read_text())
-    return {"wall_s": wall, "ttft_s": summary["ttft_s"], "decode_s": summary["decode_s"],
-            "tokens": summary["tokens"], "prompt_tokens": summary["prompt_tokens"],
-            "acceptance": summary.get("acceptance"), "k_histogram": summary.get("k_histogram"),
-            "load_s": summary.get("load_s"), "output": done.stdout.decode()}
+    return {
+        "wall_s": wall,
+        "ttft_s": summary["ttft_s"],
+        "decode_s": summary["decode_s"],
+        "tokens": summary["tokens"],
+        "prompt_tokens": summary["prompt_tokens"],
+        "acceptance": summary.get("acceptance"),
+        "k_histogram": summary.get("k_histogram"),
+        "load_s": summary.get("load_s"),
+        "output": done.stdout.decode(),
+    }
 
 
 def summarize(rows: list[dict], modes: list[str]) -> list[dict]:
@@ -89,13 +106,20 @@ def summarize(rows: list[dict], modes: list[str]) -> list[dict]:
         base = med[modes[0]]
         for mode in modes:
             m = med[mode]
-            entry[mode] = {**m, "whole_speedup": base["wall_s"] / m["wall_s"],
-                           "ttft_ratio": m["ttft_s"] / base["ttft_s"],
-                           "decode_speedup": base["decode_s"] / m["decode_s"] if m["decode_s"] else None,
-                           "same_output_as_first": all(
-                               r["output"] == b["output"] for r, b in zip(
-                                   [r for r in rows if r["case"] == case and r["mode"] == mode],
-                                   [r for r in rows if r["case"] == case and r["mode"] == modes[0]]))}
+            entry[mode] = {
+                **m,
+                "whole_speedup": base["wall_s"] / m["wall_s"],
+                "ttft_ratio": m["ttft_s"] / base["ttft_s"],
+                "decode_speedup": base["decode_s"] / m["decode_s"] if m["decode_s"] else None,
+                "same_output_as_first": all(
+                    r["output"] == b["output"]
+                    for r, b in zip(
+                        [r for r in rows if r["case"] == case and r["mode"] == mode],
+                        [r for r in rows if r["case"] == case and r["mode"] == modes[0]],
+                        strict=True,
+                    )
+                ),
+            }
         entry["prompt_tokens"] = next(r["prompt_tokens"] for r in rows if r["case"] == case)
         out.append(entry)
     return out
@@ -104,8 +128,11 @@ def summarize(rows: list[dict], modes: list[str]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs=2, action="append", metavar=("FILE[:LINES]", "INSTRUCTION"), required=True)
-    ap.add_argument("--modes", default="none;auto",
-                    help="';'-separated --draft values or LABEL=RUN FLAGS; the first is the baseline")
+    ap.add_argument(
+        "--modes",
+        default="none;auto",
+        help="';'-separated --draft values or LABEL=RUN FLAGS; the first is the baseline",
+    )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--json", type=Path, default=None)
@@ -120,15 +147,20 @@ def main() -> None:
             for mode in modes:
                 r = one_call(edgespec, text, instruction, flags[mode], args)
                 rows.append({"case": f"{label} | {instruction}", "mode": mode, "round": round_, **r})
-                print(f"round {round_} {label} {mode}: wall {r['wall_s']:.1f} s, TTFT {r['ttft_s']:.1f} s, "
-                      f"decode {r['decode_s']:.1f} s, {r['tokens']} tokens", file=sys.stderr)
+                print(
+                    f"round {round_} {label} {mode}: wall {r['wall_s']:.1f} s, TTFT {r['ttft_s']:.1f} s, "
+                    f"decode {r['decode_s']:.1f} s, {r['tokens']} tokens",
+                    file=sys.stderr,
+                )
     summary = summarize(rows, modes)
     for entry in summary:
         print(entry["case"], f"({entry['prompt_tokens']} prompt tokens)")
         for mode in modes:
             m = entry[mode]
-            print(f"  {mode:6} wall {m['wall_s']:6.1f} s ({m['whole_speedup']:.2f}x)  TTFT {m['ttft_s']:5.1f} s "
-                  f"({m['ttft_ratio']:.2f}x)  decode {m['decode_s']:5.1f} s  same output: {m['same_output_as_first']}")
+            print(
+                f"  {mode:6} wall {m['wall_s']:6.1f} s ({m['whole_speedup']:.2f}x)  TTFT {m['ttft_s']:5.1f} s "
+                f"({m['ttft_ratio']:.2f}x)  decode {m['decode_s']:5.1f} s  same output: {m['same_output_as_first']}"
+            )
     if args.json:
         meta = provenance()
         for r in rows:

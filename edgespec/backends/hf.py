@@ -17,8 +17,9 @@ and in what precision, and what may be loaded at all; `hf_tokens` says what each
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -50,7 +51,9 @@ class HFBackend:
         self.tokenizer = tokenizer
         self.label = label
         self.path = path  # the directory the weights came from (a GGUF's conversion), if any
-        config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        config = (
+            model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        )
         limit = getattr(config, "max_position_embeddings", None)
         self.n_ctx = min(n_ctx, limit) if limit else n_ctx
         out = model.get_output_embeddings()
@@ -204,7 +207,7 @@ def _chunks(n: int, n_logits: int, size: int) -> list[tuple[int, int]]:
     if n <= size:
         return [(0, n)]
     bounds = list(range(0, n, size)) + [n]
-    spans = list(zip(bounds[:-1], bounds[1:]))
+    spans = list(pairwise(bounds))
     while len(spans) > 1 and spans[-1][1] - spans[-1][0] < n_logits:
         (a, _), (_, b) = spans[-2], spans[-1]
         spans[-2:] = [(a, b)]

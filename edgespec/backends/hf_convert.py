@@ -43,8 +43,10 @@ def converted_dir(gguf: Path, cache_dir: Path, *, dtype, sha256: str | None = No
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         convert_gguf(gguf, tmp, dtype=dtype)
-        (tmp / DONE).write_text(json.dumps({"source": str(gguf), "size": gguf.stat().st_size, "sha256": sha256,
-                                            "dtype": str(dtype)}), encoding="utf-8")
+        (tmp / DONE).write_text(
+            json.dumps({"source": str(gguf), "size": gguf.stat().st_size, "sha256": sha256, "dtype": str(dtype)}),
+            encoding="utf-8",
+        )
         if out.exists() and not (out / DONE).exists():
             shutil.rmtree(out, ignore_errors=True)  # a leftover of an older, interrupted layout
         try:
@@ -64,7 +66,9 @@ def convert_gguf(gguf: Path, out: Path, *, dtype) -> None:
     try:
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype, device_map="cpu")
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=dtype, device_map="cpu"
+            )
     except Exception as e:  # unsupported architecture or quantization type, truncated file ...
         raise BackendError(f"transformers cannot convert {gguf.name}: {first_line(e)}") from None
     # The weights are already plain tensors (dequantized on load); transformers still marks the model

@@ -62,7 +62,9 @@ def cpu_has_bf16() -> bool:
         return bool(re.search(r"\b(avx512_bf16|amx_bf16|bf16)\b", info))
     if sys.platform == "darwin":
         try:
-            out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True, timeout=5)
+            out = subprocess.run(
+                ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True, timeout=5
+            )
             return out.stdout.strip() == "1"
         except (OSError, subprocess.SubprocessError):
             return False
@@ -95,8 +97,10 @@ def resolve_placement(device_map: str | dict | None) -> tuple[Any, bool]:
     else:
         on_cuda = str(device_map) != "cpu"
     if on_cuda and not has_cuda:
-        raise BackendError(f"device_map {device_map!r} needs a CUDA GPU, and torch sees none "
-                           "(a CPU build of torch, or no driver): use device_map = \"auto\" or \"cpu\"")
+        raise BackendError(
+            f"device_map {device_map!r} needs a CUDA GPU, and torch sees none "
+            '(a CPU build of torch, or no driver): use device_map = "auto" or "cpu"'
+        )
     return device_map, on_cuda
 
 
@@ -129,16 +133,24 @@ def quantization_config(quant: str, compute_dtype, on_cuda: bool, model_name: st
     try:
         import bitsandbytes as bnb
     except ImportError:
-        raise BackendError(f"{model_name}: quant = \"{quant}\" needs bitsandbytes (pip install 'edgespec[hf]')") from None
+        raise BackendError(
+            f"{model_name}: quant = \"{quant}\" needs bitsandbytes (pip install 'edgespec[hf]')"
+        ) from None
     if not on_cuda and "cpu" not in getattr(bnb, "supported_torch_devices", ()):
-        raise BackendError(f"{model_name}: quant = \"{quant}\" needs a CUDA GPU: there is none here, and bitsandbytes "
-                           f"{bnb.__version__} has no CPU backend (use quant = \"none\" on this machine)")
+        raise BackendError(
+            f'{model_name}: quant = "{quant}" needs a CUDA GPU: there is none here, and bitsandbytes '
+            f'{bnb.__version__} has no CPU backend (use quant = "none" on this machine)'
+        )
     from transformers import BitsAndBytesConfig
 
     if quant == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute_dtype)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
 
 
 # -- what may be loaded ---------------------------------------------------------------------------
@@ -154,9 +166,11 @@ def check_weight_files(folder: Path, allow_pickle: bool, model_name: str = "mode
     if not pickles:
         raise BackendError(f"{model_name}: no weights in {folder} (expected *.safetensors)")
     if not allow_pickle:
-        raise BackendError(f"{model_name}: {folder} has only pickled weights ({', '.join(pickles[:2])}); loading a pickle "
-                           "can run arbitrary code, so edgespec refuses it: use a safetensors copy, or set "
-                           "allow_pickle = true for this model if you trust its source")
+        raise BackendError(
+            f"{model_name}: {folder} has only pickled weights ({', '.join(pickles[:2])}); loading a pickle "
+            "can run arbitrary code, so edgespec refuses it: use a safetensors copy, or set "
+            "allow_pickle = true for this model if you trust its source"
+        )
 
 
 def check_remote_code(folder: Path, trust_remote_code: bool, model_name: str = "model") -> None:
@@ -177,9 +191,11 @@ def check_remote_code(folder: Path, trust_remote_code: bool, model_name: str = "
         if name == "tokenizer_config.json" and not _custom_tokenizer(data):
             continue
         code = _code_files(auto_map)
-        raise BackendError(f"{model_name}: {folder / name} asks to run Python code shipped with the model "
-                           f"({', '.join(code)}); edgespec does not run it unless the model sets "
-                           "trust_remote_code = true in models.toml (only for a source you trust)")
+        raise BackendError(
+            f"{model_name}: {folder / name} asks to run Python code shipped with the model "
+            f"({', '.join(code)}); edgespec does not run it unless the model sets "
+            "trust_remote_code = true in models.toml (only for a source you trust)"
+        )
 
 
 def _code_files(auto_map: dict) -> list[str]:
@@ -247,8 +263,12 @@ def read_hf_vocabulary(path: Path) -> Vocabulary:
         raise BackendError(f"{path} is neither a transformers model directory nor a .gguf file")
     size = int(configs[0].get("vocab_size") or len(tokenizer))
     spellings, _ = token_tables(tokenizer, max(size, len(tokenizer)))
-    return Vocabulary(size=size, tokens=spellings[:size], eos_ids=end_of_generation_ids(tokenizer, *configs),
-                      bos_id=tokenizer.bos_token_id)
+    return Vocabulary(
+        size=size,
+        tokens=spellings[:size],
+        eos_ids=end_of_generation_ids(tokenizer, *configs),
+        bos_id=tokenizer.bos_token_id,
+    )
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -274,8 +294,9 @@ def load_hf_backend(
     if path.is_file():
         if path.suffix != ".gguf":
             raise BackendError(f"{name}: {path} is a file but not a .gguf; a transformers model is a directory")
-        path = converted_dir(path, home() / "converted" if cache_dir is None else Path(cache_dir), dtype=dtype,
-                             sha256=model_spec.sha256)
+        path = converted_dir(
+            path, home() / "converted" if cache_dir is None else Path(cache_dir), dtype=dtype, sha256=model_spec.sha256
+        )
     check_remote_code(path, model_spec.trust_remote_code, name)
     check_weight_files(path, model_spec.allow_pickle, name)
     tokenizer = _load_tokenizer(path, model_spec.trust_remote_code)

@@ -14,8 +14,15 @@ import re
 
 # Token texts that end a turn in the chat formats edgespec ships with; like llama.cpp's
 # end-of-generation set, they stop generation even when the model's config names only one eos.
-END_OF_TURN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
-                     "<end_of_turn>", "<|end|>")
+END_OF_TURN_TEXTS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<end_of_turn>",
+    "<|end|>",
+)
 
 
 def _gpt2_byte_decoder() -> dict[str, int]:

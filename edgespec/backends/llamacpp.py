@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import ctypes
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -50,17 +50,33 @@ def _state_identity(lc, path: Path, mparams, cparams, placement: Placement) -> s
     before the load."""
     st = Path(path).stat()
     settings = {name: getattr(cparams, name) for name in _STATE_SETTINGS}
-    return "|".join([
-        f"llama-cpp-python {lc.__version__}", lc.llama_print_system_info().decode("utf-8", "replace").strip(),
-        f"{Path(path).resolve()} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}",
-        f"n_gpu_layers {mparams.n_gpu_layers}", f"{placement.device} {placement.detail}",
-        " ".join(f"{k} {v}" for k, v in settings.items()),
-    ])
+    return "|".join(
+        [
+            f"llama-cpp-python {lc.__version__}",
+            lc.llama_print_system_info().decode("utf-8", "replace").strip(),
+            f"{Path(path).resolve()} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}",
+            f"n_gpu_layers {mparams.n_gpu_layers}",
+            f"{placement.device} {placement.detail}",
+            " ".join(f"{k} {v}" for k, v in settings.items()),
+        ]
+    )
 
 
 # The context settings that decide what a state holds or how its numbers were computed.
-_STATE_SETTINGS = ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "type_k", "type_v", "flash_attn_type",
-                   "offload_kqv", "swa_full", "rope_freq_base", "rope_freq_scale")
+_STATE_SETTINGS = (
+    "n_ctx",
+    "n_batch",
+    "n_ubatch",
+    "n_seq_max",
+    "kv_unified",
+    "type_k",
+    "type_v",
+    "flash_attn_type",
+    "offload_kqv",
+    "swa_full",
+    "rope_freq_base",
+    "rope_freq_scale",
+)
 
 
 class LlamaCppBackend:
@@ -166,7 +182,7 @@ class LlamaCppBackend:
         for branch in range(1, n_branches):
             self._lc.llama_memory_seq_cp(self._mem, 0, branch, -1, -1)
         self._put(0, pending, start, range(n_branches), True)
-        for i, (tok, depth, branches) in enumerate(zip(ids, depths(parents), on), start=1):
+        for i, (tok, depth, branches) in enumerate(zip(ids, depths(parents), on, strict=True), start=1):
             self._put(i, tok, start + depth, branches, True)
         rc = self._run(n + 1, n_branches)
         if rc == 0:
@@ -267,8 +283,12 @@ class LlamaCppBackend:
         template = self._lc.llama_model_chat_template(self._model, None)
         if not template:
             raise BackendError(f"{self.path.name} has no chat template; use --raw for plain completion")
-        return render_chat(template.decode("utf-8"), messages, bos=self._special_text(self._lc.llama_vocab_bos),
-                           eos=self._special_text(self._lc.llama_vocab_eos))
+        return render_chat(
+            template.decode("utf-8"),
+            messages,
+            bos=self._special_text(self._lc.llama_vocab_bos),
+            eos=self._special_text(self._lc.llama_vocab_eos),
+        )
 
     def vocabulary(self) -> Vocabulary:
         lc = self._lc

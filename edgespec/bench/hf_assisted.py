@@ -6,8 +6,8 @@ timed the way the engine's Summary times edgespec's modes (see `modes.measure`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from edgespec.backends.hf import HFBackend
 from edgespec.backends.hf_quiet import quiet_transformers
@@ -67,8 +67,14 @@ class _AssistedTrace:
         pass
 
 
-def assisted_generate(target: HFBackend, draft: HFBackend, prompt_ids: Sequence[int], max_tokens: int, *,
-                      clock: Callable[[], float] = time.perf_counter) -> AssistedRun:
+def assisted_generate(
+    target: HFBackend,
+    draft: HFBackend,
+    prompt_ids: Sequence[int],
+    max_tokens: int,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> AssistedRun:
     """Greedy `target.model.generate(..., assistant_model=draft.model)` after `prompt_ids`, with
     transformers' default assistant settings (draft length, confidence threshold), stopping at the
     target's end-of-generation tokens like the engine. Neither backend's own KV cache is touched:
@@ -91,13 +97,19 @@ def assisted_generate(target: HFBackend, draft: HFBackend, prompt_ids: Sequence[
         with torch.inference_mode(), quiet_transformers():
             ids = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
             out = target.model.generate(
-                ids, attention_mask=torch.ones_like(ids), assistant_model=draft.model, streamer=trace,
-                do_sample=False, repetition_penalty=1.0,  # plain argmax, whatever the model's generation_config says
-                max_new_tokens=room, eos_token_id=eos or None, pad_token_id=pad,
+                ids,
+                attention_mask=torch.ones_like(ids),
+                assistant_model=draft.model,
+                streamer=trace,
+                do_sample=False,
+                repetition_penalty=1.0,  # plain argmax, whatever the model's generation_config says
+                max_new_tokens=room,
+                eos_token_id=eos or None,
+                pad_token_id=pad,
             )
     finally:
         hook.remove()
-    new = [int(t) for t in out[0, len(prompt_ids):].tolist()]
+    new = [int(t) for t in out[0, len(prompt_ids) :].tolist()]
     stop = next((i for i, t in enumerate(new) if t in target.eos_ids), len(new))
     new = new[:stop]
     passes = trace.passes
@@ -108,5 +120,14 @@ def assisted_generate(target: HFBackend, draft: HFBackend, prompt_ids: Sequence[
         decoded = len(new) - min(passes[0][1], len(new))
         span = passes[-1][0] - passes[0][0]
         rate = decoded / span if span > 0 else 0.0
-    return AssistedRun(new, len(new), rate, len(passes), sum(k for *_, k in passes), validated - len(passes),
-                       [k for *_, k in passes], ttft, passes[-1][0] - passes[0][0] if passes else 0.0)
+    return AssistedRun(
+        new,
+        len(new),
+        rate,
+        len(passes),
+        sum(k for *_, k in passes),
+        validated - len(passes),
+        [k for *_, k in passes],
+        ttft,
+        passes[-1][0] - passes[0][0] if passes else 0.0,
+    )

@@ -1,25 +1,27 @@
 """`edgespec bench`: measured comparisons of decoding modes on a suite of prompts.
 
 Modes run interleaved per prompt (ar, k2, ..., then the next prompt) so slow drift of a noisy
-machine hits every mode alike; speedups are medians of per-prompt ratios against `ar` measured
-next to them, both of the decoding alone and of the whole reply (reading the prompt, which gives the
+machine hits every mode alike; speedups are medians of per-prompt ratios against `ar` measured next
+to them, both of the decoding alone and of the whole reply (reading the prompt, which gives the
 first token, then decoding): the whole reply is what a user waits for. Every measured generation
 starts cold (`Engine.empty_caches`): otherwise every mode but a prompt's first would find that
-prompt already read. Several pairs (a tuned layout and its original) are interleaved the same way, each
-prompt running every mode of every pair before the next, and each pair's speedups are given both
-against its own `ar` and against the first pair's. With `repeats` > 1 each prompt runs the whole interleaved round that many times and a
-prompt's speed in a mode is the median of its repeats: on a small shared CPU one run of a prompt
-varies by several percent, as much as the differences worth reporting (prompts where `auto` never
-drafted, so both modes did the same work, still spread on either side of 1.0x).
+prompt already read. Several pairs (a tuned layout and its original) are interleaved the same way,
+each prompt running every mode of every pair before the next, and each pair's speedups are given
+both against its own `ar` and against the first pair's. With `repeats` > 1 each prompt runs the
+whole interleaved round that many times and a prompt's speed in a mode is the median of its repeats:
+on a small shared CPU one run of a prompt varies by several percent, as much as the differences
+worth reporting (prompts where `auto` never drafted, so both modes did the same work, still spread
+on either side of 1.0x).
 Every figure comes from the engine's own event stream, as in `edgespec run`, except
 those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
 prompts (hf backend only), the peer to beat, timed the same way (see `hf_assisted.assisted_generate`).
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Sequence
 
 from edgespec.bench.hf_assisted import assisted_generate
 from edgespec.bench.suites import BenchPrompt
@@ -83,8 +85,10 @@ class Row(WholeReply):
 
 
 EXACT, UNCHECKED = "exact", "unchecked"
+
+
 def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
-    """"ar,k4,ngram-k8,heuristic,auto,hf-assisted" -> modes; `kN` and `heuristic` use `default_drafter`."""
+    """ "ar,k4,ngram-k8,heuristic,auto,hf-assisted" -> modes; `kN` and `heuristic` use `default_drafter`."""
     modes = []
     for name in (m.strip() for m in text.split(",") if m.strip()):
         if name == "ar":
@@ -100,8 +104,10 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
             drafter = DraftChoice(m.group(1)) if m.group(1) else default_drafter
             modes.append(Mode(name, drafter, KSetting("fixed", int(m.group(2)))))
         else:
-            raise UsageError(f"unknown bench mode {name!r}: use ar, kN (N <= {KSetting.MAX}), ngram-kN, model-kN, "
-                             "heuristic, auto, auto-chain, hf-assisted")
+            raise UsageError(
+                f"unknown bench mode {name!r}: use ar, kN (N <= {KSetting.MAX}), ngram-kN, model-kN, "
+                "heuristic, auto, auto-chain, hf-assisted"
+            )
     if not modes:
         raise UsageError("no bench modes given")
     # every ratio and output check is against plain decoding, so it runs first for each prompt
@@ -134,15 +140,46 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
     if mode.name == HF_ASSISTED:
         ids = prompt_ids(engine, prompt)
         r = assisted_generate(engine.target, engine.draft, ids, prompt.max_tokens)
-        return Row(prompt.id, prompt.suite, mode.name, r.tokens, r.decode_tokens_per_s, r.drafted, r.accepted,
-                   r.target_passes, None, None, r.k_trace, r.ids, prompt_tokens=len(ids),
-                   target_read_tokens=len(ids), ttft_s=r.ttft_s, decode_s=r.decode_s)
+        return Row(
+            prompt.id,
+            prompt.suite,
+            mode.name,
+            r.tokens,
+            r.decode_tokens_per_s,
+            r.drafted,
+            r.accepted,
+            r.target_passes,
+            None,
+            None,
+            r.k_trace,
+            r.ids,
+            prompt_tokens=len(ids),
+            target_read_tokens=len(ids),
+            ttft_s=r.ttft_s,
+            decode_s=r.decode_s,
+        )
     summary, ids, rounds = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
-    return Row(prompt.id, prompt.suite, mode.name, summary.tokens, summary.decode_tokens_per_s, summary.drafted,
-               summary.accepted, summary.target_passes, None, None, summary.k_series, ids, rounds=rounds,
-               prompt_tokens=summary.prompt_tokens, target_read_tokens=summary.target_read_tokens,
-               ttft_s=summary.ttft_s, target_read_s=summary.target_read_s, draft_read_s=summary.draft_read_s,
-               decode_s=summary.decode_s)
+    return Row(
+        prompt.id,
+        prompt.suite,
+        mode.name,
+        summary.tokens,
+        summary.decode_tokens_per_s,
+        summary.drafted,
+        summary.accepted,
+        summary.target_passes,
+        None,
+        None,
+        summary.k_series,
+        ids,
+        rounds=rounds,
+        prompt_tokens=summary.prompt_tokens,
+        target_read_tokens=summary.target_read_tokens,
+        ttft_s=summary.ttft_s,
+        target_read_s=summary.target_read_s,
+        draft_read_s=summary.draft_read_s,
+        decode_s=summary.decode_s,
+    )
 
 
 def layout_lines(engine: Engine) -> list[str]:
@@ -160,8 +197,10 @@ def check_modes(pair: PairConfig, modes: list[Mode], sampling: SamplingParams) -
     """Refuse, before anything loads, a mode this pair or these settings cannot run."""
     if any(m.name == HF_ASSISTED for m in modes):
         if pair.backend != "hf":
-            raise UsageError(f"bench mode {HF_ASSISTED} runs transformers' generate and needs a pair on the hf backend; "
-                             f"pair {pair.name!r} is on {pair.backend}")
+            raise UsageError(
+                f"bench mode {HF_ASSISTED} runs transformers' generate and needs a pair on the hf backend; "
+                f"pair {pair.name!r} is on {pair.backend}"
+            )
         if pair.draft is None:
             raise UsageError(f"bench mode {HF_ASSISTED} needs a draft model; pair {pair.name!r} has none")
         if not sampling.greedy:
@@ -221,8 +260,9 @@ def compare_with_ar(engine: Engine, prompt: BenchPrompt, row: Row, ar_ids: list[
         row.vs_ar = UNCHECKED  # a sampled output parts by chance; a peer's cache is not ours to replay
     else:
         floor = engine.noise_floor().max
-        row.parting = explain_parting(engine.target, prompt_ids(engine, prompt), ar_ids, row.output_ids,
-                                      row.rounds, floor)
+        row.parting = explain_parting(
+            engine.target, prompt_ids(engine, prompt), ar_ids, row.output_ids, row.rounds, floor
+        )
         row.vs_ar = row.parting.verdict
 
 
@@ -234,5 +274,7 @@ def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
     where = ", ".join(f"{r.id} {r.mode} at token {r.parting.position}" for r in bad[:3])
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
     floor = bad[0].parting.floor
-    return EdgespecError(f"{len(bad)} greedy output(s) parted from ar beyond the target's noise floor of {floor:.3g} "
-                         f"logits (DIFF, a bug): {where}{more}; --json has the gaps")
+    return EdgespecError(
+        f"{len(bad)} greedy output(s) parted from ar beyond the target's noise floor of {floor:.3g} "
+        f"logits (DIFF, a bug): {where}{more}; --json has the gaps"
+    )

@@ -4,9 +4,9 @@ stderr, the JSON document and the plot."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Iterable
 
 from rich.console import Group
 from rich.table import Table
@@ -29,8 +29,10 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
     rows = list(rows)
     speed = _prompt_medians(rows, lambda r: r.decode_tokens_per_s)
     whole = _prompt_medians(rows, lambda r: r.total_tokens_per_s)
-    times = {name: _prompt_medians(rows, lambda r, name=name: getattr(r, name))
-             for name in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")}
+    times = {
+        name: _prompt_medians(rows, lambda r, name=name: getattr(r, name))
+        for name in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")
+    }
     pairs = list(dict.fromkeys(r.pair for r in rows))
     out = []
     for pair, suite, mode in dict.fromkeys((r.pair, r.suite, r.mode) for r in rows):
@@ -88,21 +90,31 @@ def _median_of(medians: dict[tuple, float], pair: str, suite: str, ids: list[str
     return statistics.median(values) if values else None
 
 
-def _median_ratio(speeds: dict[tuple, float], pair: str, suite: str, ids: list[str], mode: str,
-                  ar_pair: str) -> float | None:
+def _median_ratio(
+    speeds: dict[tuple, float], pair: str, suite: str, ids: list[str], mode: str, ar_pair: str
+) -> float | None:
     """Median of per-prompt speed in `mode` over `ar_pair`'s ar. A speed of 0 is no speed: that run
     had nothing to time (a one-token reply's decoding; or `hf-assisted` whose first pass, which
     also reads the prompt, produced the whole reply), so its prompt has no ratio."""
-    ratios = [v / ar for id in ids
-              if (v := speeds.get((pair, suite, id, mode))) and (ar := speeds.get((ar_pair, suite, id, "ar")))]
+    ratios = [
+        v / ar
+        for id in ids
+        if (v := speeds.get((pair, suite, id, mode))) and (ar := speeds.get((ar_pair, suite, id, "ar")))
+    ]
     return statistics.median(ratios) if ratios else None
 
 
 def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
     return {
         "meta": meta,
-        "rows": [{**{k: v for k, v in asdict(r).items() if k not in ("output_ids", "rounds")},
-                  "total_s": r.total_s, "total_tokens_per_s": r.total_tokens_per_s} for r in rows],
+        "rows": [
+            {
+                **{k: v for k, v in asdict(r).items() if k not in ("output_ids", "rounds")},
+                "total_s": r.total_s,
+                "total_tokens_per_s": r.total_tokens_per_s,
+            }
+            for r in rows
+        ],
         "summary": summary,
     }
 
@@ -117,17 +129,31 @@ def times_table(summary: list[dict]) -> Table:
     """Median seconds per pair, suite and mode: the first token (of which the target's reading of
     the prompt), the draft model's reading, decoding, the whole reply, and its tokens/s."""
     several = _several_pairs(summary)
-    t = Table(title="edgespec bench: where a reply's time goes (medians, seconds)", show_edge=False,
-              caption="TTFT (time to first token) holds the target's reading of the prompt and the draft model's "
-                      "reading before the first token; draft read: all the draft model's reading, before the first "
-                      "token and while decoding; whole = TTFT + decode; -: the mode does not say")
-    for col in (("pair",) if several else ()) + ("suite", "mode", "TTFT", "target read", "draft read", "decode",
-                                                 "whole", "whole tok/s"):
+    t = Table(
+        title="edgespec bench: where a reply's time goes (medians, seconds)",
+        show_edge=False,
+        caption="TTFT (time to first token) holds the target's reading of the prompt and the draft model's "
+        "reading before the first token; draft read: all the draft model's reading, before the first "
+        "token and while decoding; whole = TTFT + decode; -: the mode does not say",
+    )
+    for col in (("pair",) if several else ()) + (
+        "suite",
+        "mode",
+        "TTFT",
+        "target read",
+        "draft read",
+        "decode",
+        "whole",
+        "whole tok/s",
+    ):
         _add_column(t, col)
     for s in summary:
         cells = [s["pair"]] if several else []
-        cells += [s["suite"], s["mode"], *(_seconds(s[key]) for key in
-                                           ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s"))]
+        cells += [
+            s["suite"],
+            s["mode"],
+            *(_seconds(s[key]) for key in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")),
+        ]
         t.add_row(*cells, f"{s['total_tokens_per_s']:.1f}")
     return t
 
@@ -146,13 +172,18 @@ def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None
     trees = [s for s in summary if s["mode"].startswith("auto") and s["tree_size"]]
     if trees:  # the modes whose drafts may branch; every row's figures are in --json
         caption += "\naccepted path / tree size per drafting pass: " + ", ".join(
-            f"{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees)
+            f"{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees
+        )
     several = _several_pairs(summary)
     first = summary[0]["pair"] if summary else ""
-    columns = (("pair",) if several else ()) + ("suite", "mode", "whole vs ar") \
-        + ((f"whole vs {first} ar",) if several else ()) + ("decode tok/s", "decode vs ar") \
-        + ((f"decode vs {first} ar",) if several else ()) \
+    columns = (
+        (("pair",) if several else ())
+        + ("suite", "mode", "whole vs ar")
+        + ((f"whole vs {first} ar",) if several else ())
+        + ("decode tok/s", "decode vs ar")
+        + ((f"decode vs {first} ar",) if several else ())
         + ("acceptance", "tokens/pass", "K histogram", "= ar")
+    )
     t = Table(title="edgespec bench", caption=caption, show_edge=False)
     for col in columns:
         _add_column(t, col)
@@ -226,10 +257,20 @@ def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.8 / max(len(series), 1)
     for i, (pair, mode) in enumerate(series):
-        vals = [next((s["total_speedup_vs_ar"] or 0 for s in summary
-                      if s["pair"] == pair and s["suite"] == su and s["mode"] == mode), 0) for su in suites]
-        ax1.bar([j + i * width for j in range(len(suites))], vals, width,
-                label=f"{pair} {mode}" if len(pairs) > 1 else mode)
+        vals = [
+            next(
+                (
+                    s["total_speedup_vs_ar"] or 0
+                    for s in summary
+                    if s["pair"] == pair and s["suite"] == su and s["mode"] == mode
+                ),
+                0,
+            )
+            for su in suites
+        ]
+        ax1.bar(
+            [j + i * width for j in range(len(suites))], vals, width, label=f"{pair} {mode}" if len(pairs) > 1 else mode
+        )
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(suites))], suites)
     ax1.set_ylabel("whole reply (first token + decoding) speed vs plain\n(median of per-prompt ratios)")

@@ -27,9 +27,6 @@ class BenchPrompt:
     messages: tuple[dict, ...] | None = None
 
 
-
-
-
 # A suite is read whole; the bound keeps a wrong file (a disk image, a log) from filling memory. A
 # suite this size would take days to bench.
 SUITE_BYTES = 64 << 20
@@ -70,8 +67,10 @@ def load_suite(path: Path, context: int | None = None) -> list[BenchPrompt]:
         except ValidationError as e:
             raise UsageError(f"{path}:{n}: {_first_problem(e)}") from None
         if context is not None and (size := _text_bytes(prompt)) > context_bytes(context):
-            raise UsageError(f"{path}:{n}: the {prompt.mode} text is {size:,} bytes, more than the pair's context "
-                             f"of {context:,} tokens can hold")
+            raise UsageError(
+                f"{path}:{n}: the {prompt.mode} text is {size:,} bytes, more than the pair's context "
+                f"of {context:,} tokens can hold"
+            )
         prompts.append(prompt)
     if not prompts:
         raise UsageError(f"suite file {path} has no prompts")
@@ -136,8 +135,14 @@ def _first_problem(e: ValidationError) -> str:
 
 def _prompt(line: SuiteLine) -> BenchPrompt:
     messages = tuple(m.model_dump() for m in line.messages) if line.mode == "chat" else None
-    return BenchPrompt(line.id, line.suite, line.mode, line.max_tokens,
-                       prompt=line.prompt if line.mode == "completion" else None, messages=messages)
+    return BenchPrompt(
+        line.id,
+        line.suite,
+        line.mode,
+        line.max_tokens,
+        prompt=line.prompt if line.mode == "completion" else None,
+        messages=messages,
+    )
 
 
 def _text_bytes(prompt: BenchPrompt) -> int:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.modes import AR, Mode, run_bench
@@ -88,8 +88,9 @@ def check_space(folder: Path, needed: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
     if free < needed:
-        raise TuneError(f"not enough space in {folder}: a candidate needs about {needed / 1e9:.1f} GB, "
-                        f"{free / 1e9:.1f} GB free")
+        raise TuneError(
+            f"not enough space in {folder}: a candidate needs about {needed / 1e9:.1f} GB, {free / 1e9:.1f} GB free"
+        )
 
 
 def build_candidate(source: Path, dest: Path, layout: layouts.Layout) -> Path:
@@ -104,6 +105,7 @@ def recommend(rows: Sequence[Measured], min_agreement: float, margin: float = 1.
     """The fastest layout whose top-1 agreement is at least `min_agreement`: by the bench gain
     against the original's ar when the bench ran, else by plain decoding speed. None when none
     beats the original by `margin` (a gain within noise is not worth a less faithful model)."""
+
     def score(m: Measured) -> float:
         if m.gain_vs_original is not None:
             return m.gain_vs_original
@@ -119,8 +121,14 @@ class Tuner:
     """Loads the pair's original target and draft once; measures each layout against them. With
     `tuned_draft_path`, every candidate drafts with that draft instead."""
 
-    def __init__(self, pair: PairConfig, target_path: Path, draft_path: Path | None,
-                 on_step: Callable[[str], None] = lambda text: None, tuned_draft_path: Path | None = None):
+    def __init__(
+        self,
+        pair: PairConfig,
+        target_path: Path,
+        draft_path: Path | None,
+        on_step: Callable[[str], None] = lambda text: None,
+        tuned_draft_path: Path | None = None,
+    ):
         self.pair, self.source, self.on_step = pair, target_path, on_step
         self.original = self._load(target_path)
         self.draft = self._load(draft_path) if draft_path is not None else None
@@ -140,8 +148,9 @@ class Tuner:
         target = self.original if path == self.source else self._load(path)
         tuned = self.tuned_draft is not None and layout != ORIGINAL
         spec = ModelSpec(name=f"{self.pair.target.name}-{layout}", format="gguf", path=path)
-        engine = Engine(dataclasses.replace(self.pair, name=layout, target=spec), target,
-                        self.tuned_draft if tuned else self.draft)
+        engine = Engine(
+            dataclasses.replace(self.pair, name=layout, target=spec), target, self.tuned_draft if tuned else self.draft
+        )
         self.engines.append(engine)
         self.on_step(f"{layout}: timing verification")
         costs = engine.measure_costs()
@@ -152,8 +161,18 @@ class Tuner:
         else:
             self.on_step(f"{layout}: comparing with the original")
             fidelity, kept = measure_fidelity(self.original, target, self.tokens), layouts.kept_share(self.source, path)
-        row = Measured(layout, what, path, path.stat().st_size, kept, layouts.repacked_text(path, target.repacked),
-                       verify_ms, fidelity, draft_ms, self.tuned_draft_path if tuned else None)
+        row = Measured(
+            layout,
+            what,
+            path,
+            path.stat().st_size,
+            kept,
+            layouts.repacked_text(path, target.repacked),
+            verify_ms,
+            fidelity,
+            draft_ms,
+            self.tuned_draft_path if tuned else None,
+        )
         self.rows.append(row)
         return row
 

@@ -20,31 +20,56 @@ from edgespec.util.stdout import write_or_defer
 
 
 @click.command()
-@click.option("--suite", "suite_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="JSONL suite (default: the development set shipped with edgespec).")
-@click.option("-m", "--pair", "pairs", multiple=True,
-              help="Model pair from models.toml (default: the registry's default); repeat it to compare pairs "
-                   "interleaved prompt by prompt, e.g. a tuned layout and its original.")
+@click.option(
+    "--suite",
+    "suite_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="JSONL suite (default: the development set shipped with edgespec).",
+)
+@click.option(
+    "-m",
+    "--pair",
+    "pairs",
+    multiple=True,
+    help="Model pair from models.toml (default: the registry's default); repeat it to compare pairs "
+    "interleaved prompt by prompt, e.g. a tuned layout and its original.",
+)
 @config_option
-@click.option("--modes", default="ar,k2,k4,k8,heuristic,auto", show_default=True,
-              help="Comma-separated: ar, kN, ngram-kN, model-kN, heuristic, auto, and hf-assisted (transformers' "
-                   "generate with the draft as assistant; hf pairs only).")
-@click.option("--drafter", type=click.Choice(["model", "ngram"]), default=None,
-              callback=lambda ctx, param, value: value and DraftChoice(value),
-              help="Drafter of kN and heuristic modes (default: the pair's draft model, else ngram).")
+@click.option(
+    "--modes",
+    default="ar,k2,k4,k8,heuristic,auto",
+    show_default=True,
+    help="Comma-separated: ar, kN, ngram-kN, model-kN, heuristic, auto, and hf-assisted (transformers' "
+    "generate with the draft as assistant; hf pairs only).",
+)
+@click.option(
+    "--drafter",
+    type=click.Choice(["model", "ngram"]),
+    default=None,
+    callback=lambda ctx, param, value: value and DraftChoice(value),
+    help="Drafter of kN and heuristic modes (default: the pair's draft model, else ngram).",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="First N prompts of each suite.")
 @click.option("--suites", default=None, help="Only these suites (comma-separated).")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Interleaved rounds per prompt; a prompt's speed is the median of its rounds.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Interleaved rounds per prompt; a prompt's speed is the median of its rounds.",
+)
 @sampling_option("--temperature", float, default=0.0)
 @sampling_option("--seed", int, default=0)
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@click.option("--strict", is_flag=True,
-              help="Exit 1 when a greedy output parts from ar beyond the target's noise floor (DIFF).")
+@click.option(
+    "--strict", is_flag=True, help="Exit 1 when a greedy output parts from ar beyond the target's noise floor (DIFF)."
+)
 @error_boundary
-def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path,
-          strict):
+def bench(
+    suite_path, pairs, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path, strict
+):
     """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K.
 
     Where a greedy output parts from plain decoding (ar), the target's logits at the first differing
@@ -88,7 +113,9 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
             for line in bench_modes.layout_lines(engines[-1]):
                 err.print(line, highlight=False)
         with Progress(console=err, transient=True) as progress:
-            if bench_modes.needs_noise_floor(mode_list, sampling):  # what tells a parting from a bug; shown with the table
+            if bench_modes.needs_noise_floor(
+                mode_list, sampling
+            ):  # what tells a parting from a bug; shown with the table
                 measuring = progress.add_task("measuring the targets' noise floors (once per model)", total=None)
                 floors = {engine.pair.name: engine.noise_floor() for engine in engines}
                 progress.remove_task(measuring)
@@ -108,10 +135,17 @@ def bench(suite_path, pairs, config, modes, drafter, limit, suites, repeats, tem
     if rows:
         summary = report.summarize(rows)
         closed = write_or_defer(lambda: Console().print(report.table(summary, floors)))
-        meta = {**provenance(), "pairs": [p.name for p in pair_configs], "suite": str(path),
-                "modes": [m.name for m in mode_list],
-                "temperature": temperature, "seed": seed, "repeats": repeats, "interrupted": interrupted,
-                "noise_floors": {pair: floor.to_dict() for pair, floor in floors.items()}}
+        meta = {
+            **provenance(),
+            "pairs": [p.name for p in pair_configs],
+            "suite": str(path),
+            "modes": [m.name for m in mode_list],
+            "temperature": temperature,
+            "seed": seed,
+            "repeats": repeats,
+            "interrupted": interrupted,
+            "noise_floors": {pair: floor.to_dict() for pair, floor in floors.items()},
+        }
         if json_path:
             data = json.dumps(report.to_json(rows, summary, meta), indent=1) + "\n"
             write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")

@@ -29,8 +29,9 @@ def _reopen_terminal() -> None:
     try:
         fd = os.open("/dev/tty", os.O_RDWR)
     except OSError:
-        raise UsageError("stdin is a pipe and there is no terminal (/dev/tty) to chat in; "
-                         "`edgespec run` prints a reply to a pipe") from None
+        raise UsageError(
+            "stdin is a pipe and there is no terminal (/dev/tty) to chat in; `edgespec run` prints a reply to a pipe"
+        ) from None
     os.dup2(fd, 0)
     os.close(fd)
 
@@ -38,16 +39,24 @@ def _reopen_terminal() -> None:
 def _require_terminal() -> None:
     # Textual draws on stderr (sys.__stderr__), so that is the stream that must be a terminal.
     if not sys.__stderr__.isatty():
-        raise UsageError("chat draws on the terminal through stderr, which is redirected; "
-                         "`edgespec run` prints a reply to a pipe")
+        raise UsageError(
+            "chat draws on the terminal through stderr, which is redirected; `edgespec run` prints a reply to a pipe"
+        )
 
 
 @click.command("chat")
 @pair_options
 @decoding_options
 @click.option("-s", "--system", default=None, help="System prompt for a new chat (replaces a resumed chat's).")
-@click.option("--resume", "resume", is_flag=False, flag_value="", default=None, metavar="[ID]",
-              help="Reopen a saved chat: the most recent, or the one with this id (see ctrl+o in the app).")
+@click.option(
+    "--resume",
+    "resume",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ID]",
+    help="Reopen a saved chat: the most recent, or the one with this id (see ctrl+o in the app).",
+)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Most tokens per reply.")
 @cache_option
 @error_boundary
@@ -89,8 +98,15 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
 
             from edgespec.tui.app import ChatApp
 
-            app = ChatApp(engine, settings, system=system, conversation=conversation, first_message=first_message,
-                          store=store, engine_thread=engine_thread)
+            app = ChatApp(
+                engine,
+                settings,
+                system=system,
+                conversation=conversation,
+                first_message=first_message,
+                store=store,
+                engine_thread=engine_thread,
+            )
             app.run()
             for line in app.unsaved_lines:
                 click.echo(f"edgespec: warning: {line}", err=True)

@@ -14,8 +14,8 @@ import contextlib
 import functools
 import math
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import click
 
@@ -42,14 +42,20 @@ def config_option(f: Callable) -> Callable:
 
 def cache_option(f: Callable) -> Callable:
     """--no-cache (or EDGESPEC_NO_CACHE=1): neither load nor save prompt states (`prompt_cache`)."""
-    return click.option("--no-cache", "no_cache", is_flag=True, envvar="EDGESPEC_NO_CACHE",
-                        help="Read every prompt from scratch and save nothing to the prompt cache "
-                             "(or $EDGESPEC_NO_CACHE=1).")(f)
+    return click.option(
+        "--no-cache",
+        "no_cache",
+        is_flag=True,
+        envvar="EDGESPEC_NO_CACHE",
+        help="Read every prompt from scratch and save nothing to the prompt cache (or $EDGESPEC_NO_CACHE=1).",
+    )(f)
 
 
 def pair_options(f: Callable) -> Callable:
     """-m/--pair and --config."""
-    f = click.option("-m", "--pair", "pair", default=None, help="Model pair from models.toml (default: the registry's default).")(f)
+    f = click.option(
+        "-m", "--pair", "pair", default=None, help="Model pair from models.toml (default: the registry's default)."
+    )(f)
     return config_option(f)
 
 
@@ -101,8 +107,9 @@ def sampling_option(flag: str, kind: type, help: str | None = None, default=None
             raise click.BadParameter(problem, ctx, param)
         return value
 
-    return click.option(flag, name, type=kind, default=default, callback=check, help=help,
-                        show_default=default is not None)
+    return click.option(
+        flag, name, type=kind, default=default, callback=check, help=help, show_default=default is not None
+    )
 
 
 class KSettingParam(click.ParamType):
@@ -122,12 +129,23 @@ class KSettingParam(click.ParamType):
 def decoding_options(f: Callable) -> Callable:
     """--draft, --k and the sampling flags; unset sampling flags fall back to the pair's defaults."""
     opts = [
-        click.option("--draft", type=click.Choice([c.value for c in DraftChoice]), default="auto", show_default=True,
-                     callback=lambda ctx, param, value: DraftChoice(value),
-                     help="Drafter: the draft model, n-gram lookup in the context, none (plain decoding), or auto."),
-        click.option("--k", "k", type=KSettingParam(), default="auto", show_default=True,
-                     help="Draft length: auto (cost-aware controller, trees where they pay), auto-chain (chains "
-                          "only), heuristic (+2/-1), or a fixed number."),
+        click.option(
+            "--draft",
+            type=click.Choice([c.value for c in DraftChoice]),
+            default="auto",
+            show_default=True,
+            callback=lambda ctx, param, value: DraftChoice(value),
+            help="Drafter: the draft model, n-gram lookup in the context, none (plain decoding), or auto.",
+        ),
+        click.option(
+            "--k",
+            "k",
+            type=KSettingParam(),
+            default="auto",
+            show_default=True,
+            help="Draft length: auto (cost-aware controller, trees where they pay), auto-chain (chains "
+            "only), heuristic (+2/-1), or a fixed number.",
+        ),
         sampling_option("--temperature", float, "0 = greedy."),
         sampling_option("--top-p", float),
         sampling_option("--top-k", int),
@@ -227,7 +245,8 @@ def read_stdin(context: int) -> str | None:
         parts.append(decode(chunk))
         size += len(chunk)
         if size > limit:
-            raise UsageError(f"stdin is over {limit:,} bytes, more than the pair's context of {context:,} tokens "
-                             "can hold")
+            raise UsageError(
+                f"stdin is over {limit:,} bytes, more than the pair's context of {context:,} tokens can hold"
+            )
     parts.append(decode(b"", final=True))
     return "".join(parts)

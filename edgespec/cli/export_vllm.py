@@ -60,20 +60,30 @@ def model_ref(model: ModelSpec, local: Path, notes: list[str]) -> str:
     if isinstance(src, HubSource) and src.file is None:
         return src.repo
     if quant:
-        notes.append(f"{model.name} is a GGUF file: vLLM loads it with the vllm-gguf-plugin (experimental); "
-                     "the original weights' repo serves better on GPUs")
+        notes.append(
+            f"{model.name} is a GGUF file: vLLM loads it with the vllm-gguf-plugin (experimental); "
+            "the original weights' repo serves better on GPUs"
+        )
         return f"{src.repo}:{quant.group(1).upper()}"
     placeholder = f"<hub id of {model.name}>"
-    notes.append(f"{model.name} has no hub id: publish {local} to the Hugging Face hub and put its id in place "
-                 f"of {placeholder}")
+    notes.append(
+        f"{model.name} has no hub id: publish {local} to the Hugging Face hub and put its id in place of {placeholder}"
+    )
     return placeholder
 
 
 def vllm_command(pair: PairConfig, plan: DraftPlan | None, store: Store) -> tuple[list[str], list[str]]:
     """(argv of `vllm serve`, notes for the user). `plan` is None for a pair that does not draft."""
     notes: list[str] = []
-    argv = ["vllm", "serve", model_ref(pair.target, store.path_for(pair.target), notes),
-            "--served-model-name", pair.name, "--max-model-len", str(pair.context)]
+    argv = [
+        "vllm",
+        "serve",
+        model_ref(pair.target, store.path_for(pair.target), notes),
+        "--served-model-name",
+        pair.name,
+        "--max-model-len",
+        str(pair.context),
+    ]
     if isinstance(pair.target.source, HubSource) and pair.target.source.revision:
         argv += ["--revision", pair.target.source.revision]
     if plan is None:
@@ -82,16 +92,22 @@ def vllm_command(pair: PairConfig, plan: DraftPlan | None, store: Store) -> tupl
     k = plan.k
     if k == 0:
         drafter = "the draft model" if pair.draft is not None else "n-gram lookup"
-        notes.append(f"on this machine the controller would not draft with {drafter} (K = 0: it does not pay here); "
-                     "vLLM needs K >= 1, so 1 is shown: a GPU host drafts far more cheaply, measure there or pass --k")
+        notes.append(
+            f"on this machine the controller would not draft with {drafter} (K = 0: it does not pay here); "
+            "vLLM needs K >= 1, so 1 is shown: a GPU host drafts far more cheaply, measure there or pass --k"
+        )
         k = 1
     if pair.draft is not None:
         spec: dict = {"model": model_ref(pair.draft, store.path_for(pair.draft), notes), "num_speculative_tokens": k}
         if isinstance(pair.draft.source, HubSource) and pair.draft.source.revision:
             spec["revision"] = pair.draft.source.revision
     else:
-        spec = {"method": "ngram", "prompt_lookup_min": plan.lookup_min, "prompt_lookup_max": plan.lookup_max,
-                "num_speculative_tokens": k}
+        spec = {
+            "method": "ngram",
+            "prompt_lookup_min": plan.lookup_min,
+            "prompt_lookup_max": plan.lookup_max,
+            "num_speculative_tokens": k,
+        }
     return argv + ["--speculative-config", json.dumps(spec)], notes
 
 
@@ -103,8 +119,13 @@ def export() -> None:
 @export.command("vllm")
 @click.argument("pair", required=False)
 @config_option
-@click.option("--k", "k", type=click.IntRange(1, KSetting.MAX), default=None,
-              help="num_speculative_tokens to print instead of this machine's calibrated choice (loads nothing).")
+@click.option(
+    "--k",
+    "k",
+    type=click.IntRange(1, KSetting.MAX),
+    default=None,
+    help="num_speculative_tokens to print instead of this machine's calibrated choice (loads nothing).",
+)
 @error_boundary
 def vllm(pair: str | None, config: Path | None, k: int | None) -> None:
     """Print the `vllm serve` command (with --speculative-config) that runs PAIR (default: the
@@ -125,8 +146,11 @@ def vllm(pair: str | None, config: Path | None, k: int | None) -> None:
         finally:
             engine.close()
         plan = calibrated_plan(controller, chosen.drafter)
-        what = "the draft model" if chosen.drafter == "model" else \
-            f"n-gram matches of {plan.lookup_min}..{plan.lookup_max} tokens"
+        what = (
+            "the draft model"
+            if chosen.drafter == "model"
+            else f"n-gram matches of {plan.lookup_min}..{plan.lookup_max} tokens"
+        )
         click.echo(f"edgespec: K = {plan.k} from this machine's calibrated controller ({what})", err=True)
     argv, notes = vllm_command(chosen, plan, Store())
     for note in notes:

@@ -81,8 +81,10 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
         if model.path is None:
             store.check_writable()  # a read-only home: one line, before saying what would be pulled
         if isinstance(model.source, Derived):
-            err.print(f"{role} {model.name}: building {state.path} from {model.source.base.name} "
-                      f"(layout {model.source.layout}, with llama.cpp's quantizer: under a minute)")
+            err.print(
+                f"{role} {model.name}: building {state.path} from {model.source.base.name} "
+                f"(layout {model.source.layout}, with llama.cpp's quantizer: under a minute)"
+            )
         else:
             err.print(f"{role} {model.name}: pulling into {state.path}")
         # hub downloads draw the hub client's own progress bars; a rich one around them would fight them
@@ -94,8 +96,12 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
 
 @models.command("check")
 @click.argument("pair")
-@click.option("--noise-floor", "noise_floor", is_flag=True,
-              help="Also load the target and report how far its batched logits part from single steps.")
+@click.option(
+    "--noise-floor",
+    "noise_floor",
+    is_flag=True,
+    help="Also load the target and report how far its batched logits part from single steps.",
+)
 @config_option
 @click.pass_context
 @error_boundary
@@ -142,8 +148,10 @@ def _report_noise_floor(chosen: PairConfig) -> None:
         floor = engine.noise_floor()
     finally:
         engine.close()
-    click.echo(f"noise floor of {chosen.target.name}: {floor.max:.3f} logits "
-               "(largest |batched - single step| logit difference)")
+    click.echo(
+        f"noise floor of {chosen.target.name}: {floor.max:.3f} logits "
+        "(largest |batched - single step| logit difference)"
+    )
     for n in sorted(floor.largest):
         click.echo(f"  n={n:<2}  max {floor.largest[n]:.3f}  mean {floor.mean[n]:.4f}")
 
@@ -180,15 +188,25 @@ def _print_table(registry: Registry, store: Store) -> None:
         drafter = pair.draft.name if pair.draft is not None else pair.drafter
         files = "\n".join(f"{role} {_state_text(store, model)}" for role, model in _models_of(pair))
         device = pair_device(pair)
-        table.add_row(name, pair.backend, pair.target.name, drafter, str(pair.context), files,
-                      f"{device.name} ({device.why})", pair_fit(pair, device, store).text)
+        table.add_row(
+            name,
+            pair.backend,
+            pair.target.name,
+            drafter,
+            str(pair.context),
+            files,
+            f"{device.name} ({device.why})",
+            pair_fit(pair, device, store).text,
+        )
     Console(width=None if sys.stdout.isatty() else PIPE_WIDTH).print(table)
 
 
 def _state_text(store: Store, model: ModelSpec) -> str:
     state = store.state(model)
     if state.verified:
-        return f"present {_size(state.size_on_disk)}" + (f", {_weight_types(state.path)}" if model.format == "gguf" else "")
+        return f"present {_size(state.size_on_disk)}" + (
+            f", {_weight_types(state.path)}" if model.format == "gguf" else ""
+        )
     expected = f" of {_size(model.size)}" if model.size else ""
     if isinstance(model.source, Derived) and not state.present:
         return f"missing (built from {model.source.base.name} when pulled)"
@@ -220,5 +238,12 @@ def _size(n: float) -> str:
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeRemainingColumn(), console=console, transient=True)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )

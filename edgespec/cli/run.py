@@ -54,15 +54,41 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
 @decoding_options
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True)
 @click.option("--raw", is_flag=True, help="Plain completion of the text, without the chat template.")
-@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
-              help="Colour tokens by source: green = accepted draft, red underlined = correction, bold cyan = bonus.")
+@click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour tokens by source: green = accepted draft, red underlined = correction, bold cyan = bonus.",
+)
 @click.option("--stats", is_flag=True, help="One line of speed and acceptance figures on stderr.")
-@click.option("--stats-json", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write the generation summary as JSON to this file.")
+@click.option(
+    "--stats-json",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write the generation summary as JSON to this file.",
+)
 @cache_option
 @error_boundary
-def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p, seed, max_tokens, raw, color,
-        stats, stats_json, no_cache):
+def run(
+    prompt,
+    system,
+    pair,
+    config,
+    draft,
+    k,
+    temperature,
+    top_p,
+    top_k,
+    min_p,
+    seed,
+    max_tokens,
+    raw,
+    color,
+    stats,
+    stats_json,
+    no_cache,
+):
     """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout.
 
     Piped text comes first and the PROMPT after it, so asking another thing about the same input
@@ -92,8 +118,9 @@ def run(prompt, system, pair, config, draft, k, temperature, top_p, top_k, min_p
         engine.close()
 
 
-def reply(engine, text: str, system: str | None, raw: bool, settings, color: str, stats: bool,
-          stats_json: Path | None) -> None:
+def reply(
+    engine, text: str, system: str | None, raw: bool, settings, color: str, stats: bool, stats_json: Path | None
+) -> None:
     """Tokenize the input the way asked, check it fits, stream the reply, report the figures."""
     if raw:
         prompt_tokens = engine.target.tokenize(text, special=False)

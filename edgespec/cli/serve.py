@@ -54,8 +54,9 @@ def uvicorn_server(app, on_stop: Callable[[], None], log_level: str = "info"):
 
     logging = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     logging["handlers"]["access"]["stream"] = "ext://sys.stderr"
-    config = uvicorn.Config(app, lifespan="off", timeout_graceful_shutdown=2, server_header=False,
-                            log_level=log_level, log_config=logging)
+    config = uvicorn.Config(
+        app, lifespan="off", timeout_graceful_shutdown=2, server_header=False, log_level=log_level, log_config=logging
+    )
     return StoppingServer(config, on_stop)
 
 
@@ -67,13 +68,27 @@ def base_url(sock: socket.socket) -> str:
 @click.command("serve")
 @pair_options
 @decoding_options
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. Anything but loopback lets other machines use the model.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. Anything but loopback lets other machines use the model.",
+)
 @click.option("--port", type=click.IntRange(0, 65535), default=8800, show_default=True, help="0 = any free port.")
-@click.option("--api-key", envvar="EDGESPEC_API_KEY", default=None,
-              help="Require 'Authorization: Bearer KEY' on every endpoint but /health (or $EDGESPEC_API_KEY).")
-@click.option("--queue", "queue_size", type=click.IntRange(min=0), default=8, show_default=True,
-              help="Requests that may wait while the engine serves one; beyond that, 503 with Retry-After.")
+@click.option(
+    "--api-key",
+    envvar="EDGESPEC_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on every endpoint but /health (or $EDGESPEC_API_KEY).",
+)
+@click.option(
+    "--queue",
+    "queue_size",
+    type=click.IntRange(min=0),
+    default=8,
+    show_default=True,
+    help="Requests that may wait while the engine serves one; beyond that, 503 with Retry-After.",
+)
 @cache_option
 @error_boundary
 def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, port, api_key, queue_size, no_cache):
@@ -92,8 +107,11 @@ def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, 
     sock = listen(host, port)
     try:
         if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback and not api_key:
-            click.echo(f"edgespec: warning: listening on {host} without --api-key: anyone who can reach this port "
-                       "can use the model", err=True)
+            click.echo(
+                f"edgespec: warning: listening on {host} without --api-key: anyone who can reach this port "
+                "can use the model",
+                err=True,
+            )
         click.echo("edgespec: loading the model pair…", err=True)
         engine_thread = EngineThread()  # loads the engine and runs every generation (see EngineThread)
         try:
@@ -105,8 +123,11 @@ def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, 
         try:
             sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
             app = create_app(worker, GenerateSettings(sampling=sampling, draft=draft, k=k), api_key)
-            click.echo(f"edgespec: serving {pair_config.name!r} at {base_url(sock)} (model name "
-                       f"{pair_config.name!r}); Ctrl-C stops", err=True)
+            click.echo(
+                f"edgespec: serving {pair_config.name!r} at {base_url(sock)} (model name "
+                f"{pair_config.name!r}); Ctrl-C stops",
+                err=True,
+            )
             uvicorn_server(app, worker.stop).run(sockets=[sock])
             interrupts.raise_deferred()  # the signal that stopped it: its line and exit status
         finally:

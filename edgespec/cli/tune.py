@@ -36,19 +36,42 @@ def _candidate_names() -> list[str]:
 
 @click.command("tune")
 @click.argument("pair", required=False)
-@click.option("--layouts", "names", type=NameList(_candidate_names), default=None,
-              help="Candidate layouts to build and measure, comma-separated (default: all of "
-                   "q6k-as-q4k, q6k-as-q4_0, q6k-as-iq4_nl, output-as-q4_0, q4_0, q4_0-pure, iq4_nl).")
-@click.option("--prompts", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Code-edit prompts of the development set to bench ar and auto on (0: no bench).")
-@click.option("--min-agreement", type=FiniteFloat(0, 100), default=95.0, show_default=True,
-              help="Recommend no layout whose top-1 agreement with the original is below this (percent).")
+@click.option(
+    "--layouts",
+    "names",
+    type=NameList(_candidate_names),
+    default=None,
+    help="Candidate layouts to build and measure, comma-separated (default: all of "
+    "q6k-as-q4k, q6k-as-q4_0, q6k-as-iq4_nl, output-as-q4_0, q4_0, q4_0-pure, iq4_nl).",
+)
+@click.option(
+    "--prompts",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Code-edit prompts of the development set to bench ar and auto on (0: no bench).",
+)
+@click.option(
+    "--min-agreement",
+    type=FiniteFloat(0, 100),
+    default=95.0,
+    show_default=True,
+    help="Recommend no layout whose top-1 agreement with the original is below this (percent).",
+)
 @click.option("--apply", "apply_", is_flag=True, help="Register the recommended layout without asking.")
-@click.option("--pick", default=None, help="Register this measured layout instead of the recommended one "
-                                           "(your trade of speed against fidelity).")
+@click.option(
+    "--pick",
+    default=None,
+    help="Register this measured layout instead of the recommended one (your trade of speed against fidelity).",
+)
 @click.option("--keep", is_flag=True, help="Keep every candidate file (default: only the recommended one).")
-@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write every figure (the whole verify curves) to this file.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write every figure (the whole verify curves) to this file.",
+)
 @config_option
 @error_boundary
 def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, config):
@@ -71,8 +94,10 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
 
     chosen_layouts = list(layouts.CANDIDATES) if names is None else [layouts.candidate(name) for name in names]
     if pick is not None and pick not in {c.name for c in chosen_layouts} | {DRAFT_ONLY}:
-        raise UsageError(f"--pick {pick}: not among the layouts measured "
-                         f"({', '.join([c.name for c in chosen_layouts] + [DRAFT_ONLY])})")
+        raise UsageError(
+            f"--pick {pick}: not among the layouts measured "
+            f"({', '.join([c.name for c in chosen_layouts] + [DRAFT_ONLY])})"
+        )
     registry = load_registry(config)
     chosen = registry.pair(pair)
     check_tunable(chosen)
@@ -97,8 +122,9 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
         raise UsageError(f"--pick {DRAFT_ONLY}: the draft model of {chosen.name} has no tensors to convert")
     err = Console(stderr=True)
     interrupted = False
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                  transient=True) as progress:
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
+    ) as progress:
         task = progress.add_task("loading the pair")
         if tuned_draft is not None:
             progress.update(task, description="the draft model: building")
@@ -116,8 +142,11 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
 
             def on_row(row):
                 rows_done[0] += 1
-                progress.update(task, description=f"bench {rows_done[0]}/{2 * len(suite) * len(tuner.rows)}: "
-                                                  f"{row.pair} {row.mode} {row.decode_tokens_per_s:.1f} tok/s")
+                progress.update(
+                    task,
+                    description=f"bench {rows_done[0]}/{2 * len(suite) * len(tuner.rows)}: "
+                    f"{row.pair} {row.mode} {row.decode_tokens_per_s:.1f} tok/s",
+                )
 
             tuner.bench(suite, on_row)
         except KeyboardInterrupt:
@@ -131,10 +160,20 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     best = recommend(rows, min_agreement / 100)
     closed = write_or_defer(lambda: Console(width=None if sys.stdout.isatty() else 200).print(_table(rows)))
     if json_path:
-        data = json.dumps({"pair": chosen.name, "min_agreement": min_agreement, "prompts": len(suite),
-                           "interrupted": interrupted,
-                           "recommended": best.layout if best else None,
-                           "layouts": [m.to_dict() for m in rows]}, indent=1) + "\n"
+        data = (
+            json.dumps(
+                {
+                    "pair": chosen.name,
+                    "min_agreement": min_agreement,
+                    "prompts": len(suite),
+                    "interrupted": interrupted,
+                    "recommended": best.layout if best else None,
+                    "layouts": [m.to_dict() for m in rows],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
         write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "tune results")
     if interrupted:
         click.echo("edgespec: stopped; the layouts above were measured, nothing was registered", err=True)
@@ -142,11 +181,15 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     if closed is not None:  # nobody reads the recommendation, and nothing is registered unasked
         raise closed
     if best is None:
-        click.echo(f"recommendation: keep the original (no layout with >= {min_agreement:g}% top-1 agreement "
-                   "is clearly faster here)")
+        click.echo(
+            f"recommendation: keep the original (no layout with >= {min_agreement:g}% top-1 agreement "
+            "is clearly faster here)"
+        )
     else:
-        click.echo(f"recommendation: {best.layout} ({best.what}): {_gain_text(best)}, "
-                   f"{best.fidelity.agreement:.1%} top-1 agreement with the original")
+        click.echo(
+            f"recommendation: {best.layout} ({best.what}): {_gain_text(best)}, "
+            f"{best.fidelity.agreement:.1%} top-1 agreement with the original"
+        )
     chosen_row = next(m for m in rows if m.layout == pick) if pick else best
     if not keep:
         for m in rows:
@@ -170,20 +213,32 @@ def _apply(pair, best, store: Store, config) -> None:
     target = pair.target.name
     if best.layout != DRAFT_ONLY:
         target = f"{pair.target.name}-{best.layout}"
-        models.append(DerivedModel(
-            name=target, base=pair.target.name, layout=best.layout, file=in_store(best.path),
-            note=f"{pair.target.name} as {best.layout} ({best.what}), {best.fidelity.agreement:.1%} top-1 agreement",
-        ))
+        models.append(
+            DerivedModel(
+                name=target,
+                base=pair.target.name,
+                layout=best.layout,
+                file=in_store(best.path),
+                note=f"{pair.target.name} as {best.layout} ({best.what}), "
+                f"{best.fidelity.agreement:.1%} top-1 agreement",
+            )
+        )
     drafter = None
     if best.draft_path is not None:
         drafter = f"{pair.draft.name}-{DRAFT.name}"
-        models.append(DerivedModel(
-            name=drafter, base=pair.draft.name, layout=DRAFT.name, file=in_store(best.draft_path),
-            note=f"{pair.draft.name} as {DRAFT.name} ({DRAFT.describe()}); a draft's layout changes no output",
-        ))
+        models.append(
+            DerivedModel(
+                name=drafter,
+                base=pair.draft.name,
+                layout=DRAFT.name,
+                file=in_store(best.draft_path),
+                note=f"{pair.draft.name} as {DRAFT.name} ({DRAFT.describe()}); a draft's layout changes no output",
+            )
+        )
     tuned_pair = f"{pair.name}-tuned"
-    changes = ([] if best.layout == DRAFT_ONLY else [f"target as {best.layout}"]) + \
-        ([f"draft as {DRAFT.name}"] if drafter else [])
+    changes = ([] if best.layout == DRAFT_ONLY else [f"target as {best.layout}"]) + (
+        [f"draft as {DRAFT.name}"] if drafter else []
+    )
     description = f"{pair.description or pair.name}; {', '.join(changes)} (models tune)"
     path, changed = register(models, tuned_pair, pair_table(pair, target, description, drafter), config)
     registered = load_registry(config).models
@@ -208,15 +263,31 @@ def _gain_text(m) -> str:
 
 def _table(rows: list) -> Table:
     t = Table(title="edgespec models tune")
-    for col in ("layout", "weights", "size", "kept", "repacked", "verify ms at n=" + "/".join(map(str, CURVE_POINTS)),
-                "draft ms", "top-1", "KL mean/p99", "auto vs ar", "vs original ar"):
+    for col in (
+        "layout",
+        "weights",
+        "size",
+        "kept",
+        "repacked",
+        "verify ms at n=" + "/".join(map(str, CURVE_POINTS)),
+        "draft ms",
+        "top-1",
+        "KL mean/p99",
+        "auto vs ar",
+        "vs original ar",
+    ):
         t.add_column(col, justify="left" if col in ("layout", "weights", "repacked") else "right")
     for m in rows:
         t.add_row(
-            m.layout, m.what, f"{m.size / 1e9:.2f} GB", f"{m.kept:.0%}", m.repacked,
+            m.layout,
+            m.what,
+            f"{m.size / 1e9:.2f} GB",
+            f"{m.kept:.0%}",
+            m.repacked,
             "/".join(f"{m.verify_ms[n]:.0f}" for n in CURVE_POINTS if n in m.verify_ms),
             "-" if m.draft_ms is None else f"{m.draft_ms:.0f}",
-            f"{m.fidelity.agreement:.1%}", f"{m.fidelity.mean_kl:.3f}/{m.fidelity.p99_kl:.3f}",
+            f"{m.fidelity.agreement:.1%}",
+            f"{m.fidelity.mean_kl:.3f}/{m.fidelity.p99_kl:.3f}",
             "-" if m.gain is None else f"{m.gain:.2f}x",
             "-" if m.gain_vs_original is None else f"{m.gain_vs_original:.2f}x",
         )

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from edgespec.decoding.drafters import Draft
 from edgespec.decoding.tree import ROOT, children, first_branch
@@ -104,8 +104,9 @@ class NgramScores:
     OTHER = (0.3, 0.2)
 
     def __init__(self, max_k: int):
-        self.rates = [[Rate(1.0 - (1.0 - first) * self.RISE**i, prior_weight=3.0) for i in range(max_k)]
-                      for first in self.FIRST]
+        self.rates = [
+            [Rate(1.0 - (1.0 - first) * self.RISE**i, prior_weight=3.0) for i in range(max_k)] for first in self.FIRST
+        ]
         self.others = [Rate(a, prior_weight=3.0) for a in self.OTHER]
         self._pending: list[tuple[int, Draft, list[Rate]]] = []  # (position, proposal, rates)
 
@@ -136,8 +137,9 @@ class NgramScores:
                 rate.update(hit)
         self._pending = still
 
-    def _walk(self, context: Sequence[int], position: int, proposal: Draft,
-              rates: list[Rate]) -> list[tuple[Rate, bool]] | None:
+    def _walk(
+        self, context: Sequence[int], position: int, proposal: Draft, rates: list[Rate]
+    ) -> list[tuple[Rate, bool]] | None:
         below = children(proposal.parent_list())
         outcomes: list[tuple[Rate, bool]] = []
         row, depth = 0, 1

@@ -10,8 +10,9 @@ which lets callers reuse a shared prefix (a chat's earlier turns) instead of re-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -143,4 +144,3 @@ def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.nda
     if keep < len(backend.cached):
         backend.truncate(keep)
     return backend.eval(tokens[keep:], n_logits)
-

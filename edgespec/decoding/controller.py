@@ -34,8 +34,8 @@ with `observe`. Three policies:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from edgespec.decoding.acceptance import ModelScores, NgramScores
 from edgespec.decoding.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
@@ -115,7 +115,7 @@ class AutoK:
         rates = self._ngram.rates_for(g.match_len)
         values: list[float] = []
         missed: dict[int, float] = {}  # per parent: the chance all its children so far were wrong
-        for parent, depth, rank in zip(parents, depths(parents), ranks(parents)):
+        for parent, depth, rank in zip(parents, depths(parents), ranks(parents), strict=True):
             rate = self._ngram.rate(rates, depth, rank)
             a = rate.mean if rate is not None else 0.0
             before = missed.get(parent, 1.0)
@@ -184,8 +184,13 @@ class AutoK:
         self._probing = False
         if k == 0:
             which = None
-            if DrafterKind.MODEL in options and ctx.max_k > 0 and self._probe.due(self._probe_cap()) \
-                    and self._model_could_pay() and self._catch_up_pays(ctx, self._best_case_rate()):
+            if (
+                DrafterKind.MODEL in options
+                and ctx.max_k > 0
+                and self._probe.due(self._probe_cap())
+                and self._model_could_pay()
+                and self._catch_up_pays(ctx, self._best_case_rate())
+            ):
                 which, k, self._probing = DrafterKind.MODEL, min(2, ctx.max_k), True
         elif which == DrafterKind.MODEL:
             self._model_rounds += 1
@@ -193,8 +198,14 @@ class AutoK:
                 k = min(k + 1, self.max_k_model, ctx.max_k)
         if which == DrafterKind.MODEL:
             self._probe.used(self._probing)
-        state = ControllerState("auto", k, which, self._first_acceptance(which, ctx), rate / plain_rate,
-                                self._measured * self.costs.verify(1))
+        state = ControllerState(
+            "auto",
+            k,
+            which,
+            self._first_acceptance(which, ctx),
+            rate / plain_rate,
+            self._measured * self.costs.verify(1),
+        )
         if which != DrafterKind.MODEL:
             return Plan(which, k, state=state, nodes=nodes if which == DrafterKind.NGRAM else None)
         rules = _ModelRound(self.costs, self._model, rate)
@@ -221,7 +232,9 @@ class AutoK:
         every pass, whatever the policy)."""
         tokens = step.accepted + 1
         seconds = step.draft_s + step.verify_s
-        self._measured = tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
+        self._measured = (
+            tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
+        )
         parents, path = step.tree()
         if step.drafter is not None:
             self._gates[step.drafter].observe(parents, path, self.costs, self._measured)

@@ -4,7 +4,7 @@ draft-model step; and the K that maximises expected tokens per second under such
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
@@ -118,8 +118,9 @@ class CostModel:
         them dear, would never try them and learn otherwise. A curve live passes find higher is
         no contradiction: busy moments only ever add time, and the quiet curve rises by itself
         when the machine really is slower."""
-        fell = [n for n, now in self._quiet_curve().items()
-                if n in self._start and now < (1 - self.MARGIN) * self._start[n]]
+        fell = [
+            n for n, now in self._quiet_curve().items() if n in self._start and now < (1 - self.MARGIN) * self._start[n]
+        ]
         return len(fell) >= self.SEVERAL
 
     def _quiet_curve(self) -> dict[int, float]:
@@ -129,16 +130,21 @@ class CostModel:
         """The quiet curve, as `restore` takes it: per size, and for the draft step and a token the
         draft model reads, the recent sessions' figures in seconds, oldest first."""
         verify = {str(n): self._quiet_verify[n].to_list() for n in sorted(self._quiet_curve())}
-        return {"verify": verify, "draft_step": self._quiet_draft.to_list() or None,
-                "read_per_token": self._quiet_read.to_list() or None}
+        return {
+            "verify": verify,
+            "draft_step": self._quiet_draft.to_list() or None,
+            "read_per_token": self._quiet_read.to_list() or None,
+        }
 
     def restore(self, d: dict) -> None:
         """Take a quiet curve saved by `to_dict` (earlier runs on the same machine and models), and
         start the live estimates from it. Raises ValueError, changing nothing, if `d` is not one."""
         try:
             verify = {int(n): QuietCost.from_list(v) for n, v in d["verify"].items()}
-            draft, read = (QuietCost() if d.get(key) is None else QuietCost.from_list(d[key])
-                           for key in ("draft_step", "read_per_token"))
+            draft, read = (
+                QuietCost() if d.get(key) is None else QuietCost.from_list(d[key])
+                for key in ("draft_step", "read_per_token")
+            )
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a saved cost curve: {e}") from e
         self._quiet_verify, self._quiet_draft, self._quiet_read = verify, draft, read

@@ -23,7 +23,7 @@ from __future__ import annotations
 import codecs
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -114,7 +114,7 @@ class SpeculativeDecoder:
             step, new_ids = self._round(context, room - 1, params, rng, summary.tokens)
             summary.add(step)
             yield step
-            for token_id, source in zip(new_ids, step.sources()):
+            for token_id, source in zip(new_ids, step.sources(), strict=True):
                 if token_id in self.target.eos_ids:
                     stop = "eos"
                     break
@@ -132,8 +132,11 @@ class SpeculativeDecoder:
         """One draft/verify pass. Extends `context` with the accepted tokens and the target's
         token, and returns the Step with the new ids in order."""
         t0 = time.perf_counter()
-        free = {kind: d.propose(context, min(max_k, self.policy.max_k), params, rng)
-                for kind, d in self.drafters.items() if d.free and max_k > 0}
+        free = {
+            kind: d.propose(context, min(max_k, self.policy.max_k), params, rng)
+            for kind, d in self.drafters.items()
+            if d.free and max_k > 0
+        }
         model = self.drafters.get(DrafterKind.MODEL)
         behind = model.behind(context) if model is not None and max_k > 0 else 0
         plan: Plan = self.policy.plan(RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted))

@@ -27,9 +27,10 @@ branch, see `tree.py`):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -104,9 +105,15 @@ class Draft:
 
     def subtree(self, keep: Sequence[int]) -> Draft:
         """The nodes `keep` (ascending, each with its parent: of a chain, a prefix), renumbered."""
-        return Draft([self.ids[i] for i in keep], [self.dists[i] for i in keep],
-                     [self.confidence[i] for i in keep], self.match_len, self.catch_up_s, self.catch_up_tokens,
-                     None if self.parents is None else subtree(self.parents, keep))
+        return Draft(
+            [self.ids[i] for i in keep],
+            [self.dists[i] for i in keep],
+            [self.confidence[i] for i in keep],
+            self.match_len,
+            self.catch_up_s,
+            self.catch_up_tokens,
+            None if self.parents is None else subtree(self.parents, keep),
+        )
 
 
 class Drafter(Protocol):
@@ -121,8 +128,15 @@ class Drafter(Protocol):
         """Tokens it must read before it can propose after `context` (a cost the policy weighs)."""
         ...
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator,
-                stop: StopRule | None = None, branch: BranchRule | None = None) -> Draft:
+    def propose(
+        self,
+        context: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        stop: StopRule | None = None,
+        branch: BranchRule | None = None,
+    ) -> Draft:
         """A tree of up to k tokens deep after `context`; `stop(j, confidence)` may end the draft
         before token j+1, `branch(confidence, position, nodes)` adds an alternative beside the chain's
         token at that position."""
@@ -180,7 +194,7 @@ class ModelDrafter:
             return out
         # After plain or n-gram rounds the draft model is behind the text; reading it back is a
         # prefill, not a draft step, and is reported apart so the cost model is not misled.
-        view = context[self.start:]
+        view = context[self.start :]
         behind = len(view) - common_prefix(self.backend.cached, view)
         t0 = time.perf_counter()
         logits = sync_cache(self.backend, view, 1)[0]
@@ -201,8 +215,9 @@ class ModelDrafter:
             node = out.add(token, parent, dist, conf)
             # the logits are read now (the next step overwrites them), if an alternative could pay
             if branch is not None and branch(1.0 - conf, depth, depth + 1):
-                candidates.append((parent, depth, self._choices(logits, params, rng, 1 + self.ALTERNATIVES,
-                                                                choices[0])[1:]))
+                candidates.append(
+                    (parent, depth, self._choices(logits, params, rng, 1 + self.ALTERNATIVES, choices[0])[1:])
+                )
             parent = node
             if depth + 1 == k or depth + 1 == self.MAX_NODES:
                 break
@@ -215,8 +230,13 @@ class ModelDrafter:
         return out
 
     @staticmethod
-    def _choices(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, n: int,
-                 first: tuple[int, Dist | None, float] | None = None) -> list[tuple[int, Dist | None, float]]:
+    def _choices(
+        logits: np.ndarray,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        n: int,
+        first: tuple[int, Dist | None, float] | None = None,
+    ) -> list[tuple[int, Dist | None, float]]:
         """The drafted token and up to n - 1 alternatives at one position: (token, the q it was
         drawn from or None for a point mass, its drafter probability). `first`: the token already
         drafted there, kept as the first choice."""
@@ -242,11 +262,11 @@ class ModelDrafter:
         elif not (self.start <= n - self.window and n - self.start <= 2 * self.window):
             self.start = (n - self.window) // self.ALIGN * self.ALIGN
         if self.before_read is not None:
-            self.before_read(self.backend, prompt[self.start:])
+            self.before_read(self.backend, prompt[self.start :])
 
     def behind(self, context: Sequence[int]) -> int:
         """Tokens of the view it has not read: what its next draft must read first."""
-        view = context[self.start:]
+        view = context[self.start :]
         return len(view) - common_prefix(self.backend.cached, view)
 
     def accept(self, n_committed: int) -> None:
@@ -304,9 +324,15 @@ class NgramDrafter:
     def accept(self, n_committed: int) -> None:
         pass
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams | None = None,
-                rng: np.random.Generator | None = None, stop: StopRule | None = None,
-                branch: BranchRule | None = None) -> Draft:
+    def propose(
+        self,
+        context: Sequence[int],
+        k: int,
+        params: SamplingParams | None = None,
+        rng: np.random.Generator | None = None,
+        stop: StopRule | None = None,
+        branch: BranchRule | None = None,
+    ) -> Draft:
         """A trie of what followed earlier occurrences of the longest matching suffix, each copy up
         to k tokens (a copy has no confidence to stop or branch on, so `stop` and `branch` do not
         apply; nor do `params`: a copy is a point mass)."""

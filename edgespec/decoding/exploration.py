@@ -8,8 +8,8 @@ from making, so that it notices when the text changes:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.tree import first_branch

@@ -8,9 +8,9 @@ the user's choice of policy, parsed once at the edge.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
@@ -45,8 +45,15 @@ class RoundContext:
     emitted: int = 0  # tokens this reply has emitted so far
 
     @classmethod
-    def of(cls, free: Mapping[DrafterKind, Draft], loaded: Collection[DrafterKind], max_k: int,
-           context: Sequence[int], model_behind: int = 0, emitted: int = 0) -> RoundContext:
+    def of(
+        cls,
+        free: Mapping[DrafterKind, Draft],
+        loaded: Collection[DrafterKind],
+        max_k: int,
+        context: Sequence[int],
+        model_behind: int = 0,
+        emitted: int = 0,
+    ) -> RoundContext:
         """From what the decoder has: the free drafters' proposals, the kinds loaded, and how far
         behind the text the draft model is."""
         ngram = free.get(DrafterKind.NGRAM, Draft()) if DrafterKind.NGRAM in loaded else None
@@ -86,7 +93,7 @@ class KSetting:
 
     @classmethod
     def parse(cls, text: str) -> KSetting:
-        """"auto", "auto-chain", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
+        """ "auto", "auto-chain", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
         text = text.strip()
         if text in (*cls.COST_AWARE, "heuristic"):
             return cls(text)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 SESSIONS = 8  # session figures kept per operation
 QUANTILE = 0.2  # of a session's timings: of 3 to 5, the fastest; of 16 to 20, the fourth fastest

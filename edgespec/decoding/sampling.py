@@ -16,8 +16,8 @@ host-side cost per verified row well under a millisecond.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -57,7 +57,9 @@ def _finite_in(low: float, high: float, *, low_open: bool = False, meaning: str 
         above = value > low if low_open else value >= low
         if math.isfinite(value) and above and value <= high:
             return None
-        span = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if math.isfinite(high) else f"a finite number >= {low:g}"
+        span = (
+            f"in {'(' if low_open else '['}{low:g}, {high:g}]" if math.isfinite(high) else f"a finite number >= {low:g}"
+        )
         return f"{value} is not {span}" + (f" ({meaning})" if meaning else "")
 
     return check

@@ -14,7 +14,7 @@ accounted for by the same code as any other tree.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from edgespec.decoding.backend import Backend, BackendError, Placement
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
@@ -61,8 +61,14 @@ class NoDraftModel(SettingError):
 class Engine:
     """A target backend, an optional draft-model backend, and the drafters built on them."""
 
-    def __init__(self, pair: PairConfig, target: Backend, draft: Backend | None = None,
-                 load_s: dict[str, float] | None = None, cache: PromptCache | None = None):
+    def __init__(
+        self,
+        pair: PairConfig,
+        target: Backend,
+        draft: Backend | None = None,
+        load_s: dict[str, float] | None = None,
+        cache: PromptCache | None = None,
+    ):
         self.pair, self.target, self.draft, self.cache = pair, target, draft, cache
         self.n_ctx = target.n_ctx
         self._drafters: list[Drafter] = [NgramDrafter()]
@@ -77,7 +83,9 @@ class Engine:
         # sha256, hashed once per file version), "target" and "draft" (each model's load)
         self.load_s = load_s or {}
 
-    def chat(self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+    def chat(
+        self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
         return self.generate_tokens(self.chat_tokens(messages), settings, cancel)
 
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
@@ -91,7 +99,9 @@ class Engine:
         """A token's text on its own (for showing rejected drafts)."""
         return self.target.token_bytes(token_id).decode("utf-8", "replace")
 
-    def generate_tokens(self, prompt: list[int], settings: GenerateSettings, cancel: threading.Event | None = None) -> Iterator[Event]:
+    def generate_tokens(
+        self, prompt: list[int], settings: GenerateSettings, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
         """Generate after already-tokenized input (what `chat` ends in)."""
         draft = DraftChoice(settings.draft)
         if draft is DraftChoice.MODEL and self.draft is None:
@@ -240,8 +250,13 @@ class Engine:
             self._noise_floor = self.saved_noise_floor()
         if self._noise_floor is None:
             self._noise_floor = measure_noise_floor(self.target, calibration_tokens(self.target))
-            _save(_noise_floor_file(), self._noise_floor_key(), self._noise_floor.to_dict(), NOISE_FLOOR_VERSION,
-                  "noise floor")
+            _save(
+                _noise_floor_file(),
+                self._noise_floor_key(),
+                self._noise_floor.to_dict(),
+                NOISE_FLOOR_VERSION,
+                "noise floor",
+            )
         return self._noise_floor
 
     def close(self) -> None:
@@ -330,8 +345,9 @@ def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
 
 
-def find_pair(pair_name: str | None = None, config_path: Path | None = None,
-              draft: DraftChoice = DraftChoice.AUTO) -> PairConfig:
+def find_pair(
+    pair_name: str | None = None, config_path: Path | None = None, draft: DraftChoice = DraftChoice.AUTO
+) -> PairConfig:
     """The pair from the registry, refused at once if `draft` asks for a draft model it lacks (so
     every setting is checked before anything loads)."""
     pair = load_registry(config_path).pair(pair_name)

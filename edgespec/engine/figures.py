@@ -9,7 +9,8 @@ reading of the prompt, often the larger part of a call on a real file.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from edgespec.decoding.events import Summary
 
@@ -39,8 +40,15 @@ def figure_parts(s: Summary, compact: bool = False) -> FigureParts:
     if not compact:
         ttft += f" (target read {s.target_read_s:.2f} s)"
         decode += f" (draft read {s.draft_read_s:.2f} s)"
-    return FigureParts(f"{s.decode_tokens_per_s:.1f} tok/s", f"{s.tokens} tokens", ttft, acceptance, per_pass, decode,
-                       f"total {s.total_s:.2f} s, {s.total_tokens_per_s:.1f} tok/s")
+    return FigureParts(
+        f"{s.decode_tokens_per_s:.1f} tok/s",
+        f"{s.tokens} tokens",
+        ttft,
+        acceptance,
+        per_pass,
+        decode,
+        f"total {s.total_s:.2f} s, {s.total_tokens_per_s:.1f} tok/s",
+    )
 
 
 def histogram_text(histogram: dict[int, int]) -> str:
@@ -59,5 +67,17 @@ def stats_line(s: Summary, load_s: Mapping[str, float] | None = None) -> str:
     (when given), the first token, decoding, the whole reply, then how the drafting went."""
     p = figure_parts(s)
     load = [load_text(load_s)] if load_s else []
-    return ", ".join([*load, p.ttft, p.decode, p.total, f"decode {p.speed}", p.tokens, p.acceptance, p.per_pass,
-                      f"K histogram {histogram_text(s.k_histogram)}", f"stop: {s.stop_reason}"])
+    return ", ".join(
+        [
+            *load,
+            p.ttft,
+            p.decode,
+            p.total,
+            f"decode {p.speed}",
+            p.tokens,
+            p.acceptance,
+            p.per_pass,
+            f"K histogram {histogram_text(s.k_histogram)}",
+            f"stop: {s.stop_reason}",
+        ]
+    )

@@ -41,9 +41,9 @@ import sys
 import time
 import zlib
 from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from edgespec.decoding.backend import Backend, BackendError, common_prefix, reused_prefix
 from edgespec.models.config import load_registry, parse_size
@@ -84,8 +84,13 @@ class PromptCache:
     last `memory_entries` states of each model in memory. `warn` says a problem in one line
     (default: stderr)."""
 
-    def __init__(self, folder: Path | None = None, budget: int = DEFAULT_BUDGET, memory_entries: int = 0,
-                 warn: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        folder: Path | None = None,
+        budget: int = DEFAULT_BUDGET,
+        memory_entries: int = 0,
+        warn: Callable[[str], None] | None = None,
+    ):
         self.folder = folder if folder is not None else home() / "prompt-cache"
         self.budget, self.memory_entries = budget, memory_entries
         self.warn = warn or _to_stderr
@@ -102,8 +107,10 @@ class PromptCache:
             return 0
         identity = backend.cache_identity()
         have = reused_prefix(backend, tokens)
-        ranked = sorted(((min(common_prefix(e.tokens, tokens), len(tokens) - 1), e) for e in self._entries(identity)),
-                        key=lambda pair: -pair[0])  # stable: memory before disk on a tie
+        ranked = sorted(
+            ((min(common_prefix(e.tokens, tokens), len(tokens) - 1), e) for e in self._entries(identity)),
+            key=lambda pair: -pair[0],
+        )  # stable: memory before disk on a tie
         for shared, entry in ranked:
             if shared - have < MIN_TOKENS:
                 break
@@ -199,7 +206,7 @@ class PromptCache:
 
     def _remember(self, entry: Entry) -> None:
         kept = [e for e in self._memory.get(entry.identity, []) if not _superseded(e, entry.tokens)]
-        self._memory[entry.identity] = (kept + [entry])[-self.memory_entries:]
+        self._memory[entry.identity] = (kept + [entry])[-self.memory_entries :]
 
     # -- disk ---------------------------------------------------------------------------------
 
@@ -229,13 +236,22 @@ class PromptCache:
 
     def _write(self, entry: Entry, state: bytearray, superseded: list[Entry]) -> None:
         """Save `state` as `entry` (atomically), remove what it supersedes, then keep to the budget."""
-        header = json.dumps({"identity": entry.identity, "n_tokens": len(entry.tokens), "state_size": len(state),
-                             "tokens_crc32": zlib.crc32(_token_bytes(entry.tokens)),
-                             "state_crc32": zlib.crc32(state)}).encode()
+        header = json.dumps(
+            {
+                "identity": entry.identity,
+                "n_tokens": len(entry.tokens),
+                "state_size": len(state),
+                "tokens_crc32": zlib.crc32(_token_bytes(entry.tokens)),
+                "state_crc32": zlib.crc32(state),
+            }
+        ).encode()
         size = len(MAGIC) + _LENGTH.size + len(header) + 4 * len(entry.tokens) + len(state)
         if size > self.budget:
-            self._say("budget", f"prompt cache: a {size / 1e6:.0f} MB state is larger than the whole "
-                                f"{self.budget / 1e6:.0f} MB budget ({BUDGET_ENV}); not saved")
+            self._say(
+                "budget",
+                f"prompt cache: a {size / 1e6:.0f} MB state is larger than the whole "
+                f"{self.budget / 1e6:.0f} MB budget ({BUDGET_ENV}); not saved",
+            )
             return
         path = self.folder / f"{_digest(entry.identity.encode())}-{_digest(_token_bytes(entry.tokens))}.kv"
         try:
@@ -288,7 +304,7 @@ def _read(path: Path, with_state: bool) -> Entry:
         head = f.read(len(MAGIC) + _LENGTH.size)
         if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
             raise Damaged("not an entry of this version")
-        (length,) = _LENGTH.unpack(head[len(MAGIC):])
+        (length,) = _LENGTH.unpack(head[len(MAGIC) :])
         if length > _MAX_HEADER:
             raise Damaged("bad header")
         try:
@@ -297,8 +313,10 @@ def _read(path: Path, with_state: bool) -> Entry:
             tokens_crc, state_crc = meta["tokens_crc32"], meta["state_crc32"]
         except (ValueError, TypeError, KeyError):
             raise Damaged("bad header") from None
-        if not (isinstance(identity, str) and all(isinstance(v, int) and v >= 0
-                                                  for v in (n_tokens, size, tokens_crc, state_crc))):
+        if not (
+            isinstance(identity, str)
+            and all(isinstance(v, int) and v >= 0 for v in (n_tokens, size, tokens_crc, state_crc))
+        ):
             raise Damaged("bad header")
         raw = f.read(4 * n_tokens)
         if len(raw) != 4 * n_tokens or zlib.crc32(raw) != tokens_crc:

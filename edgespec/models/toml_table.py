@@ -3,7 +3,8 @@ and every error one line that names the file, the entry and the key."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from edgespec.models.registry import ConfigError
 
@@ -33,8 +34,15 @@ class Table:
         """A nested table (`source`, `sampling`); its keys are reported as "source.parts"."""
         return Table(self.file, self.where, raw, keys, prefix=f"{self.prefix}{key}.")
 
-    def get(self, key: str, kind: type, default: Any = _MISSING, *, choices: tuple[str, ...] = (),
-            check: Callable[[Any], str | None] | None = None) -> Any:
+    def get(
+        self,
+        key: str,
+        kind: type,
+        default: Any = _MISSING,
+        *,
+        choices: tuple[str, ...] = (),
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
         """The value at `key`, checked for type, choices and `check` (which returns a problem or None)."""
         if key not in self.raw:
             if default is _MISSING:
@@ -46,7 +54,7 @@ class Table:
         if kind is float:
             value = float(value)
         if choices and value not in choices:
-            raise self.key_error(key, f'{show(value)} is not one of {", ".join(choices)}')
+            raise self.key_error(key, f"{show(value)} is not one of {', '.join(choices)}")
         problem = check(value) if check else None
         if problem:
             raise self.key_error(key, problem)

@@ -37,8 +37,13 @@ def pair_table(pair: PairConfig, target: str, description: str, drafter: str | N
     """The [pairs.X] table of a copy of `pair` whose target is `target` (and draft model `drafter`,
     when given)."""
     drafter = drafter or (pair.draft.name if pair.draft is not None else pair.drafter)
-    table: dict = {"description": description, "backend": pair.backend, "target": target, "drafter": drafter,
-                   "context": pair.context}
+    table: dict = {
+        "description": description,
+        "backend": pair.backend,
+        "target": target,
+        "drafter": drafter,
+        "context": pair.context,
+    }
     if pair.n_gpu_layers:
         table["n_gpu_layers"] = pair.n_gpu_layers
     if pair.threads is not None:
@@ -89,8 +94,10 @@ def _add(doc: tomlkit.TOMLDocument, path: Path, section: str, name: str, table: 
     if existing is not None:
         if existing.unwrap() == table:
             return False
-        raise ConfigError(f'{display_path(path)}: {section[:-1]} "{name}" already exists and differs; '
-                          f"rename or remove it, then run again")
+        raise ConfigError(
+            f'{display_path(path)}: {section[:-1]} "{name}" already exists and differs; '
+            f"rename or remove it, then run again"
+        )
     item = tomlkit.table()
     item.comment(f"added by edgespec models tune: {note}")
     for key, value in table.items():

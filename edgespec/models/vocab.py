@@ -61,8 +61,9 @@ def read_vocabulary(model: ModelSpec, path: Path) -> Vocabulary:
     try:
         from edgespec.backends.hf_loading import read_hf_vocabulary
     except ImportError as e:
-        raise EdgespecError(f"cannot read the vocabulary of transformers model {model.name}: "
-                            f"the hf backend is unavailable ({e})") from None
+        raise EdgespecError(
+            f"cannot read the vocabulary of transformers model {model.name}: the hf backend is unavailable ({e})"
+        ) from None
     return read_hf_vocabulary(path)
 
 
@@ -150,13 +151,17 @@ def compare_vocabularies(target: Vocabulary, draft: Vocabulary) -> Compatibility
         errors.append(mismatch)
     gap = abs(target.size - draft.size)
     if gap > MAX_PADDING_DIFFERENCE:
-        errors.append(f"vocabulary size: target {target.size}, draft {draft.size} "
-                      f"(differ by {gap}, more than the {MAX_PADDING_DIFFERENCE} padding ids allowed)")
+        errors.append(
+            f"vocabulary size: target {target.size}, draft {draft.size} "
+            f"(differ by {gap}, more than the {MAX_PADDING_DIFFERENCE} padding ids allowed)"
+        )
     elif gap:
         padding = "" if mismatch else ", taken as padding since the shared ids agree"
         notes.append(f"vocabulary size: target {target.size}, draft {draft.size} (differ by {gap} ids{padding})")
     if target.eos_ids != draft.eos_ids:
-        errors.append(f"end-of-generation ids: target {_ids(target, target.eos_ids)}, draft {_ids(draft, draft.eos_ids)}")
+        errors.append(
+            f"end-of-generation ids: target {_ids(target, target.eos_ids)}, draft {_ids(draft, draft.eos_ids)}"
+        )
     if target.bos_id != draft.bos_id:
         errors.append(f"bos id: target {_ids(target, {target.bos_id})}, draft {_ids(draft, {draft.bos_id})}")
     return Compatibility(tuple(errors), tuple(notes))
@@ -185,16 +190,20 @@ def _token_mismatches(target: Vocabulary, draft: Vocabulary) -> str | None:
     differing = [i for i in range(shared) if target.tokens[i] != draft.tokens[i]]
     if not differing:
         return None
-    shown = "; ".join(f"id {i}: target {_text(target.tokens[i])}, draft {_text(draft.tokens[i])}"
-                      for i in differing[:SHOWN_MISMATCHES])
+    shown = "; ".join(
+        f"id {i}: target {_text(target.tokens[i])}, draft {_text(draft.tokens[i])}"
+        for i in differing[:SHOWN_MISMATCHES]
+    )
     more = f"; and {len(differing) - SHOWN_MISMATCHES} more" if len(differing) > SHOWN_MISMATCHES else ""
     return f"token texts: {len(differing)} of {shared} shared ids differ: {shown}{more}"
 
 
 def _ids(vocab: Vocabulary, ids) -> str:
     """Token ids with their texts, e.g. `151645 "<|im_end|>"`; "none" for no id."""
-    named = [f"{i} {_text(vocab.tokens[i])}" if 0 <= i < len(vocab.tokens) else str(i)
-             for i in sorted(i for i in ids if i is not None)]
+    named = [
+        f"{i} {_text(vocab.tokens[i])}" if 0 <= i < len(vocab.tokens) else str(i)
+        for i in sorted(i for i in ids if i is not None)
+    ]
     return ", ".join(named) or "none"
 
 

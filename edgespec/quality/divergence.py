@@ -25,8 +25,8 @@ measured over a window that batches fill (`measure_noise_floor`), so it covers t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -81,14 +81,20 @@ def verdict(gap_batched: float, gap_single: float, floor: float) -> str:
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
     """The first index where two outputs differ (the shorter one's length when one is a prefix of the
     other), or None when they are equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def explain_parting(target: Backend, prompt: Sequence[int], ar_ids: Sequence[int], ids: Sequence[int],
-                    rounds: Sequence[Round], floor: float) -> Parting:
+def explain_parting(
+    target: Backend,
+    prompt: Sequence[int],
+    ar_ids: Sequence[int],
+    ids: Sequence[int],
+    rounds: Sequence[Round],
+    floor: float,
+) -> Parting:
     """Classify the first parting of greedy output `ids` from plain decoding's `ar_ids`.
 
     `rounds` are the speculative run's, and `target` should still hold that run's cache (the bench

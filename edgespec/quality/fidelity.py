@@ -8,8 +8,8 @@ a model's first different choice would otherwise make every later position incom
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -15,9 +15,9 @@ near-ties look like bugs (`models check PAIR --noise-floor` reports a pair's flo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Sequence
 
 import numpy as np
 
@@ -75,9 +75,11 @@ def measure_noise_floor(backend: Backend, tokens: Sequence[int], sizes: Sequence
     """
     prefix = min(PREFIX, backend.n_ctx - WINDOW, len(tokens) - WINDOW)
     if prefix < SHORTEST_PREFIX:
-        raise SettingError(f"a {backend.n_ctx}-token context is too small to measure the target's noise floor "
-                           f"({SHORTEST_PREFIX + WINDOW} tokens), which tells a near-tie from a bug; use a longer "
-                           "context or a temperature above 0")
+        raise SettingError(
+            f"a {backend.n_ctx}-token context is too small to measure the target's noise floor "
+            f"({SHORTEST_PREFIX + WINDOW} tokens), which tells a near-tie from a bug; use a longer "
+            "context or a temperature above 0"
+        )
     window = tokens[prefix : prefix + WINDOW]
     backend.truncate(0)
     backend.eval(tokens[:prefix], 1)

@@ -14,7 +14,7 @@ import asyncio
 import json
 import secrets
 import time
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
@@ -73,16 +73,25 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
     openai_errors.install(app)
     app.add_exception_handler(ClientGone, client_gone)
     if api_key:
-        app.add_middleware(AuthenticationMiddleware, backend=BearerKey(api_key),
-                           on_error=lambda conn, error: unauthorized(str(error) == "wrong").response())
+        app.add_middleware(
+            AuthenticationMiddleware,
+            backend=BearerKey(api_key),
+            on_error=lambda conn, error: unauthorized(str(error) == "wrong").response(),
+        )
 
     def settings(body: GenerationRequest) -> GenerateSettings:
-        sampling = sampling_from_flags(defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p,
-                                       body.seed)
+        sampling = sampling_from_flags(
+            defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.seed
+        )
         return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k)
 
-    async def answer(request: Request, body: GenerationRequest, fmt: ChatFormat | TextFormat,
-                     tokens: Callable[[Engine], list[int]], param: str) -> Response:
+    async def answer(
+        request: Request,
+        body: GenerationRequest,
+        fmt: ChatFormat | TextFormat,
+        tokens: Callable[[Engine], list[int]],
+        param: str,
+    ) -> Response:
         if body.model != served:
             raise unknown_model(body.model, served)
         job = Job(tokens, param, settings(body), body.token_limit)
@@ -101,16 +110,14 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         messages = body.chat_messages()
-        return await answer(request, body, ChatFormat(served), lambda engine: engine.chat_tokens(messages),
-                            "messages")
+        return await answer(request, body, ChatFormat(served), lambda engine: engine.chat_tokens(messages), "messages")
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         """Special tokens in the prompt are read as such (as llama.cpp's server does), so editors'
         fill-in-the-middle prompts (<|fim_prefix|> ...) work."""
         text = body.text
-        return await answer(request, body, TextFormat(served), lambda engine: engine.target.tokenize(text),
-                            "prompt")
+        return await answer(request, body, TextFormat(served), lambda engine: engine.target.tokenize(text), "prompt")
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -180,8 +187,13 @@ async def collect(job: Job, reply: Reply, fmt: ChatFormat | TextFormat, body: Ge
     sent: list[Token] = []
     async for tokens in sent_tokens(job, reply):
         sent += tokens
-    return fmt.whole("".join(t.text for t in sent), reply.finish_reason, usage=reply.usage(), metrics=reply.metrics(),
-                     edgespec=origins(sent) if body.edgespec.sources else None)
+    return fmt.whole(
+        "".join(t.text for t in sent),
+        reply.finish_reason,
+        usage=reply.usage(),
+        metrics=reply.metrics(),
+        edgespec=origins(sent) if body.edgespec.sources else None,
+    )
 
 
 async def while_connected(request: Request, job: Job, work):

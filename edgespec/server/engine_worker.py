@@ -19,8 +19,8 @@ import asyncio
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from edgespec.decoding.events import Summary
 from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
@@ -56,8 +56,9 @@ class Job:
     """One request's generation: its prompt (token ids made from the engine), settings, cancel flag,
     and the queue its events come back on. Made on the event loop's thread."""
 
-    def __init__(self, tokens: Callable[[Engine], list[int]], param: str, settings: GenerateSettings,
-                 max_tokens: int | None):
+    def __init__(
+        self, tokens: Callable[[Engine], list[int]], param: str, settings: GenerateSettings, max_tokens: int | None
+    ):
         self.tokens, self.param, self.settings, self.max_tokens = tokens, param, settings, max_tokens
         self.cancel = threading.Event()
         self.stopped = False  # cancelled because the server stops, not by its client

@@ -23,8 +23,16 @@ from edgespec.server.schemas import ErrorBody, ErrorDetail
 class APIError(Exception):
     """An error answered to the client; `headers` such as Retry-After go with it."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.headers = status, headers
         self.detail = ErrorDetail(message=message, type=type, param=param, code=code)
@@ -37,13 +45,18 @@ class APIError(Exception):
 
 
 def unknown_model(asked: str, served: str) -> APIError:
-    return APIError(404, f"model {asked!r} is not served here; this server runs {served!r}", param="model",
-                    code="model_not_found")
+    return APIError(
+        404, f"model {asked!r} is not served here; this server runs {served!r}", param="model", code="model_not_found"
+    )
 
 
 def context_length_exceeded(prompt_tokens: int, n_ctx: int, param: str) -> APIError:
-    return APIError(400, f"the prompt is {prompt_tokens} tokens but the model's context holds {n_ctx}; shorten it",
-                    param=param, code="context_length_exceeded")
+    return APIError(
+        400,
+        f"the prompt is {prompt_tokens} tokens but the model's context holds {n_ctx}; shorten it",
+        param=param,
+        code="context_length_exceeded",
+    )
 
 
 def engine_failure(error: Exception) -> APIError:
@@ -53,13 +66,19 @@ def engine_failure(error: Exception) -> APIError:
 
 
 def queue_full(retry_after: int) -> APIError:
-    return APIError(503, "the engine is busy and the queue of waiting requests is full; retry later",
-                    type="server_error", code="queue_full", headers={"Retry-After": str(retry_after)})
+    return APIError(
+        503,
+        "the engine is busy and the queue of waiting requests is full; retry later",
+        type="server_error",
+        code="queue_full",
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 def server_stopping() -> APIError:
-    return APIError(503, "the server is shutting down; this request was not finished", type="server_error",
-                    code="server_stopping")
+    return APIError(
+        503, "the server is shutting down; this request was not finished", type="server_error", code="server_stopping"
+    )
 
 
 def unauthorized(sent: bool) -> APIError:
@@ -76,7 +95,7 @@ _UNION_MEMBER = re.compile(r"^(str|int|float|bool|list|dict)$|[\[\-]")
 def _param(error: dict) -> str:
     parts = [str(part) for part in error["loc"][1:]]  # loc[0]: "body"
     unknown = parts[-1:] if error["type"] == "extra_forbidden" else []
-    return ".".join([part for part in parts[:len(parts) - len(unknown)] if not _UNION_MEMBER.search(part)] + unknown)
+    return ".".join([part for part in parts[: len(parts) - len(unknown)] if not _UNION_MEMBER.search(part)] + unknown)
 
 
 def _validation_error(errors: list[dict]) -> APIError:
@@ -98,8 +117,9 @@ def _validation_error(errors: list[dict]) -> APIError:
     if kind == "missing":
         return APIError(400, f"missing field {param!r}", param=param, code="missing_required_parameter")
     if kind == "extra_forbidden":
-        return APIError(400, f"unknown field {param!r}: edgespec does not support it", param=param,
-                        code="unknown_parameter")
+        return APIError(
+            400, f"unknown field {param!r}: edgespec does not support it", param=param, code="unknown_parameter"
+        )
     if kind == "invalid_unicode":  # the message continues the field's name: "prompt is not valid Unicode (...)"
         return APIError(400, f"{param} {e['msg']}", param=param, code="invalid_value")
     code = "unsupported_parameter" if kind == "unsupported_parameter" else "invalid_value"
@@ -119,8 +139,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        messages = {404: f"no such endpoint: {request.method} {request.url.path}",
-                    405: f"{request.method} is not allowed on {request.url.path}"}
+        messages = {
+            404: f"no such endpoint: {request.method} {request.url.path}",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }
         message = messages.get(error.status_code, str(error.detail))
         return APIError(error.status_code, message, headers=error.headers).response()
 

@@ -57,19 +57,22 @@ class Reply:
 
     @property
     def finish_reason(self) -> FinishReason:
-        """"stop" at the end of the text or a stop string; "length" at max_tokens or a full context."""
+        """ "stop" at the end of the text or a stop string; "length" at max_tokens or a full context."""
         return "stop" if self.cut.met or self.summary.stop_reason == "eos" else "length"
 
     def usage(self) -> Usage:
-        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.sent.tokens,
-                     total_tokens=self.prompt_tokens + self.sent.tokens,
-                     prompt_tokens_details=PromptTokensDetails(cached_tokens=self.summary.prompt_cached))
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.sent.tokens,
+            total_tokens=self.prompt_tokens + self.sent.tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=self.summary.prompt_cached),
+        )
 
     def metrics(self) -> Metrics:
         t = self.sent
         spec_ks = [k for k in t.k_series if k]  # acceptance_series has one entry per pass with K > 0
         histogram = [0] * (max(spec_ks, default=0) + 1)
-        for rate, k in zip(t.acceptance_series, spec_ks):
+        for rate, k in zip(t.acceptance_series, spec_ks, strict=True):
             histogram[round(rate * k)] += 1
         steps = len(spec_ks)
         spec = SpeculativeDecoding(
@@ -83,8 +86,12 @@ class Reply:
             tokens_per_target_pass=t.tokens_per_pass,
             k_histogram={str(k): n for k, n in sorted(t.k_histogram.items())},
         )
-        return Metrics(speculative_decoding=spec, decode_tokens_per_s=self.summary.decode_tokens_per_s,
-                       ttft_s=self.summary.ttft_s, sources=dict(t.sources))
+        return Metrics(
+            speculative_decoding=spec,
+            decode_tokens_per_s=self.summary.decode_tokens_per_s,
+            ttft_s=self.summary.ttft_s,
+            sources=dict(t.sources),
+        )
 
 
 def origins(tokens: list[Token]) -> TokenOrigins:

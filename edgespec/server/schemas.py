@@ -107,10 +107,16 @@ class GenerationRequest(_Strict):
     edgespec: EdgespecOptions = Field(default_factory=EdgespecOptions)
     user: str | None = None  # an end-user id for abuse monitoring: nothing to do for a single user
 
-    n: Annotated[int | None, _only(None, 1, why="edgespec generates one choice per request; send 1 or leave it out")] = None
+    n: Annotated[
+        int | None, _only(None, 1, why="edgespec generates one choice per request; send 1 or leave it out")
+    ] = None
     logprobs: Annotated[bool | int | None, _only(None, False, why="log probabilities are not returned")] = None
-    presence_penalty: Annotated[float | None, _only(None, 0, why="penalties would change the target's distribution")] = None
-    frequency_penalty: Annotated[float | None, _only(None, 0, why="penalties would change the target's distribution")] = None
+    presence_penalty: Annotated[
+        float | None, _only(None, 0, why="penalties would change the target's distribution")
+    ] = None
+    frequency_penalty: Annotated[
+        float | None, _only(None, 0, why="penalties would change the target's distribution")
+    ] = None
     logit_bias: Annotated[dict[str, float] | None, _only(None, {}, why="logit bias is not supported")] = None
 
     @property
@@ -144,7 +150,9 @@ class CompletionRequest(GenerationRequest):
     prompt: Text | Annotated[list[Text], Field(min_length=1, max_length=1)]
     echo: Annotated[bool | None, _only(None, False, why="the prompt is not echoed")] = None
     best_of: Annotated[int | None, _only(None, 1, why="edgespec generates one choice per request")] = None
-    suffix: Annotated[str | None, _only(None, "", why="insertion (suffix) is not supported; send a fill-in-the-middle prompt")] = None
+    suffix: Annotated[
+        str | None, _only(None, "", why="insertion (suffix) is not supported; send a fill-in-the-middle prompt")
+    ] = None
 
     @property
     def text(self) -> str:

@@ -39,8 +39,9 @@ class StopCut:
 
     def _longest_partial(self, text: str) -> int:
         """Length of the longest end of `text` that is the beginning of a stop string."""
-        return max((k for s in self.stops for k in range(min(len(s) - 1, len(text)), 0, -1)
-                    if text.endswith(s[:k])), default=0)
+        return max(
+            (k for s in self.stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])), default=0
+        )
 
     def _release(self, end: int, cut: bool) -> list[Token]:
         """Release the held tokens before character `end` of their joined text. With `cut`, the

@@ -27,27 +27,65 @@ import numpy as np
 
 from edgespec.testing.tiny_gguf import N_BASE_VOCAB, TinyShape, write_llama_gguf
 
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+}
 PLAIN_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
 
 # Output matrices are untied everywhere: a rule needs one of its own (Llama-3.2-1B ties it to the
 # embeddings; untying it costs memory, not compute).
 SHAPES = {
     # from the published config.json files of meta-llama/Llama-3.1-8B-Instruct and Llama-3.2-1B-Instruct
-    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=131072,
-                         rope_parameters=LLAMA3_ROPE),
-    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=131072,
-                         rope_parameters={**LLAMA3_ROPE, "factor": 32.0}),
+    "llama-3.1-8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rope_parameters=LLAMA3_ROPE,
+    ),
+    "llama-3.2-1b": dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        max_position_embeddings=131072,
+        rope_parameters={**LLAMA3_ROPE, "factor": 32.0},
+    ),
     # the same code paths on a CPU in seconds (--cpu-smoke)
-    "tiny-target": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=64, vocab_size=4096, max_position_embeddings=2048,
-                        rope_parameters=PLAIN_ROPE),
-    "tiny-draft": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, head_dim=32, vocab_size=4096, max_position_embeddings=2048,
-                       rope_parameters=PLAIN_ROPE),
+    "tiny-target": dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=4096,
+        max_position_embeddings=2048,
+        rope_parameters=PLAIN_ROPE,
+    ),
+    "tiny-draft": dict(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=4096,
+        max_position_embeddings=2048,
+        rope_parameters=PLAIN_ROPE,
+    ),
 }
 
 
@@ -57,8 +95,15 @@ def build_model(shape: str, device: str, dtype: str, seed: int, permutation):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    config = LlamaConfig(**SHAPES[shape], tie_word_embeddings=False, rms_norm_eps=1e-5, bos_token_id=None,
-                         eos_token_id=None, attention_bias=False, mlp_bias=False)
+    config = LlamaConfig(
+        **SHAPES[shape],
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        bos_token_id=None,
+        eos_token_id=None,
+        attention_bias=False,
+        mlp_bias=False,
+    )
     torch.manual_seed(seed)
     with torch.device(device):
         model = LlamaForCausalLM._from_config(config, dtype=torch_dtype)
@@ -90,7 +135,7 @@ def agreeing_permutation(permutation, a: float, seed: int = 0):
 
     n = len(permutation)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    others = order[round(a * n):]  # where the draft disagrees
+    others = order[round(a * n) :]  # where the draft disagrees
     moved = torch.arange(n)
     moved[others] = others.roll(1)
     return permutation[moved.to(permutation.device)]
@@ -101,9 +146,15 @@ def agreeing_permutation(permutation, a: float, seed: int = 0):
 
 def gguf_shape(shape: str, n_ctx: int = 4096) -> TinyShape:
     s = SHAPES[shape]
-    return TinyShape(n_layer=s["num_hidden_layers"], n_embd=s["hidden_size"], n_head=s["num_attention_heads"],
-                     n_head_kv=s["num_key_value_heads"], n_ff=s["intermediate_size"], n_ctx=n_ctx,
-                     rope_theta=s["rope_parameters"]["rope_theta"])
+    return TinyShape(
+        n_layer=s["num_hidden_layers"],
+        n_embd=s["hidden_size"],
+        n_head=s["num_attention_heads"],
+        n_head_kv=s["num_key_value_heads"],
+        n_ff=s["intermediate_size"],
+        n_ctx=n_ctx,
+        rope_theta=s["rope_parameters"]["rope_theta"],
+    )
 
 
 def export_gguf(model, shape: str, path: Path) -> Path:
@@ -123,9 +174,11 @@ def export_gguf(model, shape: str, path: Path) -> Path:
     def norm(t) -> np.ndarray:
         return t.detach().to("cpu", torch.float32).numpy()
 
-    weights = {"token_embd.weight": matrix(model.get_input_embeddings().weight),
-               "output_norm.weight": norm(model.model.norm.weight),
-               "output.weight": matrix(model.lm_head.weight)}
+    weights = {
+        "token_embd.weight": matrix(model.get_input_embeddings().weight),
+        "output_norm.weight": norm(model.model.norm.weight),
+        "output.weight": matrix(model.lm_head.weight),
+    }
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
         weights |= {
@@ -139,5 +192,6 @@ def export_gguf(model, shape: str, path: Path) -> Path:
             f"blk.{i}.ffn_up.weight": matrix(mlp.up_proj.weight),
             f"blk.{i}.ffn_down.weight": matrix(mlp.down_proj.weight),
         }
-    return write_llama_gguf(path, weights, gguf_shape(shape), name=f"rule-{shape}",
-                            n_vocab_extra=config.vocab_size - N_BASE_VOCAB)
+    return write_llama_gguf(
+        path, weights, gguf_shape(shape), name=f"rule-{shape}", n_vocab_extra=config.vocab_size - N_BASE_VOCAB
+    )

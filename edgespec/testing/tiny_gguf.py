@@ -186,14 +186,17 @@ def write_tiny_gguf(
         base = tiny_weights(like, n_vocab_extra, shape)
         a, b = np.sqrt(similarity), np.sqrt(1.0 - similarity)
         weights = {
-            k: (a * base[k] + b * v).astype(np.float32) if k.startswith("blk.") and not k.endswith("norm.weight") else base[k]
+            k: (a * base[k] + b * v).astype(np.float32)
+            if k.startswith("blk.") and not k.endswith("norm.weight")
+            else base[k]
             for k, v in weights.items()
         }
     if endless:
         weights["output.weight"][256 + len(MERGES) : N_BASE_VOCAB] = 0.0
     name = name or f"tiny-llama-s{seed}" + (f"-like{like}" if like is not None else "")
-    return write_llama_gguf(path, weights, shape, name=name, n_vocab_extra=n_vocab_extra, eos_token=eos_token,
-                            tokens=tokens)
+    return write_llama_gguf(
+        path, weights, shape, name=name, n_vocab_extra=n_vocab_extra, eos_token=eos_token, tokens=tokens
+    )
 
 
 def write_llama_gguf(

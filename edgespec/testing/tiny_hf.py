@@ -34,7 +34,8 @@ ARCHS = ("llama", "qwen2")
 CORPUS = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
     "The quick brown fox jumps over the lazy dog. The dog sleeps in the sun.",
-    "import numpy as np\nfrom pathlib import Path\n\nclass Model:\n    def __init__(self, name):\n        self.name = name\n",
+    "import numpy as np\nfrom pathlib import Path\n\n"
+    "class Model:\n    def __init__(self, name):\n        self.name = name\n",
     "for i in range(10):\n    print(i, i * i)\n# a comment about the loop\n",
     "Café, naïve, über, déjà vu; 日本語のテキスト; emoji 🙂🚀 and symbols → ≤ ≥ ∑.",
     "speculative decoding drafts tokens with a small model and verifies them with the target model",
@@ -49,12 +50,17 @@ def _bytelevel_tokenizer(with_bos: bool, vocab_size: int = 420):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     specials = list(SPECIALS) + ([BOS] if with_bos else [])
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS, trainer=trainer)
     if with_bos:
-        tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
-                                                           special_tokens=[(BOS, tok.token_to_id(BOS))])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+        )
     return tok
 
 
@@ -82,16 +88,23 @@ def sentencepiece_tokenizer():
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
     tok.pre_tokenizer = None
-    trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=["<unk>", "<s>", "</s>", *byte_tokens],
-                                  show_progress=False, limit_alphabet=60)
+    trainer = trainers.BpeTrainer(
+        vocab_size=420, special_tokens=["<unk>", "<s>", "</s>", *byte_tokens], show_progress=False, limit_alphabet=60
+    )
     tok.train_from_iterator([line for line in CORPUS if line.isascii()], trainer=trainer)
     # The trainer registers its special tokens as added tokens; in a sentencepiece vocabulary the
     # byte pieces are ordinary entries, so only <unk>, <s> and </s> stay "added".
     state = json.loads(tok.to_str())
     state["added_tokens"] = [t for t in state["added_tokens"] if t["content"] in ("<unk>", "<s>", "</s>")]
-    state["decoder"] = {"type": "Sequence", "decoders": [
-        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
-        {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    state["decoder"] = {
+        "type": "Sequence",
+        "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+        ],
+    }
     tok = Tokenizer.from_str(json.dumps(state))
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
@@ -99,10 +112,19 @@ def sentencepiece_tokenizer():
 def tiny_config(arch: str, vocab_size: int, tokenizer, *, layers: int = 2, hidden: int = 64, n_ctx: int = 512):
     from transformers import LlamaConfig, Qwen2Config
 
-    common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=n_ctx, rms_norm_eps=1e-5,
-                  eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-                  pad_token_id=tokenizer.pad_token_id)
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=n_ctx,
+        rms_norm_eps=1e-5,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     if arch == "llama":
         return LlamaConfig(tie_word_embeddings=False, **common)
     if arch == "qwen2":
@@ -158,7 +180,7 @@ def build_tiny_hf(
         _scaled_init(base, like, hidden)
         a, b = math.sqrt(similarity), math.sqrt(1.0 - similarity)
         with torch.no_grad():
-            for (name, p), q in zip(model.named_parameters(), base.parameters()):
+            for (name, p), q in zip(model.named_parameters(), base.parameters(), strict=True):
                 p.copy_(q if "norm" in name or "embed" in name or "lm_head" in name else a * q + b * p)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(folder)
@@ -189,13 +211,19 @@ def make_remote_code_model(folder: Path) -> Path:
     writes a sentinel file when imported: proof of whether the loader ran it."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "modeling_evil.py").write_text(
-        "from pathlib import Path\n"
-        f"Path(__file__).with_name({REMOTE_CODE_SENTINEL!r}).write_text('ran')\n"
+        f"from pathlib import Path\nPath(__file__).with_name({REMOTE_CODE_SENTINEL!r}).write_text('ran')\n"
     )
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "edgespec_evil",
-        "architectures": ["EvilForCausalLM"],
-        "auto_map": {"AutoConfig": "modeling_evil.EvilConfig", "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"},
-    }))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "edgespec_evil",
+                "architectures": ["EvilForCausalLM"],
+                "auto_map": {
+                    "AutoConfig": "modeling_evil.EvilConfig",
+                    "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM",
+                },
+            }
+        )
+    )
     (folder / "model.safetensors").write_bytes(b"")
     return folder

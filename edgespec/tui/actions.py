@@ -4,7 +4,7 @@ reads them, and these methods work on its state (`_gen`, `conversation`, `store`
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from textual.app import SystemCommand
 from textual.screen import Screen
@@ -79,10 +79,13 @@ class ChatActions:
         yield SystemCommand("New chat", "Start an empty conversation (ctrl+n)", self.action_new_chat)
         yield SystemCommand("Regenerate", "Generate the last reply again (ctrl+r)", self.action_regenerate)
         yield SystemCommand("Stop", "Stop generating; the partial reply stays (esc)", self.action_stop)
-        yield SystemCommand("Details", "K histogram, time split and speedup of the last reply (F2)",
-                            self.action_details)
-        yield SystemCommand("Markdown", "Toggle Markdown rendering of finished replies (F3)",
-                            self.action_toggle_markdown)
-        yield SystemCommand("Rejected drafts", "Toggle showing rejected draft tokens struck through (F4)",
-                            self.action_toggle_rejected)
+        yield SystemCommand(
+            "Details", "K histogram, time split and speedup of the last reply (F2)", self.action_details
+        )
+        yield SystemCommand(
+            "Markdown", "Toggle Markdown rendering of finished replies (F3)", self.action_toggle_markdown
+        )
+        yield SystemCommand(
+            "Rejected drafts", "Toggle showing rejected draft tokens struck through (F4)", self.action_toggle_rejected
+        )
         yield SystemCommand("Open chat", "Reopen a saved conversation (ctrl+o)", self.action_open_chat)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -222,12 +222,16 @@ class ChatApp(ChatActions, App):
             self._unsaved.pop(conversation.id, None)
             return
         try:
-            line = f"chat {conversation.id} could not be saved in {self.store.root} ({why}); " \
-                   f"it was saved to {self.store.rescue(conversation)}"
+            line = (
+                f"chat {conversation.id} could not be saved in {self.store.root} ({why}); "
+                f"it was saved to {self.store.rescue(conversation)}"
+            )
             title, severity = "Saved elsewhere", "warning"
         except OSError as e:
-            line = f"chat {conversation.id} could not be saved in {self.store.root} ({why}), " \
-                   f"nor in {self.store.rescue_root} or a temporary folder ({e.strerror or e})"
+            line = (
+                f"chat {conversation.id} could not be saved in {self.store.root} ({why}), "
+                f"nor in {self.store.rescue_root} or a temporary folder ({e.strerror or e})"
+            )
             title, severity = "Not saved", "error"
         if self._unsaved.get(conversation.id) != line:
             self._unsaved[conversation.id] = line
@@ -250,14 +254,17 @@ class ChatApp(ChatActions, App):
 
     def _start_reply(self) -> None:
         try:
-            messages, dropped, used = fit_context(self.engine, self.conversation.chat_messages(),
-                                                  self.settings.max_tokens)
+            messages, dropped, used = fit_context(
+                self.engine, self.conversation.chat_messages(), self.settings.max_tokens
+            )
         except EdgespecError as e:
             self.notify(str(e), title="Context full", severity="error", timeout=8)
             return
         if dropped:
-            note = (f"✂ {dropped} oldest turn{'s' if dropped > 1 else ''} left out of the prompt to fit the "
-                    f"{self.engine.n_ctx}-token context window (still saved in this chat)")
+            note = (
+                f"✂ {dropped} oldest turn{'s' if dropped > 1 else ''} left out of the prompt to fit the "
+                f"{self.engine.n_ctx}-token context window (still saved in this chat)"
+            )
             self.transcript.mount(Notice(note))
             self.notify(note, severity="warning")
         message = self.conversation.add_assistant()
@@ -269,8 +276,13 @@ class ChatApp(ChatActions, App):
         self._show_stats()
         self.query_one(PromptBox).cursor_blink = False  # a blinking cursor repaints the screen twice a second
         self._drain_timer = self.set_timer(self.pacer.restart(), self._drain_events)
-        self.run_worker(lambda: self.engine_thread.call(gen.run, self.engine, messages, self.settings, self.clock),
-                        thread=True, group="generate", exit_on_error=False, description="engine.chat")
+        self.run_worker(
+            lambda: self.engine_thread.call(gen.run, self.engine, messages, self.settings, self.clock),
+            thread=True,
+            group="generate",
+            exit_on_error=False,
+            description="engine.chat",
+        )
 
     def _drain_events(self) -> None:
         """Timer: fold everything queued since the last tick into the reply, repaint once, save,
@@ -293,6 +305,7 @@ class ChatApp(ChatActions, App):
 
     def _fold_queued(self, gen: Generation) -> tuple[bool, bool]:
         """Move queued events into the reply; an engine failure is shown once. -> (anything new, worker done)."""
+
         def failed(message: str) -> None:
             if not gen.detached:
                 self.notify(message, title="Engine error", severity="error", timeout=10)
@@ -324,9 +337,13 @@ class ChatApp(ChatActions, App):
         if not self.is_running:
             return
         if not gen.detached and stats.summary is not None and stats.summary.stop_reason == "context":
-            self.notify("The context window is full: the reply was cut. ctrl+n starts a new chat; "
-                        "otherwise the oldest turns are left out of the next prompt.",
-                        title="Context full", severity="warning", timeout=10)
+            self.notify(
+                "The context window is full: the reply was cut. ctrl+n starts a new chat; "
+                "otherwise the oldest turns are left out of the next prompt.",
+                title="Context full",
+                severity="warning",
+                timeout=10,
+            )
         self._update_context()  # now that the worker is done, the engine is free to count
         self._show_stats()
 

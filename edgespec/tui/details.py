@@ -79,8 +79,11 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
     grid.add_row("decode", decode)
     if s.target_passes:
         acc = f" ({s.acceptance:.0%})" if s.drafted else ""
-        grid.add_row("drafting", f"{s.drafted} drafted · {s.accepted} accepted{acc} · {s.target_passes} target passes · "
-                                 f"{s.tokens_per_pass:.2f} tokens/pass")
+        grid.add_row(
+            "drafting",
+            f"{s.drafted} drafted · {s.accepted} accepted{acc} · {s.target_passes} target passes · "
+            f"{s.tokens_per_pass:.2f} tokens/pass",
+        )
 
     total = max(s.decode_s, s.draft_s + s.verify_s)
     if total > 0:
@@ -89,8 +92,10 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
         split.append(_bar(s.draft_s / total), style=STYLES["draft"])
         split.append(_bar(s.verify_s / total), style="#5fd7ff")
         split.append(_bar(other / total).replace("█", "░"), style="dim")
-        split.append(f"\ndraft {s.draft_s:.2f} s ({s.draft_s / total:.0%}) · verify {s.verify_s:.2f} s "
-                     f"({s.verify_s / total:.0%}) · other {other:.2f} s ({other / total:.0%})")
+        split.append(
+            f"\ndraft {s.draft_s:.2f} s ({s.draft_s / total:.0%}) · verify {s.verify_s:.2f} s "
+            f"({s.verify_s / total:.0%}) · other {other:.2f} s ({other / total:.0%})"
+        )
         grid.add_row("time", split)
     grid.add_row("speedup", speedup_line(f))
     if s.sources:

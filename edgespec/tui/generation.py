@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.engine.engine import Engine, GenerateSettings
@@ -31,7 +31,7 @@ def fit_context(engine: Engine, messages: list[dict], max_tokens: int) -> tuple[
     n_ctx = engine.n_ctx
     budget = n_ctx - min(max_tokens, n_ctx // 2)
     head = messages[:1] if messages and messages[0]["role"] == "system" else []
-    turns = messages[len(head):]
+    turns = messages[len(head) :]
     used = engine.count_tokens(head + turns)
     dropped = 0
     while used > budget and len(turns) > 1:
@@ -42,8 +42,9 @@ def fit_context(engine: Engine, messages: list[dict], max_tokens: int) -> tuple[
         dropped += 1
         used = engine.count_tokens(head + turns)
     if used > budget:
-        raise ContextFullError(f"the message takes {used} tokens; the context window ({n_ctx}) leaves {budget} "
-                               "for the prompt")
+        raise ContextFullError(
+            f"the message takes {used} tokens; the context window ({n_ctx}) leaves {budget} for the prompt"
+        )
     return head + turns, dropped, used
 
 
@@ -86,7 +87,8 @@ class Generation:
                     # A tree's rejected branches are shown side by side, parted by " | ".
                     extra = " | ".join(
                         "".join(token_text(i) if token_text else f"⟨{i}⟩" for i in branch)
-                        for branch in event.rejected_branches())
+                        for branch in event.rejected_branches()
+                    )
                 put((clock(), event, extra))
         except EdgespecError as e:
             put((clock(), _Failed(str(e)), None))

@@ -8,7 +8,8 @@ format: moved back into chats/, it resumes.
 Each save writes a temporary file in the same folder and `os.replace`s it over the old one,
 so a reader (or a resumed app after a crash or a kill) sees either the previous or the new version,
 never half a file. The app saves on every batched UI flush, so a kill loses at most the tokens since
-the last one (the flushes come 2 to 30 times a second, see pacing.py). No fsync: a process kill is covered, a power cut may lose the last writes.
+the last one (the flushes come 2 to 30 times a second, see pacing.py). No fsync: a process kill
+is covered, a power cut may lose the last writes.
 
 File format (version 1):
 
@@ -38,9 +39,9 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import platformdirs
 
@@ -149,6 +150,7 @@ def _is(test: Callable[[object], bool], what: str) -> Rule:
     def check(value: object, where: str) -> None:
         if not test(value):
             raise ValueError(f"{where} is not {what}")
+
     return check
 
 
@@ -156,6 +158,7 @@ def _or_null(rule: Rule) -> Rule:
     def check(value: object, where: str) -> None:
         if value is not None:
             rule(value, where)
+
     return check
 
 
@@ -169,6 +172,7 @@ def _object(fields: dict[str, Rule], required: tuple[str, ...] = ()) -> Rule:
         for key, rule in fields.items():
             if key in value:
                 rule(value[key], f"{where}.{key}" if where else key)
+
     return check
 
 
@@ -178,6 +182,7 @@ def _list_of(rule: Rule) -> Rule:
             raise ValueError(f"{where} is not a list")
         for i, item in enumerate(value):
             rule(item, f"{where}[{i}]")
+
     return check
 
 
@@ -202,8 +207,11 @@ def _span(value: object, where: str) -> None:
 _NUMBER = _is(_is_number, "a number")
 _COUNTS = _is(lambda v: isinstance(v, dict) and all(_is_count(n) for n in v.values()), "an object of counts")
 # details.py turns the keys into ints and divides by the largest count
-_K_HISTOGRAM = _is(lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and _is_count(n) and n > 0
-                                                        for k, n in v.items()), 'an object of "K": passes (> 0)')
+_K_HISTOGRAM = _is(
+    lambda v: isinstance(v, dict) and all(k.isascii() and k.isdigit() and _is_count(n) and n > 0 for k, n in v.items()),
+    'an object of "K": passes (> 0)',
+)
+
 
 def _reply_figures(value: object, where: str) -> None:
     try:
@@ -212,25 +220,33 @@ def _reply_figures(value: object, where: str) -> None:
         raise ValueError(f"{where}: {e}") from None
 
 
-_MESSAGE = _object({
-    "role": _is(lambda v: v in ROLES, " or ".join(f'"{r}"' for r in ROLES)),
-    "content": _text,
-    "spans": _list_of(_span),
-    "stats": _or_null(_reply_figures),
-    "complete": _is(lambda v: isinstance(v, bool), "true or false"),
-}, required=("role", "content"))
+_MESSAGE = _object(
+    {
+        "role": _is(lambda v: v in ROLES, " or ".join(f'"{r}"' for r in ROLES)),
+        "content": _text,
+        "spans": _list_of(_span),
+        "stats": _or_null(_reply_figures),
+        "complete": _is(lambda v: isinstance(v, bool), "true or false"),
+    },
+    required=("role", "content"),
+)
 
-_check_chat = _object({
-    "version": _is(lambda v: v == FORMAT_VERSION,
-                   f"{FORMAT_VERSION} (the only format this edgespec reads; a newer edgespec wrote it?)"),
-    "id": _text,
-    "title": _text,
-    "pair": _text,
-    "system": _or_null(_text),
-    "created": _NUMBER,
-    "updated": _NUMBER,
-    "messages": _list_of(_MESSAGE),
-}, required=("id",))
+_check_chat = _object(
+    {
+        "version": _is(
+            lambda v: v == FORMAT_VERSION,
+            f"{FORMAT_VERSION} (the only format this edgespec reads; a newer edgespec wrote it?)",
+        ),
+        "id": _text,
+        "title": _text,
+        "pair": _text,
+        "system": _or_null(_text),
+        "created": _NUMBER,
+        "updated": _NUMBER,
+        "messages": _list_of(_MESSAGE),
+    },
+    required=("id",),
+)
 
 
 def _title_from(text: str, width: int = 60) -> str:

@@ -17,8 +17,8 @@ are cores), the UI's time comes from that core, not from tokens/s, and it stream
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ class UpdatePacer:
     FIRST_INTERVAL = 0.25  # seconds, until one update has been measured
     SHORTEST_WAIT = 0.005  # seconds between two updates however late the last one ended (a timer needs a delay)
 
-    def __init__(self, budget: Budget = SHARED_CPU, *, cpu_clock: Callable[[], float] = time.thread_time,
-                 smoothing: float = 0.5):
+    def __init__(
+        self, budget: Budget = SHARED_CPU, *, cpu_clock: Callable[[], float] = time.thread_time, smoothing: float = 0.5
+    ):
         self.budget = budget
         self.cpu_clock = cpu_clock
         self.smoothing = smoothing

@@ -28,7 +28,7 @@ def sparkline(values: list[float], lo: float, hi: float, width: int = 16) -> str
     if len(values) > width:
         n = len(values)
         values = [
-            sum(values[i * n // width:(i + 1) * n // width]) / max(1, (i + 1) * n // width - i * n // width)
+            sum(values[i * n // width : (i + 1) * n // width]) / max(1, (i + 1) * n // width - i * n // width)
             for i in range(width)
         ]
     span = (hi - lo) or 1.0
@@ -69,8 +69,11 @@ class ReplyFigures:
             nested = d["summary"] or {}
             if not isinstance(nested, dict):
                 raise TypeError("stats.summary is not an object")
-            d = {**{k: v for k, v in d.items() if k in _V1_TALLY_KEYS}, **nested,
-                 **({} if nested else {"ttft_s": d.get("ttft_s") or 0.0, "stop_reason": d.get("stop_reason") or ""})}
+            d = {
+                **{k: v for k, v in d.items() if k in _V1_TALLY_KEYS},
+                **nested,
+                **({} if nested else {"ttft_s": d.get("ttft_s") or 0.0, "stop_reason": d.get("stop_reason") or ""}),
+            }
         return cls(Summary.from_dict(d), error)
 
 
@@ -121,8 +124,10 @@ def _sparks(s: Summary, t: Text, label_style: str) -> None:
     """The K and acceptance series of the reply as two small sparklines."""
     if s.k_series:
         t.append("  K ", style=label_style)
-        t.append(sparkline([float(k) for k in s.k_series], 0.0, float(max(s.k_series) or 1), SPARK_WIDTH),
-                 style=f"not dim {K_STYLE}")
+        t.append(
+            sparkline([float(k) for k in s.k_series], 0.0, float(max(s.k_series) or 1), SPARK_WIDTH),
+            style=f"not dim {K_STYLE}",
+        )
     if s.acceptance_series:
         t.append(" acc ", style=label_style)
         t.append(sparkline(s.acceptance_series, 0.0, 1.0, SPARK_WIDTH), style=f"not dim {ACC_STYLE}")

@@ -16,16 +16,17 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def write_atomic(path: Path, write: Callable[[Path], None], keep_suffix: bool = False) -> None:
     """`write(tmp)` fills a temporary file next to `path`, which then replaces `path`. The temporary
     name ends in `.partial` (no reader's glob matches it) unless `keep_suffix`, for writers that
     choose the format from the name (matplotlib). A failure removes the temporary file and raises."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                               suffix=path.suffix if keep_suffix else ".partial")
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix if keep_suffix else ".partial"
+    )
     os.close(fd)
     try:
         write(Path(tmp))

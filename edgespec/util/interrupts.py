@@ -43,8 +43,9 @@ import functools
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process Ctrl-C ended
 MESSAGE = "edgespec: interrupted"

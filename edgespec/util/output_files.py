@@ -10,8 +10,8 @@ error says where (`write_or_rescue`).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from edgespec.util.atomic_file import write_atomic
 from edgespec.util.errors import EdgespecError, UsageError

@@ -26,11 +26,19 @@ _SOURCE = Path(__file__).resolve().parents[2]  # a checkout's root, when edgespe
 
 def provenance(argv: list[str] | None = None) -> dict:
     """The command (`argv`, default this process's), commit, machine and time of a measurement."""
-    return {"command": shlex.join(sys.argv if argv is None else argv), **_code(),
-            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                        "cpus": os.cpu_count(), "python": platform.python_version(), **_cpu()},
-            "backends": _backends(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    return {
+        "command": shlex.join(sys.argv if argv is None else argv),
+        **_code(),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            **_cpu(),
+        },
+        "backends": _backends(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
 
 
 # The CPU flags that name vector and matrix extensions (x86 SSE/AVX/AMX, FMA, F16C; Arm NEON/SVE and
@@ -50,8 +58,10 @@ def _cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
         if sep:
             fields.setdefault(key.strip(), value.strip())
     flags = (fields.get("flags") or fields.get("Features") or "").split()
-    return {"cpu_model": fields.get("model name", fields.get("Model", "")),
-            "cpu_flags": [f for f in flags if _VECTOR_FLAG.match(f)]}
+    return {
+        "cpu_model": fields.get("model name", fields.get("Model", "")),
+        "cpu_flags": [f for f in flags if _VECTOR_FLAG.match(f)],
+    }
 
 
 def _backends() -> dict:
@@ -74,6 +84,7 @@ def _backends() -> dict:
 
 def _code() -> dict:
     """The commit of the checkout edgespec runs from, or its version when it is not one."""
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(_SOURCE), *args], capture_output=True, text=True, timeout=10)
@@ -84,5 +95,8 @@ def _code() -> dict:
     commit = git("rev-parse", "HEAD")
     if commit is None:
         return {"version": __version__}
-    return {"version": __version__, "commit": commit,
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    return {
+        "version": __version__,
+        "commit": commit,
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }

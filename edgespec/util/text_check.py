@@ -43,4 +43,3 @@ def check_text(text: str | None, name: str) -> None:
     problem = None if text is None else text_problem(text)
     if problem:
         raise UsageError(f"{name} {problem}")
-

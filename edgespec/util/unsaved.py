@@ -11,8 +11,8 @@ models tune) check their folder first and stop instead (`Store.check_writable`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 KEPT = "model hash records, speed calibration, prompt cache"  # what a home holds for speed
 
@@ -32,8 +32,10 @@ def cannot_save(what: str, folder: Path, error: OSError, to: Callable[[str], Non
     if _said:
         return
     _said = True
-    (to or say)(f"cannot save the {what} in {folder} ({error.strerror or error}); going on without saving "
-                f"it, nor anything else this run cannot save ({KEPT})")
+    (to or say)(
+        f"cannot save the {what} in {folder} ({error.strerror or error}); going on without saving "
+        f"it, nor anything else this run cannot save ({KEPT})"
+    )
 
 
 def forget() -> None:
