@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny GGUF models written once per test session (see edgespec/testing/tiny_gguf.py)."""
+"""Shared fixtures: tiny GGUF models written once per test session (see edgespec/testing/tiny_gguf.py),
+the endless tiny pair for subprocess tests, and the built-in real pair loaded once per session."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
 import edgespec.engine
 from edgespec import unsaved
+from edgespec.config import PairConfig
+from edgespec.engine import Engine, find_pair, open_engine
+from edgespec.store import Store
 from edgespec.testing.tiny_gguf import DRAFT, write_tiny_gguf
+from tests.edgespec_process import endless_pair_env
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -108,3 +113,44 @@ def tiny_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
 def tiny_draft_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
     """A draft for `tiny_gguf`: same vocabulary, ~72% greedy agreement (edgespec.testing.tiny_gguf.DRAFT)."""
     return tiny_gguf_factory(**DRAFT)
+
+
+@pytest.fixture(scope="module")
+def endless_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of an `edgespec` subprocess on the endless tiny pair (tests/edgespec_process.py),
+    one per test module."""
+    return endless_pair_env(tmp_path_factory.mktemp("endless"))
+
+
+@pytest.fixture(scope="session")
+def real_pair() -> PairConfig:
+    """The built-in pair; the test is skipped where its files are not in the store (`make test` pulls them)."""
+    pair = find_pair()
+    store = Store()
+    if not all(store.state(m).present for m in (pair.target, pair.draft)):
+        pytest.skip("default pair not pulled (`make test` pulls it)")
+    return pair
+
+
+@pytest.fixture(scope="session")
+def real_pair_engine(real_pair: PairConfig) -> Iterator[Engine]:
+    """The built-in pair, loaded once for the whole session: every in-process test of the real pair
+    shares it. A test that swaps a part of it (its target, its prompt cache) puts it back; module
+    fixtures that use it directly empty its caches first."""
+    engine = open_engine(real_pair)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def real_engine(real_pair_engine: Engine) -> Iterator[Engine]:
+    """The session's real pair as a new process finds it: empty KV caches, no prompt cache."""
+
+    def reset() -> None:
+        for backend in (real_pair_engine.target, real_pair_engine.draft):
+            backend.truncate(0)
+        real_pair_engine.cache = None
+
+    reset()
+    yield real_pair_engine
+    reset()

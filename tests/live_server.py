@@ -60,3 +60,15 @@ def serving(pair: PairConfig, settings: GenerateSettings, queue_size: int = 8) -
             yield live
     finally:
         worker.close()
+
+
+@contextlib.contextmanager
+def serving_engine(engine, settings: GenerateSettings, queue_size: int = 8) -> Iterator[Live]:
+    """Serve an engine the caller loaded and keeps (the session's real pair), from an engine thread
+    of its own as `edgespec serve` does; the engine stays open when the block ends."""
+    engine_thread = EngineThread()
+    try:
+        with serving_app(EngineWorker(engine, engine_thread, queue_size), settings) as live:
+            yield live
+    finally:
+        engine_thread.shutdown()

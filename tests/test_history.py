@@ -20,7 +20,7 @@ from edgespec.tui.app import ChatApp
 from edgespec.tui.details import details_renderable
 from edgespec.tui.history import ChatStore, Conversation, HistoryError
 from edgespec.tui.stats import ReplyFigures, ReplyStats, frozen_line
-from tests.test_tui import SIZE, FakeEngine, make_app, reply_text, script, summarize, wait_until
+from tests.scripted_chat import SIZE, FakeEngine, make_app, reply_text, script, summarize, wait_until
 
 CHAT_ID = "20251129-163701-3f2a"
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from edgespec import cli, cli_common
 from edgespec.errors import UsageError
 from edgespec.text_check import MAX_TOKEN_BYTES
-from tests.test_interrupts import REPO, edgespec_env
+from tests.edgespec_process import REPO, edgespec_env
 
 CONTEXT, LONG_CONTEXT = 256, 8192
 
@@ -64,6 +64,7 @@ def one_line_error(result, code: int) -> str:
 # -- stdin: bounded, checked chunk by chunk ----------------------------------------------------------
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("chunk, refusal", [
     (b"y\n" * 4096, f"stdin is over {CONTEXT * MAX_TOKEN_BYTES:,} bytes, more than the pair's context of "
                     f"{CONTEXT} tokens can hold"),
@@ -86,6 +87,7 @@ def test_endless_stdin_ends_at_once_with_a_usage_error(env, chunk, refusal):
     assert fed < cap  # it stopped reading
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_while_stdin_is_read_exits_130(env):
     """Held up by a writer that neither writes nor closes; the feed outruns the pipe's buffer, so the
     command is in its reading loop when the Ctrl-C comes."""
@@ -136,6 +138,7 @@ def test_chat_bounds_its_piped_stdin_too(env):
 # -- arguments that are not UTF-8 (the shell passes bytes; Python keeps them as surrogate escapes) --
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args, name", [
     ([b"run", b"hi \xff\xfe there"], "PROMPT"),
     ([b"run", b"-s", b"be \xff terse", b"hi"], "--system"),

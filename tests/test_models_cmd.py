@@ -10,8 +10,7 @@ from click.testing import CliRunner
 from edgespec import machine
 from edgespec.backends import llamacpp
 from edgespec.models_cmd import models
-from tests.test_store import fill_repo, overwrite_keeping_mtime
-from tests.test_vocab import tiny_tokens, write_tokenizer_gguf
+from tests.model_files import fill_repo, overwrite_keeping_mtime, tiny_tokens, write_tokenizer_gguf
 
 
 @pytest.fixture
@@ -214,6 +213,7 @@ def test_pull_builds_a_derived_draft_after_its_base_then_finds_it_verified(run, 
         'edgespec: error: model "fast": key "source.layout": no layout \'q2\'; layouts: q6k-as-q4k,')
 
 
+@pytest.mark.heavy
 def test_check_reports_the_noise_floor_measured_once(run, tmp_path, tiny_gguf, tiny_draft_gguf):
     config = tmp_path / "tiny.toml"
     config.write_text(f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n[models.d]\nformat = "gguf"\n'

@@ -20,21 +20,20 @@ import pytest
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.engine import GenerateSettings, find_pair
-from tests.live_server import serving
-from tests.test_real_pair import needs_pair
+from tests.live_server import serving_engine
 
-pytestmark = [pytest.mark.slow, needs_pair]
+pytestmark = pytest.mark.slow
 
 PROMPT = "Write a Python function that checks whether a number is prime."
 
 
 @pytest.fixture(scope="module")
-def live():
+def live(real_pair_engine):
     """`edgespec serve --draft model --k 3`: every reply drafts with the draft model, so every reply
     has speculative tokens to check (`auto` may rightly decode a short reply plainly)."""
-    pair = find_pair()
+    pair = real_pair_engine.pair
     settings = GenerateSettings(sampling=pair.sampling, draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
-    with serving(pair, settings) as live:
+    with serving_engine(real_pair_engine, settings) as live:
         yield live
 
 

@@ -11,15 +11,11 @@ import sys
 
 import pytest
 
-from tests.edgespec_process import REPO, endless_pair_env
-from tests.test_interrupts import CRASH_SIGNS, LONG_RUN, read_until
+from tests.edgespec_process import CRASH_SIGNS, LONG_RUN, REPO, read_until
+
+pytestmark = pytest.mark.subprocess
 
 DEV_FULL = "/dev/full"
-
-
-@pytest.fixture(scope="module")
-def endless_env(tmp_path_factory) -> dict[str, str]:
-    return endless_pair_env(tmp_path_factory.mktemp("endless"))
 
 
 def edgespec(env: dict[str, str], *args: str, stdout, shell_redirect: str = "") -> subprocess.CompletedProcess:

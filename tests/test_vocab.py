@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gguf
 import pytest
 
@@ -15,38 +13,7 @@ from edgespec.vocab import (
     compare_vocabularies,
     read_gguf_vocabulary,
 )
-
-BYTES = [bytes([b]).decode("latin-1") for b in range(256)]  # stand-ins for the 256 byte symbols
-MERGED = ["he", "ll", "hello"]
-SPECIALS = ["<|endoftext|>", "<|im_end|>"]
-
-
-def tiny_tokens(n_padding: int = 0) -> list[str]:
-    return BYTES + MERGED + SPECIALS + [f"[PAD{i}]" for i in range(n_padding)]
-
-
-def write_tokenizer_gguf(path: Path, tokens: list[str] | None = None, eos: int | None = None, bos: int | None = None,
-                         eot: int | None = None, endianess: gguf.GGUFEndian = gguf.GGUFEndian.LITTLE) -> Path:
-    """A GGUF with a byte-level gpt2 tokenizer and no tensors: enough for the vocabulary reader."""
-    tokens = tokens or tiny_tokens()
-    writer = gguf.GGUFWriter(path, "llama", endianess=endianess)
-    writer.add_context_length(512)  # scalars of other types that the reader must step over
-    writer.add_rope_freq_base(10000.0)
-    writer.add_add_bos_token(False)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens])
-    writer.add_token_merges(["h e", "l l", "he ll"])  # gpt2 refuses an empty merges list
-    writer.add_eos_token_id(tokens.index("<|im_end|>") if eos is None else eos)
-    if bos is not None:
-        writer.add_bos_token_id(bos)
-    if eot is not None:
-        writer.add_eot_token_id(eot)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+from tests.model_files import tiny_tokens, write_tokenizer_gguf
 
 
 @pytest.fixture
