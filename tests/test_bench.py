@@ -530,6 +530,7 @@ def _bench_command():
     return cli
 
 
+@pytest.mark.subprocess
 def test_bench_command_writes_json_and_plot(cli_env):
     from click.testing import CliRunner
 
@@ -574,6 +575,7 @@ def test_bench_command_reports_a_bad_suite_in_one_line(cli_env):
     assert r.exit_code == 2 and "turbo" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_bench_command_strict_passes_and_explains_every_parting(cli_env):
     from click.testing import CliRunner
 
@@ -597,6 +599,7 @@ def test_bench_command_strict_passes_and_explains_every_parting(cli_env):
         assert s["mode"] == "ar" or sum(s["vs_ar"].values()) == s["prompts"] and s["vs_ar"]["DIFF"] == 0
 
 
+@pytest.mark.subprocess
 def test_bench_command_strict_fails_in_one_line_on_a_broken_verification(cli_env, monkeypatch):
     from click.testing import CliRunner
 

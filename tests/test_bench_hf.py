@@ -170,6 +170,7 @@ def test_hf_assisted_needs_a_draft_model_and_greedy_decoding(hf_engine):
         run_bench([hf_engine], PROMPTS[:1], parse_modes("hf-assisted", "model"), SamplingParams(temperature=0.7, seed=1))
 
 
+@pytest.mark.subprocess
 def test_bench_command_runs_hf_assisted_on_an_hf_pair(tiny_pair, tmp_path, monkeypatch):
     from click.testing import CliRunner
 

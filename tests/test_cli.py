@@ -229,6 +229,7 @@ def test_a_suite_that_is_not_utf8_is_one_line(env):
     assert "suite.jsonl:2" in line and "UTF-8" in line
 
 
+@pytest.mark.subprocess
 def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
     """The folder checked at the start is gone when the bench ends: the results go to the cache
     dir, and the one-line error says where."""
@@ -255,6 +256,7 @@ def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
     assert "edgespec bench" in r.stdout  # the table was printed before the write
 
 
+@pytest.mark.subprocess
 def test_a_bench_stopped_by_ctrl_c_reports_the_rows_it_finished(env, monkeypatch):
     real = bench_module.run_bench
 
@@ -280,6 +282,7 @@ def test_a_bench_stopped_by_ctrl_c_reports_the_rows_it_finished(env, monkeypatch
     assert saved["meta"]["interrupted"] and [row["mode"] for row in saved["rows"]] == ["ar", "k2"]
 
 
+@pytest.mark.subprocess
 def test_bench_interleaves_several_pairs_and_compares_each_with_the_first_ones_ar(env):
     suite = env / "suite.jsonl"
     suite.write_text("".join(f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", '

@@ -190,6 +190,7 @@ def broken_rules(argv: list[str], result) -> list[str]:
     return broken
 
 
+@pytest.mark.heavy
 def test_generated_command_lines_end_in_success_or_one_line(env):
     tally = {"loads": 0, "ok": 0, "error": 0}
 
@@ -257,6 +258,7 @@ def empty_or_not_unicode(raw: bytes) -> bool:
     return False
 
 
+@pytest.mark.heavy
 def test_generated_bench_suites_end_in_success_or_one_line(env):
     tally = {"loads": 0, "ok": 0, "error": 0}
     suite = env / "suite.jsonl"

@@ -500,10 +500,12 @@ def _auto_vs_fixed(hw: Hardware, a: float, seeds=range(4), rounds=1500) -> list[
             / best_fixed(hw, a, s, rounds)[1] for s in seeds]
 
 
+@pytest.mark.heavy
 def test_auto_matches_the_best_fixed_k_where_speculation_wins_on_torch_bf16():
     assert min(_auto_vs_fixed(BF16, 0.7)) >= 0.97
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("a", [0.8, 0.9])
 def test_auto_matches_the_best_fixed_k_where_speculation_wins_on_a_gpu(a):
     assert min(_auto_vs_fixed(GPU, a)) >= 0.97

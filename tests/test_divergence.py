@@ -156,6 +156,7 @@ def test_sampled_and_peer_outputs_that_part_are_left_unchecked():
 # -- the replay on a real runtime ----------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_the_replay_reproduces_the_verify_pass_of_llama_cpp(tiny_gguf, tiny_draft_gguf):
     """The bench's replay of a round gives the very logits the decoder verified with; and a token
     that plain decoding could not have emitted is a DIFF."""

@@ -58,6 +58,7 @@ def filled_home(tmp_path, tiny_gguf, tiny_draft_gguf) -> tuple[Path, Path]:
     return home, config
 
 
+@pytest.mark.subprocess
 def test_run_from_a_read_only_home_works_and_says_once_what_it_does_not_save(tmp_path, filled_home, read_only):
     home, config = filled_home
     before = sorted(p.relative_to(home) for p in home.rglob("*"))
@@ -73,6 +74,7 @@ def test_run_from_a_read_only_home_works_and_says_once_what_it_does_not_save(tmp
     assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
 
 
+@pytest.mark.subprocess
 def test_pull_into_a_read_only_home_is_one_line_naming_the_folder(tmp_path, read_only):
     home = tmp_path / "home"
     home.mkdir()

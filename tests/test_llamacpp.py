@@ -83,6 +83,7 @@ def test_greedy_speculative_emits_the_targets_argmax_and_matches_plain(target, d
         assert events[-1].accepted > 0
 
 
+@pytest.mark.heavy
 def test_first_speculative_token_follows_the_target_distribution(target, draft):
     """Chi-square: the first token a speculative round emits after a fixed context is distributed
     as the target's warped p, whatever the draft proposed."""

@@ -225,6 +225,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_two_processes_writing_one_entry_leave_one_whole_entry(tmp_path, tiny_gguf):
     folder = tmp_path / "cache"
     folder.mkdir()

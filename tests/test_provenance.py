@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
+import pytest
+
 from edgespec import provenance as p
 
 X86 = """processor\t: 0
@@ -33,6 +35,7 @@ def test_the_cpu_model_and_its_vector_extensions_are_recorded(tmp_path):
     assert p._cpu(tmp_path / "missing") == {}
 
 
+@pytest.mark.subprocess
 def test_a_measurement_records_the_backend_build():
     record = p.provenance(["edgespec", "bench"])
     assert record["command"] == "edgespec bench"

@@ -172,6 +172,7 @@ def emit_first_tokens(p: Dist, q: Dist | None, proposal: int | None, n: int, rng
     return out
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_rejection_sampling_reproduces_target(name: str) -> None:
     target_logits, draft_spec, params = PAIRS[name]
@@ -189,6 +190,7 @@ def test_rejection_sampling_reproduces_target(name: str) -> None:
     assert goodness_of_fit(samples, expected) > 0.001, name
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["close_top_p", "point_mass"])
 def test_verify_sampled_end_to_end(name: str) -> None:
     """The same property through verify_sampled itself (K=1, first emitted token)."""
@@ -225,6 +227,7 @@ def _pair_with_acceptance(a: float, v: int, rng: np.random.Generator) -> tuple[n
     return a * c + (1 - a) * u1, a * c + (1 - a) * u2
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize("a", [0.5, 0.8, "point_mass"])
 def test_tokens_per_target_pass(k: int, a: float | str) -> None:
@@ -417,6 +420,7 @@ def test_dist_sample_follows_probs_and_skips_zero_mass() -> None:
         assert (draws == t).mean() == pytest.approx(pr, abs=0.01)
 
 
+@pytest.mark.heavy
 def test_residual_support() -> None:
     rng = np.random.default_rng(8)
     p = Dist(np.array([0, 1, 2, 3], dtype=np.int64), np.array([0.4, 0.3, 0.2, 0.1]))

@@ -541,6 +541,7 @@ def test_a_client_that_connects_before_the_server_runs_waits_instead_of_being_re
         sock.close()
 
 
+@pytest.mark.subprocess
 def test_edgespec_serve_answers_then_stops_on_ctrl_c(env):
     """The real command in a process of its own: it says where it serves, answers, and Ctrl-C ends
     it with 130 and one line."""

@@ -188,6 +188,7 @@ def check(response, path: str) -> None:
             assert reply["object"] == kinds[path], reply
 
 
+@pytest.mark.heavy
 def test_no_generated_request_gets_a_5xx_or_an_error_out_of_shape(clients):
     sent = 0
 

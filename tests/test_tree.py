@@ -107,6 +107,7 @@ def _siblings(kind: str, q: Dist, rng: np.random.Generator) -> tuple[list[int], 
     raise ValueError(kind)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["iid1", "iid2", "iid3", "without2", "without3", "point_masses"])
 def test_sampled_siblings_reproduce_the_target(kind):
     rng = np.random.default_rng(sum(map(ord, kind)))
@@ -127,6 +128,7 @@ def test_sampled_siblings_reproduce_the_target(kind):
         assert accepted_branch > N // 50  # later siblings do win: the test covers their acceptance
 
 
+@pytest.mark.heavy
 def test_a_two_level_tree_reproduces_the_targets_joint_distribution():
     """Rows depend on the token they follow, so emitting a token from the wrong row (a path or row
     bookkeeping error) shows in the joint distribution of the first two tokens."""

@@ -65,6 +65,7 @@ def tune(*args):
     return CliRunner().invoke(cli.main, ["models", "tune", *args])
 
 
+@pytest.mark.heavy
 def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file(env, tiny_gguf):
     config = env / "models.toml"
     before = config.read_text()
@@ -123,6 +124,7 @@ def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file
     assert store.sha256(built) == sha and store.verify(tuned.target)
 
 
+@pytest.mark.heavy
 def test_tune_never_overwrites_a_different_user_entry(env):
     config = env / "models.toml"
     config.write_text(config.read_text() + '\n[pairs.tiny-tuned]\nbackend = "llamacpp"\ntarget = "t"\n'
@@ -161,6 +163,7 @@ def test_help_lists_every_candidate_layout():
     assert all(c.name in r.stdout for c in layouts.CANDIDATES)
 
 
+@pytest.mark.heavy
 def test_fidelity_of_a_model_with_itself_is_perfect_and_of_another_is_not(tiny_gguf, tiny_draft_gguf):
     a, b, draft = LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_draft_gguf, 512)
     try:
@@ -200,6 +203,7 @@ def test_a_loaded_model_reports_its_layout(tiny_gguf):
         backend.close()
 
 
+@pytest.mark.heavy
 def test_a_draft_with_tensors_llama_cpp_does_not_repack_is_tuned_and_changes_no_output(env, tiny_gguf, tiny_draft_gguf):
     """A q8_0 draft (not repacked) gets a q4_0 layout; every candidate drafts with it, the
     draft-only row keeps the original target, and picking it registers the original target with
@@ -261,6 +265,7 @@ def test_a_signal_while_the_quantizer_runs_leaves_no_file(tiny_gguf, tmp_path, m
     assert list(dest.parent.iterdir()) == []
 
 
+@pytest.mark.heavy
 def test_a_tune_removes_the_partial_files_that_killed_tunes_left(env):
     tuned = env / "home" / "models" / "tuned"
     tuned.mkdir(parents=True)
