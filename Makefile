@@ -55,10 +55,10 @@ lint: $(VENV)/.installed-test
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# The tests that load no real model (`slow`), start no process (`subprocess`) and run no long
-# statistical or generated checks (`heavy`): see the markers in pyproject.toml.
+# The tests that load no real model (`slow`), start no process (`subprocess`), run no long
+# statistical or generated checks (`heavy`) and no torch model (`torch`): markers in pyproject.toml.
 check-tests: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -m "not slow and not subprocess and not heavy"
+	$(BIN)/python -m pytest -q -m "not slow and not subprocess and not heavy and not torch"
 
 bench: pull
 	$(EDGESPEC) bench --limit 4 --json bench.json --plot bench.png

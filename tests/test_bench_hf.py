@@ -32,6 +32,8 @@ from edgespec.errors import UsageError  # noqa: E402
 from edgespec.testing.tiny_hf import build_tiny_hf  # noqa: E402
 from tests.fakes import MarkovBackend  # noqa: E402
 
+pytestmark = pytest.mark.torch
+
 GREEDY = SamplingParams()
 PROMPTS = [
     BenchPrompt("c/0", "code", "completion", 24, prompt="def fibonacci(n):\n    if n < 2:"),

@@ -30,6 +30,8 @@ from edgespec.testing.tiny_hf import (  # noqa: E402
 )
 
 # fp32 on tiny models: a batch of n and n single steps agree to a few ulps of the logits' scale
+pytestmark = pytest.mark.torch
+
 ATOL = 2e-4
 TEXTS = [
     "def fibonacci(n):\n    return n",

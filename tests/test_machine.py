@@ -80,12 +80,14 @@ def tiny_hf_dir(tmp_path_factory):
     return build_tiny_hf(tmp_path_factory.mktemp("tiny_hf") / "llama", "llama")
 
 
+@pytest.mark.torch
 def test_a_torch_model_on_the_cpu_reports_the_cpu(tiny_hf_dir):
     backend = load_hf_backend(ModelSpec("tiny", "hf", dtype="fp32"), tiny_hf_dir, n_ctx=64, device_map="cpu")
     threads = torch.get_num_threads()
     assert backend.placement == Placement("cpu", f"{threads} thread{'s' if threads > 1 else ''}", threads)
 
 
+@pytest.mark.torch
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_TORCH_GPU)
 def test_a_torch_model_on_a_gpu_reports_the_gpu(tiny_hf_dir):
