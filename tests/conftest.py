@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -135,8 +135,9 @@ def real_pair() -> PairConfig:
 @pytest.fixture(scope="session")
 def real_pair_engine(real_pair: PairConfig) -> Iterator[Engine]:
     """The built-in pair, loaded once for the whole session: every in-process test of the real pair
-    shares it. A test that swaps a part of it (its target, its prompt cache) puts it back; module
-    fixtures that use it directly empty its caches first."""
+    shares it. A test that swaps a part of it (its target, its prompt cache) puts it back. Tests take
+    it as `real_engine`; a module fixture that takes it directly finds what earlier tests left in its
+    caches."""
     engine = open_engine(real_pair)
     yield engine
     engine.close()

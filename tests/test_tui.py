@@ -1,4 +1,4 @@
-"""The chat app, driven with Pilot and fed by a scripted fake engine (no model needed).
+"""The chat app, driven with Pilot and fed by a scripted fake engine (tests/scripted_chat.py; no model needed).
 
 The fake's stream has every token source (draft, correction, bonus, target) and rejected draft ids;
 it can pause mid-reply (to test esc, saving while streaming, and a mid-reply snapshot) or fail.
