@@ -1,10 +1,12 @@
 # Two commands set a fresh machine up: `make demo` (or `make chat`) and `make test`.
+# `make check` is the fast loop beside `make test`: lint, types, the import contract, and the tests
+# that load no real model and start no subprocess.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 EDGESPEC := $(BIN)/edgespec
 
-.PHONY: demo chat test lint pull bench results gpu-check clean
+.PHONY: demo chat test check lint check-tests pull bench results gpu-check clean
 
 # llama-cpp-python builds llama.cpp from source for this machine's CPU (about 5 minutes on 2
 # cores). On x86 the build leaves AMX out: a CPU can report AMX where the system does not let it run
@@ -37,13 +39,27 @@ demo: pull
 chat: pull
 	$(EDGESPEC) chat
 
-# The import contract of pyproject.toml ([tool.importlinter]): each layer imports only those below
-# it, and no package has an import cycle (docs/design.md, "Layers"). `make test` checks it first.
-lint: $(VENV)/.installed-test
-	$(BIN)/lint-imports
-
+# Everything, the real pair included, after `make lint`; the 15 slowest tests are listed at the end.
 test: lint pull
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
+
+# The fast loop (no model download): lint first, then the fast tests. `make -k check` runs the tests
+# even where lint fails.
+check: lint check-tests
+
+# What .pre-commit-config.yaml runs: ruff lint and format, the layers contract (import-linter,
+# [tool.importlinter] in pyproject.toml: each layer imports only those below it, no package has an
+# import cycle; docs/design.md, "Layers") and mypy on the packages in [tool.mypy].
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+# The tests that load no real model (`slow`), start no process (`subprocess`), run no long
+# statistical or generated checks (`heavy`) and no torch model (`torch`): markers in pyproject.toml.
+check-tests: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "not slow and not subprocess and not heavy and not torch"
 
 bench: pull
 	$(EDGESPEC) bench --limit 4 --json bench.json --plot bench.png

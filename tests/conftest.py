@@ -1,18 +1,23 @@
-"""Shared fixtures: tiny GGUF models written once per test session (see edgespec/testing/tiny_gguf.py)."""
+"""Shared fixtures: tiny GGUF models written once per test session (see edgespec/testing/tiny_gguf.py),
+the endless tiny pair for subprocess tests, and the built-in real pair loaded once per session."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 import edgespec.engine.engine
+from edgespec.engine.engine import Engine, find_pair, open_engine
+from edgespec.models.registry import PairConfig
+from edgespec.models.store import Store
 from edgespec.testing.tiny_gguf import DRAFT, write_tiny_gguf
 from edgespec.util import unsaved
+from tests.edgespec_process import endless_pair_env
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -48,10 +53,12 @@ def read_only() -> Callable[[Path, list[str]], list[str]]:
     (`unshare -m`: the writes fail with EROFS, as on a read-only mount); as another user, the
     folder tree loses its write bits (EACCES). Skips where root cannot make a mount namespace."""
     if os.geteuid() != 0:
+
         def by_mode(folder: Path, argv: list[str]) -> list[str]:
             for d in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
                 d.chmod(0o555)
             return argv
+
         return by_mode
     namespace = shutil.which("unshare") and subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
     if not namespace or namespace.returncode != 0:
@@ -60,6 +67,7 @@ def read_only() -> Callable[[Path, list[str]], list[str]]:
     def by_mount(folder: Path, argv: list[str]) -> list[str]:
         script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
         return ["unshare", "-m", "sh", "-c", script, str(folder), *argv]
+
     return by_mount
 
 
@@ -108,3 +116,45 @@ def tiny_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
 def tiny_draft_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
     """A draft for `tiny_gguf`: same vocabulary, ~72% greedy agreement (edgespec.testing.tiny_gguf.DRAFT)."""
     return tiny_gguf_factory(**DRAFT)
+
+
+@pytest.fixture(scope="module")
+def endless_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of an `edgespec` subprocess on the endless tiny pair (tests/edgespec_process.py),
+    one per test module."""
+    return endless_pair_env(tmp_path_factory.mktemp("endless"))
+
+
+@pytest.fixture(scope="session")
+def real_pair() -> PairConfig:
+    """The built-in pair; the test is skipped where its files are not in the store (`make test` pulls them)."""
+    pair = find_pair()
+    store = Store()
+    if not all(store.state(m).present for m in (pair.target, pair.draft)):
+        pytest.skip("default pair not pulled (`make test` pulls it)")
+    return pair
+
+
+@pytest.fixture(scope="session")
+def real_pair_engine(real_pair: PairConfig) -> Iterator[Engine]:
+    """The built-in pair, loaded once for the whole session: every in-process test of the real pair
+    shares it. A test that swaps a part of it (its target, its prompt cache) puts it back. Tests take
+    it as `real_engine`; a module fixture that takes it directly finds what earlier tests left in its
+    caches."""
+    engine = open_engine(real_pair)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def real_engine(real_pair_engine: Engine) -> Iterator[Engine]:
+    """The session's real pair as a new process finds it: empty KV caches, no prompt cache."""
+
+    def reset() -> None:
+        for backend in (real_pair_engine.target, real_pair_engine.draft):
+            backend.truncate(0)
+        real_pair_engine.cache = None
+
+    reset()
+    yield real_pair_engine
+    reset()

@@ -1,14 +1,24 @@
-"""`python -m edgespec` in a subprocess of its own, for tests that send it signals or break its stdout:
-its environment, and a tiny pair whose reply never ends by itself."""
+"""`python -m edgespec` in a subprocess of its own, for tests that send it signals, break its stdout or
+feed its stdin: its environment, a tiny pair whose reply never ends by itself, and its output read
+as it comes."""
 
 from __future__ import annotations
 
 import os
+import select
+import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from edgespec.testing.tiny_gguf import DRAFT, TinyShape, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[1]
+# what a process that crashed or leaked an exception on the way out leaves on stderr
+CRASH_SIGNS = ("Traceback", "double free", "corruption", "Exception ignored", "Aborted")
+# an `edgespec run` on the endless pair that is still writing when the test acts on it
+LONG_RUN = ("the river", "--raw", "--temperature", "0", "--k", "3", "--max-tokens", "30000", "--color", "never")
 
 
 def edgespec_env(**extra: str) -> dict[str, str]:
@@ -31,5 +41,20 @@ def endless_pair_env(folder: Path) -> dict[str, str]:
         f'[models.d]\nformat = "gguf"\npath = "{draft}"\n'
         '[pairs.endless]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 32768\n'
     )
-    return edgespec_env(EDGESPEC_CONFIG=str(config), EDGESPEC_HOME=str(folder / "home"),
-                        XDG_CONFIG_HOME=str(folder / "xdg"))
+    return edgespec_env(
+        EDGESPEC_CONFIG=str(config), EDGESPEC_HOME=str(folder / "home"), XDG_CONFIG_HOME=str(folder / "xdg")
+    )
+
+
+def read_until(proc: subprocess.Popen, n_bytes: int, timeout: float) -> bytes:
+    """stdout until n_bytes have come: the reply is being generated."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    while len(got) < n_bytes:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
+        if not chunk:
+            proc.kill()
+            pytest.fail(f"no reply after {timeout}s (got {got!r}); stderr: {proc.communicate()[1].decode()}")
+        got += chunk
+    return got

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator, Sequence
 from types import SimpleNamespace
-from typing import Callable, Iterator, Sequence
 from unittest import mock
 
 import numpy as np
@@ -48,10 +48,20 @@ def simulated_time(clock: VirtualClock) -> Iterator[None]:
 
 
 class MarkovBackend:
-    def __init__(self, n_vocab: int = 48, seed: int = 0, noise: float = 0.0, n_ctx: int = 512,
-                 eos: int | None = None, base_s: float = 0.0, per_token_s: float = 0.0, sharp: float = 3.0,
-                 cost: Callable[[int], float] | None = None, clock: VirtualClock | None = None,
-                 batch_noise: float = 0.0):
+    def __init__(
+        self,
+        n_vocab: int = 48,
+        seed: int = 0,
+        noise: float = 0.0,
+        n_ctx: int = 512,
+        eos: int | None = None,
+        base_s: float = 0.0,
+        per_token_s: float = 0.0,
+        sharp: float = 3.0,
+        cost: Callable[[int], float] | None = None,
+        clock: VirtualClock | None = None,
+        batch_noise: float = 0.0,
+    ):
         rng = np.random.default_rng(seed)
         self.table = rng.normal(size=(n_vocab, n_vocab, n_vocab)).astype(np.float32) * sharp
         if noise:
@@ -133,7 +143,7 @@ def plain_greedy(backend: MarkovBackend, prompt: Sequence[int], n: int) -> list[
     seq = list(prompt)
     for _ in range(n):
         seq.append(int(np.argmax(backend.row(seq[-2] if len(seq) > 1 else 0, seq[-1]))))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 class ArgmaxRecorder:
@@ -180,16 +190,24 @@ class ArgmaxRecorder:
     def check_greedy(self, prompt_len: int, emitted: list[int]) -> None:
         for i, tok in enumerate(emitted):
             pos = prompt_len + i - 1
-            assert self.argmax_after[pos] == tok, f"token {i} ({tok}) is not the target's argmax ({self.argmax_after[pos]})"
+            assert self.argmax_after[pos] == tok, (
+                f"token {i} ({tok}) is not the target's argmax ({self.argmax_after[pos]})"
+            )
 
 
-def fake_engine(clock: VirtualClock | None = None, verify=None, draft_step: float = 0.0, noise: float = 1.0,
-                batch_noise: float = 0.0) -> Engine:
+def fake_engine(
+    clock: VirtualClock | None = None,
+    verify=None,
+    draft_step: float = 0.0,
+    noise: float = 1.0,
+    batch_noise: float = 0.0,
+) -> Engine:
     """An Engine around a deterministic fake pair (greedy output is exactly reproducible unless the
     target's batches carry `batch_noise`)."""
     spec = ModelSpec("fake-target", "gguf")
     pair = PairConfig("fake", "llamacpp", spec, ModelSpec("fake-draft", "gguf"), "model", 512)
     target = MarkovBackend(seed=21, n_ctx=512, cost=verify, clock=clock, batch_noise=batch_noise)
-    draft = MarkovBackend(seed=21, noise=noise, n_ctx=512, cost=(lambda n: n * draft_step) if draft_step else None,
-                          clock=clock)
+    draft = MarkovBackend(
+        seed=21, noise=noise, n_ctx=512, cost=(lambda n: n * draft_step) if draft_step else None, clock=clock
+    )
     return Engine(pair, target, draft)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from edgespec.cli.serve import base_url, listen, uvicorn_server
 from edgespec.engine.engine import EngineThread, GenerateSettings, open_engine
@@ -60,3 +60,15 @@ def serving(pair: PairConfig, settings: GenerateSettings, queue_size: int = 8) -
             yield live
     finally:
         worker.close()
+
+
+@contextlib.contextmanager
+def serving_engine(engine, settings: GenerateSettings, queue_size: int = 8) -> Iterator[Live]:
+    """Serve an engine the caller loaded and keeps (the session's real pair), from an engine thread
+    of its own as `edgespec serve` does; the engine stays open when the block ends."""
+    engine_thread = EngineThread()
+    try:
+        with serving_app(EngineWorker(engine, engine_thread, queue_size), settings) as live:
+            yield live
+    finally:
+        engine_thread.shutdown()

@@ -32,12 +32,41 @@ DEV_SET = Path("/work/shared/bench/dev.jsonl")
 SHIPPED = Path(str(files("edgespec") / "data" / "dev.jsonl"))
 GREEDY = SamplingParams()
 
-ROW_KEYS = {"id", "suite", "mode", "tokens", "decode_tokens_per_s", "drafted", "accepted", "target_passes", "matches_ar",
-            "prompt_tokens", "target_read_tokens", "ttft_s", "target_read_s", "draft_read_s",
-            "decode_s", "total_s", "total_tokens_per_s"}
-SUMMARY_KEYS = {"suite", "mode", "decode_tokens_per_s", "speedup_vs_ar", "acceptance", "tokens_per_pass", "k_histogram",
-                "total_tokens_per_s", "total_speedup_vs_ar", "ttft_s", "target_read_s", "draft_read_s", "decode_s",
-                "total_s"}
+ROW_KEYS = {
+    "id",
+    "suite",
+    "mode",
+    "tokens",
+    "decode_tokens_per_s",
+    "drafted",
+    "accepted",
+    "target_passes",
+    "matches_ar",
+    "prompt_tokens",
+    "target_read_tokens",
+    "ttft_s",
+    "target_read_s",
+    "draft_read_s",
+    "decode_s",
+    "total_s",
+    "total_tokens_per_s",
+}
+SUMMARY_KEYS = {
+    "suite",
+    "mode",
+    "decode_tokens_per_s",
+    "speedup_vs_ar",
+    "acceptance",
+    "tokens_per_pass",
+    "k_histogram",
+    "total_tokens_per_s",
+    "total_speedup_vs_ar",
+    "ttft_s",
+    "target_read_s",
+    "draft_read_s",
+    "decode_s",
+    "total_s",
+}
 
 # -- the suite file ---------------------------------------------------------------------------
 
@@ -128,11 +157,16 @@ def test_load_suite_rejects_wrongly_typed_fields(tmp_path, bad):
     [
         ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": ""}', "prompt"),
         ('{"id": "a/2", "suite": "a", "mode": "chat", "messages": []}', "messages"),
-        ('{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "robot", "content": "x"}]}',
-         "messages[0].role"),
+        (
+            '{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "robot", "content": "x"}]}',
+            "messages[0].role",
+        ),
         ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": "x\\ud800"}', "prompt"),
-        ('{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "system", "content": "\\udfff"}, '
-         '{"role": "user", "content": "hi"}]}', "messages[0].content"),
+        (
+            '{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "system", "content": "\\udfff"}, '
+            '{"role": "user", "content": "hi"}]}',
+            "messages[0].content",
+        ),
         ('{"id": "a/2", "suite": "a\\ud800", "mode": "completion", "prompt": "x"}', "suite"),
         ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": "x", "max_tokens": true}', "max_tokens"),
     ],
@@ -147,15 +181,22 @@ def test_load_suite_names_the_line_and_the_field_a_model_would_fail_on(tmp_path,
 
 def test_load_suite_refuses_a_prompt_no_context_of_the_pairs_can_hold(tmp_path):
     fits = json.dumps({"id": "a", "suite": "a", "mode": "completion", "prompt": "x" * (4 * MAX_TOKEN_BYTES)})
-    too_long = json.dumps({"id": "b", "suite": "a", "mode": "chat",
-                           "messages": [{"role": "user", "content": "x" * (4 * MAX_TOKEN_BYTES)},
-                                        {"role": "user", "content": "y"}]})
+    too_long = json.dumps(
+        {
+            "id": "b",
+            "suite": "a",
+            "mode": "chat",
+            "messages": [{"role": "user", "content": "x" * (4 * MAX_TOKEN_BYTES)}, {"role": "user", "content": "y"}],
+        }
+    )
     assert len(load_suite(write_suite(tmp_path, fits), context=4)) == 1
     path = write_suite(tmp_path, fits, too_long)
     with pytest.raises(UsageError) as e:
         load_suite(path, context=4)
-    assert str(e.value) == (f"{path}:2: the chat text is {4 * MAX_TOKEN_BYTES + 1:,} bytes, more than the pair's "
-                            "context of 4 tokens can hold")
+    assert str(e.value) == (
+        f"{path}:2: the chat text is {4 * MAX_TOKEN_BYTES + 1:,} bytes, more than the pair's "
+        "context of 4 tokens can hold"
+    )
 
 
 def test_load_suite_reads_no_further_than_its_bound(tmp_path, monkeypatch):
@@ -200,8 +241,10 @@ def test_parse_modes_reads_every_kind():
         Mode("heuristic", "model", KSetting("heuristic")),
         Mode("auto", "auto", KSetting("auto")),
     ]
-    assert parse_modes(" ar , k3 ", "ngram") == [Mode("ar", "none", KSetting("fixed", 0)),
-                                                        Mode("k3", "ngram", KSetting("fixed", 3))]
+    assert parse_modes(" ar , k3 ", "ngram") == [
+        Mode("ar", "none", KSetting("fixed", 0)),
+        Mode("k3", "ngram", KSetting("fixed", 3)),
+    ]
 
 
 def test_parse_modes_puts_plain_decoding_first_when_missing():
@@ -214,8 +257,11 @@ def test_parse_modes_rejects_unknown_modes(spec):
         parse_modes(spec, "model")
 
 
-@pytest.mark.parametrize("spec", ["k" + "1" * 5000, "k\u0663", "ngram-k" + "9" * 4301],
-                         ids=["5000 digits", "an Arabic-Indic digit", "4301 digits"])
+@pytest.mark.parametrize(
+    "spec",
+    ["k" + "1" * 5000, "k\u0663", "ngram-k" + "9" * 4301],
+    ids=["5000 digits", "an Arabic-Indic digit", "4301 digits"],
+)
 def test_parse_modes_rejects_a_k_that_is_not_a_few_ascii_digits(spec):
     """int() refuses over 4,300 digits with a ValueError (found by generated flags) and reads Arabic-Indic digits."""
     with pytest.raises(UsageError, match="unknown bench mode"):
@@ -373,10 +419,16 @@ def timed_row(id, mode, tps, ttft, decode, target_read=None, draft_read=None):
 
 def test_summarize_gives_whole_reply_speedups_and_median_times():
     # whole replies of 100 tokens: ar 10 s each, k2 5 s, 8 s and 9 s
-    rows = [timed_row("a/0", "ar", 11.0, 1.0, 9.0, 1.0, 0.0), timed_row("a/0", "k2", 26.0, 1.2, 3.8, 1.0, 0.2),
-            timed_row("a/1", "ar", 12.5, 2.0, 8.0, 2.0, 0.0), timed_row("a/1", "k2", 18.0, 2.5, 5.5, 2.0, 0.5),
-            timed_row("a/2", "ar", 16.5, 4.0, 6.0, 4.0, 0.0), timed_row("a/2", "k2", 21.5, 4.4, 4.6, 4.0, 0.4),
-            timed_row("a/0", "hf-assisted", 20.0, 1.5, 4.5), timed_row("a/1", "hf-assisted", 0.0, 9.0, 0.0)]
+    rows = [
+        timed_row("a/0", "ar", 11.0, 1.0, 9.0, 1.0, 0.0),
+        timed_row("a/0", "k2", 26.0, 1.2, 3.8, 1.0, 0.2),
+        timed_row("a/1", "ar", 12.5, 2.0, 8.0, 2.0, 0.0),
+        timed_row("a/1", "k2", 18.0, 2.5, 5.5, 2.0, 0.5),
+        timed_row("a/2", "ar", 16.5, 4.0, 6.0, 4.0, 0.0),
+        timed_row("a/2", "k2", 21.5, 4.4, 4.6, 4.0, 0.4),
+        timed_row("a/0", "hf-assisted", 20.0, 1.5, 4.5),
+        timed_row("a/1", "hf-assisted", 0.0, 9.0, 0.0),
+    ]
     s = {x["mode"]: x for x in summarize(rows)}
     k2 = s["k2"]
     assert k2["total_speedup_vs_ar"] == pytest.approx(10 / 8)  # the median of 2.0, 1.25, 1.11
@@ -394,8 +446,9 @@ def test_run_bench_repeats_the_interleaved_round_of_each_prompt():
     engine = fake_engine()
     order = []
     modes = parse_modes("ar,k2", "model")
-    rows = run_bench([engine], PROMPTS[:2], modes, GREEDY, on_row=lambda r: order.append((r.id, r.repeat, r.mode)),
-                     repeats=2)
+    rows = run_bench(
+        [engine], PROMPTS[:2], modes, GREEDY, on_row=lambda r: order.append((r.id, r.repeat, r.mode)), repeats=2
+    )
     assert order == [(p.id, rep, m.name) for p in PROMPTS[:2] for rep in (0, 1) for m in modes]
     assert all(r.matches_ar is True for r in rows)  # each repeat is compared with its own ar run
 
@@ -406,9 +459,14 @@ def test_summarize_takes_the_median_of_a_prompts_repeats_before_the_ratio():
         r.repeat = repeat
         return r
 
-    rows = [rep("a/0", "ar", 10.0, 0), rep("a/0", "k2", 30.0, 0),  # one noisy round: 3x
-            rep("a/0", "ar", 10.0, 1), rep("a/0", "k2", 12.0, 1),
-            rep("a/0", "ar", 10.0, 2), rep("a/0", "k2", 11.0, 2)]
+    rows = [
+        rep("a/0", "ar", 10.0, 0),
+        rep("a/0", "k2", 30.0, 0),  # one noisy round: 3x
+        rep("a/0", "ar", 10.0, 1),
+        rep("a/0", "k2", 12.0, 1),
+        rep("a/0", "ar", 10.0, 2),
+        rep("a/0", "k2", 11.0, 2),
+    ]
     k2 = next(s for s in summarize(rows) if s["mode"] == "k2")
     assert k2["speedup_vs_ar"] == pytest.approx(1.2)  # median speed 12 over median 10
     assert k2["prompts"] == 1 and k2["decode_tokens_per_s"] == pytest.approx(12.0)
@@ -421,15 +479,25 @@ def test_summarize_without_ar_has_no_speedup():
 
 
 def test_summarize_skips_prompts_whose_ar_speed_is_zero():
-    rows = [row("a/0", "a", "ar", 0.0), row("a/0", "a", "k2", 5.0), row("a/1", "a", "ar", 10.0), row("a/1", "a", "k2", 30.0)]
+    rows = [
+        row("a/0", "a", "ar", 0.0),
+        row("a/0", "a", "k2", 5.0),
+        row("a/1", "a", "ar", 10.0),
+        row("a/1", "a", "k2", 30.0),
+    ]
     assert {s["mode"]: s["speedup_vs_ar"] for s in summarize(rows)}["k2"] == pytest.approx(3.0)
 
 
 def test_summarize_skips_prompts_a_mode_had_nothing_to_time_in():
     """hf-assisted's first pass can produce a whole short reply: no decode speed, not a 0x speedup."""
-    rows = [row("a/0", "a", "ar", 10.0), row("a/0", "a", "hf-assisted", 0.0, matches=None),
-            row("a/1", "a", "ar", 10.0), row("a/1", "a", "hf-assisted", 15.0, matches=None),
-            row("a/2", "a", "ar", 10.0), row("a/2", "a", "hf-assisted", 12.0, matches=None)]
+    rows = [
+        row("a/0", "a", "ar", 10.0),
+        row("a/0", "a", "hf-assisted", 0.0, matches=None),
+        row("a/1", "a", "ar", 10.0),
+        row("a/1", "a", "hf-assisted", 15.0, matches=None),
+        row("a/2", "a", "ar", 10.0),
+        row("a/2", "a", "hf-assisted", 12.0, matches=None),
+    ]
     assert {s["mode"]: s["speedup_vs_ar"] for s in summarize(rows)}["hf-assisted"] == pytest.approx(1.35)
 
 
@@ -441,13 +509,20 @@ def test_to_json_has_the_documented_schema(bench_run):
     for r in doc["rows"]:
         assert ROW_KEYS <= set(r) and "output_ids" not in r and "rounds" not in r
         assert isinstance(r["tokens"], int) and isinstance(r["matches_ar"], bool)
-    assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {(p.suite, m.name) for p in PROMPTS for m in bench_run.modes}
+    assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {
+        (p.suite, m.name) for p in PROMPTS for m in bench_run.modes
+    }
     for s in doc["summary"]:
         assert SUMMARY_KEYS <= set(s)
         assert all(isinstance(k, str) and isinstance(v, int) for k, v in s["k_histogram"].items())
     auto = next(s for s in doc["summary"] if s["suite"] == "code" and s["mode"] == "auto")
-    per_prompt = [r["decode_tokens_per_s"] / a["decode_tokens_per_s"] for r in doc["rows"] if r["mode"] == "auto"
-                  and r["suite"] == "code" for a in doc["rows"] if a["mode"] == "ar" and a["id"] == r["id"]]
+    per_prompt = [
+        r["decode_tokens_per_s"] / a["decode_tokens_per_s"]
+        for r in doc["rows"]
+        if r["mode"] == "auto" and r["suite"] == "code"
+        for a in doc["rows"]
+        if a["mode"] == "ar" and a["id"] == r["id"]
+    ]
     assert auto["speedup_vs_ar"] == pytest.approx(statistics.median(per_prompt))
 
 
@@ -459,9 +534,17 @@ def test_table_lists_every_suite_and_mode():
     text = console.export_text()
     assert "1.50x" in text and "0.50x" in text and "60%" in text and "0:1 2:4 10:1" in text
     assert text.index("whole vs ar") < text.index("decode vs ar")  # what the user waits for comes first
-    console.print(report.table(summarize([timed_row("a/0", "ar", 11.0, 1.0, 9.0, 0.75, 0.0),
-                                         timed_row("a/0", "k2", 26.0, 1.25, 3.75, 0.75, 0.25)])))
-    times, speeds = [l.split() for l in console.export_text().splitlines() if " k2 " in l][-2:]
+    console.print(
+        report.table(
+            summarize(
+                [
+                    timed_row("a/0", "ar", 11.0, 1.0, 9.0, 0.75, 0.0),
+                    timed_row("a/0", "k2", 26.0, 1.25, 3.75, 0.75, 0.25),
+                ]
+            )
+        )
+    )
+    times, speeds = [row.split() for row in console.export_text().splitlines() if " k2 " in row][-2:]
     assert [x for x in times if x != "│"] == ["a", "k2", "1.25", "0.75", "0.25", "3.75", "5.00", "20.0"]
     assert [x for x in speeds if x != "│"][:5] == ["a", "k2", "2.00x", "26.0", "2.36x"]
     assert "accepted path / tree size" not in text  # no auto mode: every draft was a chain of K
@@ -471,8 +554,10 @@ def test_table_lists_every_suite_and_mode():
 
 
 def test_auto_chain_is_a_bench_mode():
-    assert parse_modes("auto-chain,auto", "model")[1:] == [Mode("auto-chain", DraftChoice.AUTO, KSetting("auto-chain")),
-                                                          Mode("auto", DraftChoice.AUTO, KSetting("auto"))]
+    assert parse_modes("auto-chain,auto", "model")[1:] == [
+        Mode("auto-chain", DraftChoice.AUTO, KSetting("auto-chain")),
+        Mode("auto", DraftChoice.AUTO, KSetting("auto")),
+    ]
 
 
 def test_plot_writes_a_png(tmp_path, bench_run):
@@ -507,8 +592,13 @@ def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
         {"id": "c/0", "suite": "code", "mode": "completion", "prompt": "def add(a, b):", "max_tokens": 12},
         {"id": "c/1", "suite": "code", "mode": "completion", "prompt": "for i in range(", "max_tokens": 12},
         {"id": "c/2", "suite": "code", "mode": "completion", "prompt": "import os\n", "max_tokens": 12},
-        {"id": "t/0", "suite": "talk", "mode": "chat", "messages": [{"role": "user", "content": "hello there"}],
-         "max_tokens": 12},
+        {
+            "id": "t/0",
+            "suite": "talk",
+            "mode": "chat",
+            "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": 12,
+        },
     ]
     (tmp_path / "tiny.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
     monkeypatch.chdir(tmp_path)
@@ -523,12 +613,29 @@ def _bench_command():
     return cli
 
 
+@pytest.mark.subprocess
 def test_bench_command_writes_json_and_plot(cli_env):
     from click.testing import CliRunner
 
     cli = _bench_command()
-    r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,k2,auto", "--json", "out.json",
-                                      "--plot", "out.png", "--limit", "2", "--repeats", "2"])
+    r = CliRunner().invoke(
+        cli.main,
+        [
+            "bench",
+            "--suite",
+            "tiny.jsonl",
+            "--modes",
+            "ar,k2,auto",
+            "--json",
+            "out.json",
+            "--plot",
+            "out.png",
+            "--limit",
+            "2",
+            "--repeats",
+            "2",
+        ],
+    )
     assert r.exit_code == 0, (r.output, r.exception)
     doc = json.loads((cli_env / "out.json").read_text())
     rows = doc["rows"]
@@ -541,11 +648,14 @@ def test_bench_command_writes_json_and_plot(cli_env):
         assert doc["meta"]["commit"] == head.stdout.strip()
     # --limit 2 takes two prompts of each suite; every prompt runs every mode, interleaved, twice
     assert [(x["id"], x["repeat"], x["mode"]) for x in rows] == [
-        (i, rep, m) for i in ("c/0", "c/1", "t/0") for rep in (0, 1) for m in ("ar", "k2", "auto")]
+        (i, rep, m) for i in ("c/0", "c/1", "t/0") for rep in (0, 1) for m in ("ar", "k2", "auto")
+    ]
     for x in rows:
         assert ROW_KEYS <= set(x)
         assert 0 < x["tokens"] <= 12 and x["target_passes"] > 0
-    assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {(s, m) for s in ("code", "talk") for m in ("ar", "k2", "auto")}
+    assert {(s["suite"], s["mode"]) for s in doc["summary"]} == {
+        (s, m) for s in ("code", "talk") for m in ("ar", "k2", "auto")
+    }
     for s in doc["summary"]:
         assert SUMMARY_KEYS <= set(s) and s["speedup_vs_ar"] is not None and s["total_speedup_vs_ar"] is not None
     for x in rows:  # each run starts cold, and its times add up
@@ -567,12 +677,14 @@ def test_bench_command_reports_a_bad_suite_in_one_line(cli_env):
     assert r.exit_code == 2 and "turbo" in r.stderr
 
 
+@pytest.mark.subprocess
 def test_bench_command_strict_passes_and_explains_every_parting(cli_env):
     from click.testing import CliRunner
 
     cli = _bench_command()
-    r = CliRunner().invoke(cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,k3,ngram-k2", "--strict",
-                                      "--json", "out.json"])
+    r = CliRunner().invoke(
+        cli.main, ["bench", "--suite", "tiny.jsonl", "--modes", "ar,k3,ngram-k2", "--strict", "--json", "out.json"]
+    )
     assert r.exit_code == 0, (r.output, r.exception)
     assert "exact / parted at a near-tie" in r.stdout and "noise floor of the target" in r.stdout
     doc = json.loads((cli_env / "out.json").read_text())
@@ -590,6 +702,7 @@ def test_bench_command_strict_passes_and_explains_every_parting(cli_env):
         assert s["mode"] == "ar" or sum(s["vs_ar"].values()) == s["prompts"] and s["vs_ar"]["DIFF"] == 0
 
 
+@pytest.mark.subprocess
 def test_bench_command_strict_fails_in_one_line_on_a_broken_verification(cli_env, monkeypatch):
     from click.testing import CliRunner
 

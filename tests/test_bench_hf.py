@@ -26,11 +26,15 @@ from edgespec.testing.tiny_hf import build_tiny_hf  # noqa: E402
 from edgespec.util.errors import UsageError  # noqa: E402
 from tests.fakes import MarkovBackend  # noqa: E402
 
+pytestmark = pytest.mark.torch
+
 GREEDY = SamplingParams()
 PROMPTS = [
     BenchPrompt("c/0", "code", "completion", 24, prompt="def fibonacci(n):\n    if n < 2:"),
     # the tiny target ends this reply with <|im_end|> after 23 tokens: the stop at an end token is compared too
-    BenchPrompt("t/0", "talk", "chat", 32, messages=({"role": "user", "content": "speculative decoding drafts tokens"},)),
+    BenchPrompt(
+        "t/0", "talk", "chat", 32, messages=({"role": "user", "content": "speculative decoding drafts tokens"},)
+    ),
 ]
 
 
@@ -48,7 +52,9 @@ def tiny_pair(tmp_path_factory):
     """(target dir, draft dir): a Llama-shaped target and a draft that agrees with it part of the time.
     (The tiny Qwen2 falls into repeating one token, which a draft predicts all at once: too easy.)"""
     root = tmp_path_factory.mktemp("tiny_hf_pair")
-    return build_tiny_hf(root / "target", "llama"), build_tiny_hf(root / "draft", "llama", seed=7, like=0, similarity=0.9)
+    return build_tiny_hf(root / "target", "llama"), build_tiny_hf(
+        root / "draft", "llama", seed=7, like=0, similarity=0.9
+    )
 
 
 def hf_spec(name: str, path=None) -> ModelSpec:
@@ -108,8 +114,11 @@ def test_assisted_generate_stops_at_an_end_token_like_the_engine(hf_engine):
     target.eos_ids = frozenset({plain[stop_at]})
     try:
         run = assisted_generate(target, draft, prompt, 24)
-        engine_ids = [e.id for e in hf_engine.generate_tokens(prompt, GenerateSettings(24, GREEDY, "none", KSetting("fixed", 0)))
-                      if isinstance(e, Token)]
+        engine_ids = [
+            e.id
+            for e in hf_engine.generate_tokens(prompt, GenerateSettings(24, GREEDY, "none", KSetting("fixed", 0)))
+            if isinstance(e, Token)
+        ]
     finally:
         target.eos_ids = saved
     assert run.ids == engine_ids == plain[:stop_at] and run.tokens == stop_at
@@ -119,8 +128,9 @@ def test_decode_rate_leaves_out_the_first_target_pass(hf_engine):
     """With a clock that reads 0, 1, 2, ... at each target pass, the rate is the tokens after the
     first pass's over (passes - 1) seconds, like Summary's tokens after the first over decode time."""
     ticks = count()
-    run = assisted_generate(hf_engine.target, hf_engine.draft, prompt_ids(hf_engine, PROMPTS[0]), 24,
-                            clock=lambda: float(next(ticks)))
+    run = assisted_generate(
+        hf_engine.target, hf_engine.draft, prompt_ids(hf_engine, PROMPTS[0]), 24, clock=lambda: float(next(ticks))
+    )
     assert run.target_passes > 1
     after_first = run.decode_tokens_per_s * (run.target_passes - 1)
     first_pass_tokens = run.tokens - round(after_first)
@@ -161,9 +171,12 @@ def test_hf_assisted_needs_a_draft_model_and_greedy_decoding(hf_engine):
     with pytest.raises(UsageError, match="hf-assisted needs a draft model"):
         run_bench([no_draft], PROMPTS[:1], parse_modes("hf-assisted", "ngram"), GREEDY)
     with pytest.raises(UsageError, match="greedy"):
-        run_bench([hf_engine], PROMPTS[:1], parse_modes("hf-assisted", "model"), SamplingParams(temperature=0.7, seed=1))
+        run_bench(
+            [hf_engine], PROMPTS[:1], parse_modes("hf-assisted", "model"), SamplingParams(temperature=0.7, seed=1)
+        )
 
 
+@pytest.mark.subprocess
 def test_bench_command_runs_hf_assisted_on_an_hf_pair(tiny_pair, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
@@ -181,8 +194,12 @@ def test_bench_command_runs_hf_assisted_on_an_hf_pair(tiny_pair, tmp_path, monke
     )
     monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
     suite = tmp_path / "suite.jsonl"
-    suite.write_text(json.dumps({"id": "c/0", "suite": "code", "mode": "completion", "prompt": "import numpy as np\n",
-                                 "max_tokens": 12}) + "\n")
+    suite.write_text(
+        json.dumps(
+            {"id": "c/0", "suite": "code", "mode": "completion", "prompt": "import numpy as np\n", "max_tokens": 12}
+        )
+        + "\n"
+    )
     out = tmp_path / "out.json"
     r = CliRunner().invoke(cli.main, ["bench", "--suite", str(suite), "--modes", "ar,hf-assisted", "--json", str(out)])
     assert r.exit_code == 0, (r.output, r.exception)

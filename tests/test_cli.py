@@ -48,19 +48,30 @@ def invoke(*args, input=None):
 def one_line_error(result, code):
     assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [s for s in result.stderr.splitlines() if s.strip()]
     assert len(lines) == 1 and "error" in lines[0].lower(), result.stderr
     return lines[0]
 
 
 def test_run_streams_only_text_to_stdout_and_stats_to_stderr(env):
     out = env / "stats.json"
-    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "20", "--stats", "--stats-json", str(out), "--color", "never")
+    r = invoke(
+        "run", "def add(a, b):", "--raw", "--max-tokens", "20", "--stats", "--stats-json", str(out), "--color", "never"
+    )
     assert r.exit_code == 0, r.stderr
     assert r.stdout.strip() and "tok/s" not in r.stdout and "\x1b[" not in r.stdout
     assert "tok/s" in r.stderr and "acceptance" in r.stderr
     stats = json.loads(out.read_text())
-    for key in ("tokens", "drafted", "accepted", "target_passes", "decode_s", "decode_tokens_per_s", "ttft_s", "k_histogram"):
+    for key in (
+        "tokens",
+        "drafted",
+        "accepted",
+        "target_passes",
+        "decode_s",
+        "decode_tokens_per_s",
+        "ttft_s",
+        "k_histogram",
+    ):
         assert key in stats
     assert 0 < stats["tokens"] <= 20
 
@@ -76,14 +87,19 @@ def test_stats_split_the_whole_reply_and_the_load(env):
     assert stats["total_s"] == pytest.approx(stats["ttft_s"] + stats["decode_s"])
     assert stats["total_tokens_per_s"] == pytest.approx(stats["tokens"] / stats["total_s"])
     assert set(stats["load_s"]) == {"check", "target", "draft"} and all(v > 0 for v in stats["load_s"].values())
-    (line,) = [l for l in r.stderr.splitlines() if l.strip()]
+    (line,) = [s for s in r.stderr.splitlines() if s.strip()]
     load = stats["load_s"]
-    assert line.startswith(f"load {sum(load.values()):.2f} s (check {load['check']:.2f} s, "
-                           f"target {load['target']:.2f} s, draft {load['draft']:.2f} s), ")
-    for part in (f"TTFT {stats['ttft_s']:.2f} s (target read {stats['target_read_s']:.2f} s)",
-                 f"decode {stats['decode_s']:.2f} s (draft read {stats['draft_read_s']:.2f} s)",
-                 f"total {stats['total_s']:.2f} s, {stats['total_tokens_per_s']:.1f} tok/s",
-                 f"decode {stats['decode_tokens_per_s']:.1f} tok/s", "acceptance"):
+    assert line.startswith(
+        f"load {sum(load.values()):.2f} s (check {load['check']:.2f} s, "
+        f"target {load['target']:.2f} s, draft {load['draft']:.2f} s), "
+    )
+    for part in (
+        f"TTFT {stats['ttft_s']:.2f} s (target read {stats['target_read_s']:.2f} s)",
+        f"decode {stats['decode_s']:.2f} s (draft read {stats['draft_read_s']:.2f} s)",
+        f"total {stats['total_s']:.2f} s, {stats['total_tokens_per_s']:.1f} tok/s",
+        f"decode {stats['decode_tokens_per_s']:.1f} tok/s",
+        "acceptance",
+    ):
         assert part in line
 
 
@@ -96,7 +112,9 @@ def test_no_draft_model_is_loaded_for_plain_decoding(env):
 
 
 def test_color_always_marks_tokens_by_source(env):
-    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "24", "--color", "always", "--draft", "model", "--k", "3")
+    r = invoke(
+        "run", "def add(a, b):", "--raw", "--max-tokens", "24", "--color", "always", "--draft", "model", "--k", "3"
+    )
     assert r.exit_code == 0, r.stderr
     assert "\x1b[" in r.stdout  # at least one styled token (accepted drafts are green)
 
@@ -201,6 +219,7 @@ def test_bad_inputs_are_one_line_errors(env, args, code, needle):
 def test_every_float_flag_of_every_command_refuses_nan_and_inf():
     """One rule for every float flag (`cli_common.FiniteFloat`): a new flag declared as a plain
     float, or a FloatRange (nan passes every range check), fails here."""
+
     def commands(command, path):
         yield path, command
         for name, sub in getattr(command, "commands", {}).items():
@@ -213,10 +232,18 @@ def test_every_float_flag_of_every_command_refuses_nan_and_inf():
             return False
         return True
 
-    flags = [(f"{path} --{param.name.replace('_', '-')}", param) for path, command in commands(cli.main, "edgespec")
-             for param in command.params if isinstance(param.type, click.types.FloatParamType)]
-    assert {"edgespec run --temperature", "edgespec serve --top-p", "edgespec bench --temperature",
-            "edgespec models tune --min-agreement"} <= {name for name, _ in flags}
+    flags = [
+        (f"{path} --{param.name.replace('_', '-')}", param)
+        for path, command in commands(cli.main, "edgespec")
+        for param in command.params
+        if isinstance(param.type, click.types.FloatParamType)
+    ]
+    assert {
+        "edgespec run --temperature",
+        "edgespec serve --top-p",
+        "edgespec bench --temperature",
+        "edgespec models tune --min-agreement",
+    } <= {name for name, _ in flags}
     assert [(name, value) for name, param in flags for value in ("nan", "inf", "-inf") if takes(param, value)] == []
 
 
@@ -231,6 +258,7 @@ def test_a_suite_that_is_not_utf8_is_one_line(env):
     assert "suite.jsonl:2" in line and "UTF-8" in line
 
 
+@pytest.mark.subprocess
 def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
     """The folder checked at the start is gone when the bench ends: the results go to the cache
     dir, and the one-line error says where."""
@@ -248,8 +276,8 @@ def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
     suite.write_text('{"id": "p1", "suite": "s", "mode": "completion", "prompt": "the weather", "max_tokens": 8}\n')
     r = invoke("bench", "--modes", "ar", "--suite", str(suite), "--json", str(out_dir / "b.json"))
     assert r.exit_code == 1 and "Traceback" not in r.stderr
-    *layout, line = [l for l in r.stderr.splitlines() if l.strip()]
-    assert [l.split(":")[0] for l in layout] == ["tiny target", "tiny draft"]  # what each loaded model runs as
+    *layout, line = [s for s in r.stderr.splitlines() if s.strip()]
+    assert [s.split(":")[0] for s in layout] == ["tiny target", "tiny draft"]  # what each loaded model runs as
     assert "error" in line.lower()
     rescued = env / "home" / "rescued" / "b.json"
     assert str(rescued) in line and str(out_dir / "b.json") in line
@@ -257,6 +285,7 @@ def test_a_bench_whose_results_cannot_be_written_keeps_them(env, monkeypatch):
     assert "edgespec bench" in r.stdout  # the table was printed before the write
 
 
+@pytest.mark.subprocess
 def test_a_bench_stopped_by_ctrl_c_reports_the_rows_it_finished(env, monkeypatch):
     real = bench_module.run_bench
 
@@ -273,8 +302,12 @@ def test_a_bench_stopped_by_ctrl_c_reports_the_rows_it_finished(env, monkeypatch
 
     monkeypatch.setattr(bench_module, "run_bench", stopped_after_two_rows)
     suite = env / "suite.jsonl"
-    suite.write_text("".join(f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", '
-                             f'"max_tokens": 8}}\n' for i in range(3)))
+    suite.write_text(
+        "".join(
+            f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", "max_tokens": 8}}\n'
+            for i in range(3)
+        )
+    )
     r = invoke("bench", "--modes", "ar,k2", "--suite", str(suite), "--json", str(env / "b.json"))
     assert r.exit_code == 130 and "interrupted" in r.stderr and "Traceback" not in r.stderr
     assert "edgespec bench" in r.stdout
@@ -282,13 +315,31 @@ def test_a_bench_stopped_by_ctrl_c_reports_the_rows_it_finished(env, monkeypatch
     assert saved["meta"]["interrupted"] and [row["mode"] for row in saved["rows"]] == ["ar", "k2"]
 
 
+@pytest.mark.subprocess
 def test_bench_interleaves_several_pairs_and_compares_each_with_the_first_ones_ar(env):
     suite = env / "suite.jsonl"
-    suite.write_text("".join(f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", '
-                             f'"max_tokens": 8}}\n' for i in range(2)))
+    suite.write_text(
+        "".join(
+            f'{{"id": "p{i}", "suite": "s", "mode": "completion", "prompt": "the weather", "max_tokens": 8}}\n'
+            for i in range(2)
+        )
+    )
     # sampled: the 32-token context of "short" has no room to measure a noise floor (greedy only)
-    r = invoke("bench", "-m", "tiny", "-m", "short", "--modes", "ar,k2", "--suite", str(suite),
-               "--temperature", "0.5", "--json", str(env / "b.json"))
+    r = invoke(
+        "bench",
+        "-m",
+        "tiny",
+        "-m",
+        "short",
+        "--modes",
+        "ar,k2",
+        "--suite",
+        str(suite),
+        "--temperature",
+        "0.5",
+        "--json",
+        str(env / "b.json"),
+    )
     assert r.exit_code == 0, r.stderr
     saved = json.loads((env / "b.json").read_text())
     assert saved["meta"]["pairs"] == ["tiny", "short"]
@@ -313,8 +364,9 @@ def test_a_greedy_bench_of_a_context_too_short_for_the_noise_floor_is_one_line(e
 def test_a_reply_cut_by_the_full_context_says_so(env):
     r = invoke("run", "-m", "short", "--raw", "--draft", "none", "the weather is", "--max-tokens", "100")
     assert r.exit_code == 0, r.stderr
-    assert [l for l in r.stderr.splitlines() if l.strip()] == [
-        "edgespec: the reply was cut: the 32-token context is full"]
+    assert [s for s in r.stderr.splitlines() if s.strip()] == [
+        "edgespec: the reply was cut: the 32-token context is full"
+    ]
 
 
 def test_a_draft_llama_cpp_refuses_is_explained_by_its_vocabulary(env):
@@ -323,8 +375,10 @@ def test_a_draft_llama_cpp_refuses_is_explained_by_its_vocabulary(env):
     quotes nothing from llama.cpp's log."""
     foreign = write_tiny_gguf(env / "foreign.gguf", tokens=FOREIGN_TOKENS)
     config = env / "models.toml"
-    config.write_text(config.read_text() + f'[models.foreign]\nformat = "gguf"\npath = "{foreign}"\n'
-                      '[pairs.foreign]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "foreign"\ncontext = 256\n')
+    config.write_text(
+        config.read_text() + f'[models.foreign]\nformat = "gguf"\npath = "{foreign}"\n'
+        '[pairs.foreign]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "foreign"\ncontext = 256\n'
+    )
     line = one_line_error(invoke("run", "-m", "foreign", "hi"), 1)
     assert "does not share the target's vocabulary" in line and 'id 256: target "he", draft "Ġfoo"' in line
     assert "models check foreign" in line

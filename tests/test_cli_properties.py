@@ -75,49 +75,165 @@ def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
 # Any character a terminal can pass (no NUL), lone surrogates included: bytes that were not UTF-8.
 odd_text = st.text(st.characters(codec=None, exclude_characters="\x00"), max_size=8)
 surrogates = st.sampled_from(["\udcff", "hi \udcff\udcfe there", "\ud800"])
-numbers = st.sampled_from(["nan", "NaN", "inf", "-inf", "Infinity", "1e309", "-0", "0", "1", "-1", "0.5", "1e-308",
-                           "2.5", "3", "12", "100", "2147483648", "18446744073709551616", "1" * 40, "0x10", "1_000",
-                           "", " ", "one", "٣"])
+numbers = st.sampled_from(
+    [
+        "nan",
+        "NaN",
+        "inf",
+        "-inf",
+        "Infinity",
+        "1e309",
+        "-0",
+        "0",
+        "1",
+        "-1",
+        "0.5",
+        "1e-308",
+        "2.5",
+        "3",
+        "12",
+        "100",
+        "2147483648",
+        "18446744073709551616",
+        "1" * 40,
+        "0x10",
+        "1_000",
+        "",
+        " ",
+        "one",
+        "٣",
+    ]
+)
 anything = numbers | odd_text | surrogates
 pair_names = st.sampled_from(["tiny", "plain", "missing", "no-such-pair", "", "TINY"]) | odd_text
-paths = st.sampled_from(["out.json", "sub/none/out.json", ".", "/", "/proc/version", "home", "x.png", "out.svg",
-                         "/dev/null", "nope.jsonl"]) | odd_text
+paths = (
+    st.sampled_from(
+        [
+            "out.json",
+            "sub/none/out.json",
+            ".",
+            "/",
+            "/proc/version",
+            "home",
+            "x.png",
+            "out.svg",
+            "/dev/null",
+            "nope.jsonl",
+        ]
+    )
+    | odd_text
+)
 
 SAMPLING = {"--temperature": numbers, "--top-p": numbers, "--top-k": numbers, "--min-p": numbers, "--seed": numbers}
-DECODING = {"--draft": st.sampled_from(["auto", "model", "ngram", "none", "nope", ""]),
-            "--k": st.sampled_from(["auto", "auto-chain", "heuristic", "0", "4", "99", "-1", "k4", "1" * 5000])
-            | anything,
-            **SAMPLING}
+DECODING = {
+    "--draft": st.sampled_from(["auto", "model", "ngram", "none", "nope", ""]),
+    "--k": st.sampled_from(["auto", "auto-chain", "heuristic", "0", "4", "99", "-1", "k4", "1" * 5000]) | anything,
+    **SAMPLING,
+}
 PAIR = {"-m": pair_names, "--pair": pair_names, "--config": paths | st.just("models.toml")}
 FLAGS = {  # each command's options and the values tried for them (None: a flag without a value)
-    "run": {**PAIR, **DECODING, "-s": anything, "--system": anything, "--max-tokens": numbers, "--raw": None,
-            "--color": st.sampled_from(["auto", "always", "never", "rainbow"]), "--stats": None,
-            "--stats-json": paths, "--no-cache": None},
-    "bench": {"-m": pair_names, "--config": paths | st.just("models.toml"), "--suite": paths,
-              "--modes": st.lists(st.sampled_from(["ar", "k2", "k4", "ngram-k3", "model-k2", "heuristic", "auto",
-                                                   "auto-chain", "hf-assisted", "k99", "k", "x", "", "k" + "1" * 5000,
-                                                   "k٣"]), max_size=4).map(",".join) | anything,
-              "--drafter": st.sampled_from(["model", "ngram", "none"]), "--limit": numbers,
-              "--suites": st.sampled_from(["code-edit", "nope", ",", ""]) | odd_text, "--repeats": numbers,
-              "--temperature": numbers, "--seed": numbers, "--json": paths, "--plot": paths, "--strict": None},
-    "serve": {**PAIR, **DECODING,
-              "--host": st.sampled_from(["127.0.0.1", "localhost", "::1", "", "not a host", "256.1.1.1", "[::1]",
-                                         "\udcff", "a" * 64, "é.invalid", "1.2.3.4"]),
-              "--port": st.sampled_from(["0", "-1", "65536", "http", "nan", "1" * 30, "0x50"]),
-              "--api-key": anything, "--queue": numbers, "--no-cache": None},
-    "chat": {**PAIR, **DECODING, "-s": anything, "--resume": odd_text | st.just("nope"), "--max-tokens": numbers,
-             "--no-cache": None},
+    "run": {
+        **PAIR,
+        **DECODING,
+        "-s": anything,
+        "--system": anything,
+        "--max-tokens": numbers,
+        "--raw": None,
+        "--color": st.sampled_from(["auto", "always", "never", "rainbow"]),
+        "--stats": None,
+        "--stats-json": paths,
+        "--no-cache": None,
+    },
+    "bench": {
+        "-m": pair_names,
+        "--config": paths | st.just("models.toml"),
+        "--suite": paths,
+        "--modes": st.lists(
+            st.sampled_from(
+                [
+                    "ar",
+                    "k2",
+                    "k4",
+                    "ngram-k3",
+                    "model-k2",
+                    "heuristic",
+                    "auto",
+                    "auto-chain",
+                    "hf-assisted",
+                    "k99",
+                    "k",
+                    "x",
+                    "",
+                    "k" + "1" * 5000,
+                    "k٣",
+                ]
+            ),
+            max_size=4,
+        ).map(",".join)
+        | anything,
+        "--drafter": st.sampled_from(["model", "ngram", "none"]),
+        "--limit": numbers,
+        "--suites": st.sampled_from(["code-edit", "nope", ",", ""]) | odd_text,
+        "--repeats": numbers,
+        "--temperature": numbers,
+        "--seed": numbers,
+        "--json": paths,
+        "--plot": paths,
+        "--strict": None,
+    },
+    "serve": {
+        **PAIR,
+        **DECODING,
+        "--host": st.sampled_from(
+            [
+                "127.0.0.1",
+                "localhost",
+                "::1",
+                "",
+                "not a host",
+                "256.1.1.1",
+                "[::1]",
+                "\udcff",
+                "a" * 64,
+                "é.invalid",
+                "1.2.3.4",
+            ]
+        ),
+        "--port": st.sampled_from(["0", "-1", "65536", "http", "nan", "1" * 30, "0x50"]),
+        "--api-key": anything,
+        "--queue": numbers,
+        "--no-cache": None,
+    },
+    "chat": {
+        **PAIR,
+        **DECODING,
+        "-s": anything,
+        "--resume": odd_text | st.just("nope"),
+        "--max-tokens": numbers,
+        "--no-cache": None,
+    },
     "models list": {"--config": paths},
     "models pull": {"--config": paths},
     "models check": {"--config": paths, "--noise-floor": None},
-    "models tune": {"--config": paths,
-                    "--layouts": st.sampled_from(["q4_0", "q4_0,iq4_nl", "nope", ",", ""]) | odd_text,
-                    "--prompts": numbers, "--min-agreement": numbers, "--apply": None, "--keep": None,
-                    "--pick": odd_text | st.just("q4_0"), "--json": paths},
+    "models tune": {
+        "--config": paths,
+        "--layouts": st.sampled_from(["q4_0", "q4_0,iq4_nl", "nope", ",", ""]) | odd_text,
+        "--prompts": numbers,
+        "--min-agreement": numbers,
+        "--apply": None,
+        "--keep": None,
+        "--pick": odd_text | st.just("q4_0"),
+        "--json": paths,
+    },
     "export vllm": {"--config": paths, "--k": numbers},
 }
-POSITIONAL = {"run": anything, "models pull": pair_names, "models check": pair_names, "models tune": pair_names,
-              "export vllm": pair_names}
+POSITIONAL = {
+    "run": anything,
+    "models pull": pair_names,
+    "models check": pair_names,
+    "models tune": pair_names,
+    "export vllm": pair_names,
+}
 FLOAT_FLAGS = {"--temperature", "--top-p", "--min-p", "--min-agreement"}
 NAN_OR_INF = re.compile(r"[-+]?(nan|inf(inity)?|1e309)", re.IGNORECASE)
 
@@ -143,11 +259,12 @@ def command_lines(draw) -> list[str]:
 
 
 def outcome(result) -> str:
-    """"loads" (reached loading), "ok" or "error"; fails on a traceback or an error not in one line."""
+    """ "loads" (reached loading), "ok" or "error"; fails on a traceback or an error not in one line."""
     if isinstance(result.exception, ReachedLoading):
         return "loads"
-    assert result.exception is None or isinstance(result.exception, SystemExit), \
-        "".join(traceback.format_exception(result.exception))
+    assert result.exception is None or isinstance(result.exception, SystemExit), "".join(
+        traceback.format_exception(result.exception)
+    )
     assert "Traceback" not in result.stderr, result.stderr
     if result.exit_code == 0:
         return "ok"
@@ -168,7 +285,7 @@ def has_surrogate(text: str) -> bool:
 def broken_rules(argv: list[str], result) -> list[str]:
     """Issue 26's rules for this command line that the result breaks (beyond the one-line rule)."""
     command = " ".join(argv[:2]) if argv[0] in ("models", "export") else argv[0]
-    rest = argv[len(command.split()):]
+    rest = argv[len(command.split()) :]
     flags = dict(pairwise(rest))
     loads = isinstance(result.exception, ReachedLoading)
     broken = []
@@ -190,12 +307,17 @@ def broken_rules(argv: list[str], result) -> list[str]:
     return broken
 
 
+@pytest.mark.heavy
 def test_generated_command_lines_end_in_success_or_one_line(env):
     tally = {"loads": 0, "ok": 0, "error": 0}
 
-    @settings(max_examples=ARGV_CASES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                     HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=ARGV_CASES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
     @given(command_lines())
     def one(argv):
         result = CliRunner().invoke(cli.main, argv, input="")
@@ -219,18 +341,28 @@ def test_an_error_quoting_what_was_typed_stays_one_line(env):
 
 # -- bench suites ----------------------------------------------------------------------------------
 
-messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]) | odd_text,
-                                           "content": odd_text}), max_size=2)
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | odd_text,
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(odd_text, inner, max_size=3),
-                           max_leaves=5)
+messages = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]) | odd_text, "content": odd_text}),
+    max_size=2,
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | odd_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(odd_text, inner, max_size=3),
+    max_leaves=5,
+)
 completion_line = st.fixed_dictionaries(
     {"id": odd_text, "suite": odd_text, "mode": st.just("completion"), "prompt": odd_text},
-    optional={"max_tokens": st.integers(-1, 300) | json_values})
-chat_line = st.fixed_dictionaries({"id": odd_text, "suite": odd_text, "mode": st.just("chat"), "messages": messages},
-                                  optional={"max_tokens": st.integers(-1, 300) | json_values})
+    optional={"max_tokens": st.integers(-1, 300) | json_values},
+)
+chat_line = st.fixed_dictionaries(
+    {"id": odd_text, "suite": odd_text, "mode": st.just("chat"), "messages": messages},
+    optional={"max_tokens": st.integers(-1, 300) | json_values},
+)
 suite_value = st.one_of(  # mostly lines of the right shape, so that whole files load too
-    completion_line, chat_line, completion_line, chat_line,
+    completion_line,
+    chat_line,
+    completion_line,
+    chat_line,
     st.dictionaries(st.sampled_from(["id", "suite", "mode", "prompt", "messages", "max_tokens"]), json_values),
     json_values,
 )
@@ -240,8 +372,7 @@ suite_line = st.builds(lambda value, ascii_only: json.dumps(value, ensure_ascii=
 
 @st.composite
 def suite_files(draw) -> bytes:
-    lines = draw(st.lists(suite_line | st.sampled_from(["", "{", "not json", "[" * 5000, "NaN", "{}"]),
-                          max_size=3))
+    lines = draw(st.lists(suite_line | st.sampled_from(["", "{", "not json", "[" * 5000, "NaN", "{}"]), max_size=3))
     raw = "\n".join(lines).encode("utf-8", "surrogatepass")  # a lone surrogate: bytes that are not UTF-8
     return raw + draw(st.sampled_from([b"", b"\n", b"\xff\xfe", b"\x00"]))
 
@@ -257,13 +388,18 @@ def empty_or_not_unicode(raw: bytes) -> bool:
     return False
 
 
+@pytest.mark.heavy
 def test_generated_bench_suites_end_in_success_or_one_line(env):
     tally = {"loads": 0, "ok": 0, "error": 0}
     suite = env / "suite.jsonl"
 
-    @settings(max_examples=SUITE_CASES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                     HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=SUITE_CASES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
     @given(suite_files(), st.sampled_from([[], ["--limit", "1"], ["--suites", "a"], ["--modes", "ar,k2"]]))
     def one(raw, extra):
         suite.write_bytes(raw)

@@ -17,8 +17,8 @@ Hardware (seconds per target pass verifying n tokens; seconds per draft-model to
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -154,8 +154,16 @@ class Sim:
             draft = Draft(offered.ids[:k], offered.dists[:k], offered.confidence[:k], proposal.match_len)
             accepted = min(right, k)
         n = len(draft.ids)
-        step = Step(n, accepted, tuple(draft.ids), tuple(draft.ids[accepted:]), draft_s, self.hw.verify(n + 1),
-                    plan.drafter if n else None, plan.state)
+        step = Step(
+            n,
+            accepted,
+            tuple(draft.ids),
+            tuple(draft.ids[accepted:]),
+            draft_s,
+            self.hw.verify(n + 1),
+            plan.drafter if n else None,
+            plan.state,
+        )
         policy.costs.observe_round(step, draft)  # as the decoder does
         policy.observe(step, draft)
         self.context.extend(TRUTH + t + i for i in range(accepted + 1))
@@ -243,7 +251,7 @@ def test_best_k_is_the_brute_force_argmax_of_expected_tokens_over_cost(hw):
     for _ in range(200):
         acceptance = list(rng.uniform(0.0, 1.0, size=rng.integers(0, 13)))
         draft = hw.draft * rng.uniform(0, 2)
-        cost = lambda k: k * draft + hw.verify(k + 1)  # noqa: E731
+        cost = lambda k, draft=draft: k * draft + hw.verify(k + 1)  # noqa: E731
         k, rate = best_k(acceptance, cost)
         rates = [e / cost(j) for j, e in enumerate(expected_tokens(acceptance))]
         assert rate == pytest.approx(max(rates))
@@ -340,8 +348,11 @@ def test_calibrate_skips_sizes_that_do_not_fit_the_context():
 
 # A repacked CPU layout (llama.cpp's 4- and 8-row GEMM kernels): verifying 4 tokens costs less than
 # 3, and 5 costs much more than a line from 4 to 8 says.
-REPACKED = Hardware("repacked", curve({1: 0.025, 2: 0.044, 3: 0.058, 4: 0.046, 5: 0.070, 6: 0.074, 7: 0.078,
-                                       8: 0.082, 16: 0.111}), 0.014)
+REPACKED = Hardware(
+    "repacked",
+    curve({1: 0.025, 2: 0.044, 3: 0.058, 4: 0.046, 5: 0.070, 6: 0.074, 7: 0.078, 8: 0.082, 16: 0.111}),
+    0.014,
+)
 
 
 def test_controller_drafts_the_length_that_is_cheap_to_verify_on_a_non_monotone_curve():
@@ -496,14 +507,18 @@ def test_torch_bf16_draft_model_at_0_7_drafts_one_to_three(seed):
 
 def _auto_vs_fixed(hw: Hardware, a: float, seeds=range(4), rounds=1500) -> list[float]:
     """AutoK's simulated tokens/s over the best fixed K's, on the same random stream, per seed."""
-    return [Sim(hw, model=constant(a), seed=s).run(auto(hw), rounds).rate() * hw.verify(1)
-            / best_fixed(hw, a, s, rounds)[1] for s in seeds]
+    return [
+        Sim(hw, model=constant(a), seed=s).run(auto(hw), rounds).rate() * hw.verify(1) / best_fixed(hw, a, s, rounds)[1]
+        for s in seeds
+    ]
 
 
+@pytest.mark.heavy
 def test_auto_matches_the_best_fixed_k_where_speculation_wins_on_torch_bf16():
     assert min(_auto_vs_fixed(BF16, 0.7)) >= 0.97
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("a", [0.8, 0.9])
 def test_auto_matches_the_best_fixed_k_where_speculation_wins_on_a_gpu(a):
     assert min(_auto_vs_fixed(GPU, a)) >= 0.97
@@ -554,8 +569,9 @@ def test_hybrid_drafts_copies_and_decodes_plainly_in_between_on_a_cpu():
 
 def test_ngram_long_likely_copies_get_long_drafts_on_a_cpu():
     sim = Sim(CPU, ngram=constant(LONG_COPY), seed=0).run(auto(CPU, "ngram"), 1000)
-    best = max(Sim(CPU, ngram=constant(LONG_COPY), seed=0).run(FixedK(k, "ngram"), 1000).speedup()
-               for k in (1, 2, 4, 8, 16))
+    best = max(
+        Sim(CPU, ngram=constant(LONG_COPY), seed=0).run(FixedK(k, "ngram"), 1000).speedup() for k in (1, 2, 4, 8, 16)
+    )
     assert sim.speedup() >= 0.9 * best
 
 
@@ -613,7 +629,7 @@ def test_controller_state_on_a_gpu_predicts_the_measured_speedup():
     sim = Sim(GPU, model=constant(0.8), seed=5).run(auto(GPU), 600)
     states = [r.state for r in sim.records[300:]]
     assert all(s.policy == "auto" for s in states)
-    assert all(s.k == r.k and s.drafter == r.drafter for s, r in zip(states, sim.records[300:]))
+    assert all(s.k == r.k and s.drafter == r.drafter for s, r in zip(states, sim.records[300:], strict=False))
     realised = sim.speedup(300)
     predicted = statistics.mean(s.predicted_speedup for s in states)
     measured = statistics.mean(s.measured_speedup for s in states)
@@ -718,8 +734,41 @@ def test_draft_model_trees_pay_where_verifying_is_flat_and_stay_chains_where_it_
 
 def _trie_text() -> list[int]:
     """A text whose last four tokens were followed three times before, each time differently."""
-    return [5, 6, 1, 2, 10, 11, 12, 13, 14, 9, 5, 6, 1, 2, 20, 21, 22, 23, 9, 5, 6, 1, 2, 30, 31, 32, 33, 9, 7,
-            5, 6, 1, 2]
+    return [
+        5,
+        6,
+        1,
+        2,
+        10,
+        11,
+        12,
+        13,
+        14,
+        9,
+        5,
+        6,
+        1,
+        2,
+        20,
+        21,
+        22,
+        23,
+        9,
+        5,
+        6,
+        1,
+        2,
+        30,
+        31,
+        32,
+        33,
+        9,
+        7,
+        5,
+        6,
+        1,
+        2,
+    ]
 
 
 def _trie_round(hw: Hardware) -> tuple[Draft, Plan]:
@@ -783,8 +832,9 @@ def test_trees_that_did_not_pay_turn_to_chains_and_are_tried_again_until_they_do
             chain = Step(3, chain_accepts, (0, 1, 2), (), 3 * hw.draft, hw.verify(4), "model")
             ctl.observe(chain, Draft([0, 1, 2], [None] * 3, [0.9] * 3))
         path = (0, 1, 2) if chain_accepts == 3 else (0, 3)
-        tree = Step(4, len(path), (0, 1, 2, 3), (), 3 * hw.draft, hw.verify(5), "model",
-                    parents=tuple(tree_parents), path=path)
+        tree = Step(
+            4, len(path), (0, 1, 2, 3), (), 3 * hw.draft, hw.verify(5), "model", parents=tuple(tree_parents), path=path
+        )
         ctl.observe(tree, Draft([0, 1, 2, 3], [None] * 4, [0.9, 0.9, 0.9, 0.3], parents=tree_parents))
         return drafted
 
@@ -813,10 +863,22 @@ def test_ngram_tries_whose_other_copies_are_never_right_turn_to_chains():
         parents = draft.parent_list()
         trees.append(not is_chain(parents))
         path = first_branch(parents)
-        ctl.observe(Step(len(parents), len(path), tuple(draft.ids), (), 0.0, hw.verify(len(parents) + 1), "ngram",
-                         parents=tuple(parents), path=tuple(path)), draft)
+        ctl.observe(
+            Step(
+                len(parents),
+                len(path),
+                tuple(draft.ids),
+                (),
+                0.0,
+                hw.verify(len(parents) + 1),
+                "ngram",
+                parents=tuple(parents),
+                path=tuple(path),
+            ),
+            draft,
+        )
     assert trees[0]
-    assert sum(trees[-2 * TreeGate.EXPLORE:]) == 2
+    assert sum(trees[-2 * TreeGate.EXPLORE :]) == 2
 
 
 def flat_costs(read_per_token: float) -> CostModel:

@@ -162,8 +162,11 @@ def test_sampled_output_is_reproducible_with_a_seed():
     params = SamplingParams(temperature=0.8, top_k=20, top_p=0.95, seed=123)
 
     def once():
-        d = SpeculativeDecoder(MarkovBackend(seed=8, sharp=1.0), FixedK(3, "model"),
-                               [ModelDrafter(MarkovBackend(seed=8, sharp=1.0, noise=0.5))])
+        d = SpeculativeDecoder(
+            MarkovBackend(seed=8, sharp=1.0),
+            FixedK(3, "model"),
+            [ModelDrafter(MarkovBackend(seed=8, sharp=1.0, noise=0.5))],
+        )
         return [t.id for t in run(d, n=50, params=params)[0]]
 
     assert once() == once()
@@ -215,7 +218,7 @@ def test_ngram_trees_go_through_the_same_loop_and_a_later_branch_can_win(params)
     for s in steps:  # what each Step says is what was emitted, and the cache holds exactly the text
         parents, path = s.tree()
         assert list(s.rejected_ids) == [t for n, t in enumerate(s.drafted_ids) if n not in path]
-        assert all(parents[b] == a for a, b in zip([ROOT, *path], path))
+        assert all(parents[b] == a for a, b in zip([ROOT, *path], path, strict=False))
     assert target.cached == (prompt + [t.id for t in tokens])[:-1]
     sources = [t.source for t in tokens]
     assert Source.DRAFT in sources and sources.count(Source.DRAFT) == summary.accepted
@@ -230,8 +233,9 @@ def test_the_draft_model_drafts_its_chain_before_any_alternative():
         asked.append((position, nodes))
         return True
 
-    draft = ModelDrafter(MarkovBackend(seed=5, noise=1.0)).propose([1, 2, 3], 4, SamplingParams(),
-                                                                 np.random.default_rng(0), lambda j, c: False, branch)
+    draft = ModelDrafter(MarkovBackend(seed=5, noise=1.0)).propose(
+        [1, 2, 3], 4, SamplingParams(), np.random.default_rng(0), lambda j, c: False, branch
+    )
     parents = draft.parent_list()
     assert parents[:4] == [ROOT, 0, 1, 2] and len(parents) == 4 + 2 * 4
     assert all(parents[n] in (ROOT, 0, 1, 2) for n in range(4, len(parents)))

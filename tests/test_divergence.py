@@ -22,8 +22,12 @@ from edgespec.quality.noise_floor import SIZES, calibration_tokens, measure_nois
 from tests.fakes import ArgmaxRecorder, MarkovBackend, fake_engine
 
 GREEDY = SamplingParams()
-TEXTS = ["def add(a, b):\n    return a + b\n\ndef add(", "for i in range(10): print(i)\nfor i in (",
-         "hello world, hello", "abcabcabcabc"]
+TEXTS = [
+    "def add(a, b):\n    return a + b\n\ndef add(",
+    "for i in range(10): print(i)\nfor i in (",
+    "hello world, hello",
+    "abcabcabcabc",
+]
 PROMPTS = [suites.BenchPrompt(f"c/{i}", "code", "completion", 40, prompt=text) for i, text in enumerate(TEXTS)]
 
 
@@ -35,16 +39,19 @@ def accept_every_draft(logits, draft_ids, parents):
 # -- the rule ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("gap_batched, gap_single, expected", [
-    (0.2, -0.1, TIE),  # each evaluation prefers the token its own mode emitted, within the noise
-    (0.0, 0.0, TIE),  # an exact tie
-    (-0.4, -1.0, TIE),  # both prefer plain decoding's token, the verify pass by less than the floor
-    (0.3, 0.4, TIE),  # both prefer the speculative token, the single step by less than the floor
-    (-0.6, -1.0, DIFF),  # the verify pass preferred plain decoding's token beyond the noise: a bad accept
-    (1.0, 0.7, DIFF),  # the single step cannot explain plain decoding's token
-    (0.9, -0.3, DIFF),  # the two evaluations differ by more than noise can move a gap (2 x 0.5)
-    (5.0, -5.0, DIFF),
-])
+@pytest.mark.parametrize(
+    "gap_batched, gap_single, expected",
+    [
+        (0.2, -0.1, TIE),  # each evaluation prefers the token its own mode emitted, within the noise
+        (0.0, 0.0, TIE),  # an exact tie
+        (-0.4, -1.0, TIE),  # both prefer plain decoding's token, the verify pass by less than the floor
+        (0.3, 0.4, TIE),  # both prefer the speculative token, the single step by less than the floor
+        (-0.6, -1.0, DIFF),  # the verify pass preferred plain decoding's token beyond the noise: a bad accept
+        (1.0, 0.7, DIFF),  # the single step cannot explain plain decoding's token
+        (0.9, -0.3, DIFF),  # the two evaluations differ by more than noise can move a gap (2 x 0.5)
+        (5.0, -5.0, DIFF),
+    ],
+)
 def test_verdict(gap_batched, gap_single, expected):
     assert verdict(gap_batched, gap_single, 0.5) == expected
 
@@ -156,12 +163,14 @@ def test_sampled_and_peer_outputs_that_part_are_left_unchecked():
 # -- the replay on a real runtime ----------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_the_replay_reproduces_the_verify_pass_of_llama_cpp(tiny_gguf, tiny_draft_gguf):
     """The bench's replay of a round gives the very logits the decoder verified with; and a token
     that plain decoding could not have emitted is a DIFF."""
     target, draft = LlamaCppBackend(tiny_gguf, 256, threads=2), LlamaCppBackend(tiny_draft_gguf, 256, threads=2)
-    engine = Engine(PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "d", 256),
-                    target, draft)
+    engine = Engine(
+        PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "d", 256), target, draft
+    )
     try:
         prompt = suites.BenchPrompt("p", "s", "completion", 40, prompt="def add(a, b):\n    return a + b\n\ndef add")
         prompt_ids = modes.prompt_ids(engine, prompt)
@@ -170,7 +179,7 @@ def test_the_replay_reproduces_the_verify_pass_of_llama_cpp(tiny_gguf, tiny_draf
         _, ids, rounds = modes.generate(engine, prompt, GenerateSettings(40, GREEDY, "model", KSetting("fixed", 4)))
         engine.target = target
         ends = [r.start for r in rounds[1:]] + [len(ids)]
-        inside = [i for r, end in zip(rounds, ends) for i in range(r.start + 1, end)]
+        inside = [i for r, end in zip(rounds, ends, strict=False) for i in range(r.start + 1, end)]
         assert len(inside) >= 3  # tokens from rows past the first of their pass
         # Latest first: a replay leaves the cache as the run left it before the replayed round.
         for i in sorted(inside[-3:] + [rounds[0].start], reverse=True):

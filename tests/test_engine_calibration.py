@@ -153,7 +153,7 @@ def test_a_contradicted_curve_is_measured_again_before_the_next_reply(own_calibr
 
     evals_before = len(engine.target.evals)
     generate(engine, clock)  # the same process, its next reply
-    assert engine.target.evals[evals_before:evals_before + 18] == [1] + list(range(1, 18))  # measured first
+    assert engine.target.evals[evals_before : evals_before + 18] == [1] + list(range(1, 18))  # measured first
     assert engine.costs.verify(10) == pytest.approx(cpu_like(10), rel=0.2)
 
 
@@ -166,16 +166,19 @@ def test_a_slightly_slow_reply_is_no_contradiction(own_calibration_file):
     assert saved_entry(own_calibration_file)[1]["measure_again"] is False
 
 
-@pytest.mark.parametrize("damage", [
-    "{not json",
-    '["a list"]',
-    "{KEY: 3}",
-    '{KEY: {"verify": {"1": 0.03, "2": 0.045}, "draft_step": 0.01}}',  # v3's form under v4's key
-    '{KEY: {"verify": {"1": [0.03], "2": [-1]}, "draft_step": null}}',
-    '{KEY: {"verify": {"1": [0.03], "2": ["fast"]}, "draft_step": null}}',
-    '{KEY: {"verify": {"1": [0.03]}, "draft_step": null}}',  # one size: no curve
-    '{KEY: {"draft_step": [0.01]}}',
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "{not json",
+        '["a list"]',
+        "{KEY: 3}",
+        '{KEY: {"verify": {"1": 0.03, "2": 0.045}, "draft_step": 0.01}}',  # v3's form under v4's key
+        '{KEY: {"verify": {"1": [0.03], "2": [-1]}, "draft_step": null}}',
+        '{KEY: {"verify": {"1": [0.03], "2": ["fast"]}, "draft_step": null}}',
+        '{KEY: {"verify": {"1": [0.03]}, "draft_step": null}}',  # one size: no curve
+        '{KEY: {"draft_step": [0.01]}}',
+    ],
+)
 def test_a_damaged_file_is_ignored_measured_again_and_replaced(own_calibration_file, damage):
     clock = VirtualClock()
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)

@@ -13,9 +13,11 @@ from tests.fakes import fake_engine
 def config(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
     path = tmp_path / "models.toml"
-    path.write_text(f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-                    f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-                    '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 128\n')
+    path.write_text(
+        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 128\n'
+    )
     return path
 
 

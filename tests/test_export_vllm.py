@@ -23,7 +23,9 @@ class VllmSpeculativeConfig(BaseModel):
 
     num_speculative_tokens: Annotated[int, Field(gt=0)]
     model: str | None = None
-    method: Literal["ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "mtp"] | None = None
+    method: Literal["ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "mtp"] | None = (
+        None
+    )
     revision: str | None = None
     prompt_lookup_max: Annotated[int, Field(ge=1)] | None = None
     prompt_lookup_min: Annotated[int, Field(ge=1)] | None = None

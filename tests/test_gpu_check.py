@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.subprocess  # the module's fixture runs the check in a process of its own
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> tuple[str, dict]:
     out = tmp_path_factory.mktemp("gpu_check") / "report.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--json", str(out)], capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--json", str(out)], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, json.loads(out.read_text())
 

@@ -30,6 +30,8 @@ from edgespec.testing.tiny_hf import (  # noqa: E402
 )
 
 # fp32 on tiny models: a batch of n and n single steps agree to a few ulps of the logits' scale
+pytestmark = pytest.mark.torch
+
 ATOL = 2e-4
 TEXTS = [
     "def fibonacci(n):\n    return n",
@@ -238,7 +240,7 @@ def test_sentencepiece_spelling_gives_raw_bytes():
 
 def test_tokenize_parses_special_tokens_only_when_asked(backend):
     im_end = backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert backend.tokenize("hi<|im_end|>") [-1] == im_end
+    assert backend.tokenize("hi<|im_end|>")[-1] == im_end
     plain = backend.tokenize("hi<|im_end|>", special=False)
     assert im_end not in plain and b"".join(backend.token_bytes(i) for i in plain) == b"hi<|im_end|>"
     assert backend.tokenize("<|im_end|>") == [im_end]
@@ -248,7 +250,8 @@ def test_chat_prompt_renders_the_models_template(tiny_dirs):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 🙂"}]
     qwen = load(tiny_dirs["qwen2"])
     assert qwen.chat_prompt(messages) == (
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi 🙂<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi 🙂<|im_end|>\n<|im_start|>assistant\n"
+    )
     llama = load(tiny_dirs["llama"])
     text = llama.chat_prompt(messages)
     assert text.startswith("<|begin_of_text|><|im_start|>system")
@@ -380,8 +383,10 @@ _SKIP_BNB, _WHY = _bnb_cpu_skip()
 QUANT_MARKS = [pytest.mark.cuda, pytest.mark.skip(reason=_WHY)] if _SKIP_BNB else []
 
 
-@pytest.mark.parametrize("quant, layer", [pytest.param("8bit", "Linear8bitLt", marks=QUANT_MARKS),
-                                          pytest.param("4bit", "Linear4bit", marks=QUANT_MARKS)])
+@pytest.mark.parametrize(
+    "quant, layer",
+    [pytest.param("8bit", "Linear8bitLt", marks=QUANT_MARKS), pytest.param("4bit", "Linear4bit", marks=QUANT_MARKS)],
+)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_quantized_model_loads_evaluates_and_rolls_back(tiny_dirs, arch, quant, layer, caplog):
     reference = load(tiny_dirs[arch])
@@ -441,8 +446,13 @@ def test_gguf_through_hf_agrees_with_llama_cpp(tiny_gguf, tmp_path):
     pytest.importorskip("llama_cpp")
     from edgespec.backends.llamacpp import LlamaCppBackend
 
-    ours = load_hf_backend(ModelSpec(name="tiny-gguf", format="gguf", dtype="fp32"), tiny_gguf, n_ctx=128,
-                           device_map="cpu", cache_dir=tmp_path)
+    ours = load_hf_backend(
+        ModelSpec(name="tiny-gguf", format="gguf", dtype="fp32"),
+        tiny_gguf,
+        n_ctx=128,
+        device_map="cpu",
+        cache_dir=tmp_path,
+    )
     theirs = LlamaCppBackend(tiny_gguf, 128, threads=1)
     try:
         assert ours.vocabulary().tokens == theirs.vocabulary().tokens
@@ -450,7 +460,9 @@ def test_gguf_through_hf_agrees_with_llama_cpp(tiny_gguf, tmp_path):
         text = "hello there, the world 🙂"
         ids = theirs.tokenize(text)
         assert ours.tokenize(text) == ids
-        assert [ours.token_bytes(i) for i in range(ours.n_vocab)] == [theirs.token_bytes(i) for i in range(theirs.n_vocab)]
+        assert [ours.token_bytes(i) for i in range(ours.n_vocab)] == [
+            theirs.token_bytes(i) for i in range(theirs.n_vocab)
+        ]
         a, b = ours.eval(ids, len(ids)), theirs.eval(ids, len(ids)).copy()
         np.testing.assert_allclose(a, b, atol=2e-3 * np.abs(b).max(), rtol=0)
         assert (a.argmax(1) == b.argmax(1)).all()
@@ -479,7 +491,7 @@ def test_greedy_speculative_equals_transformers_generate(tiny_dirs, tmp_path, ar
     with torch.inference_mode():  # the plainest greedy reference: the whole sequence each step, no cache
         for _ in range(n):
             ref.append(int(target.model(torch.tensor([ref])).logits[0, -1].argmax()))
-    ref = ref[len(prompt):]
+    ref = ref[len(prompt) :]
     target.eos_ids = frozenset()  # compare all 40 tokens
     decoder = decoder_mod.SpeculativeDecoder(target, FixedK(4, "model"), [ModelDrafter(draft)])
     events = list(decoder.generate(prompt, n, SamplingParams()))
@@ -514,8 +526,10 @@ def test_same_event_stream_as_llama_cpp_for_the_same_gguf_pair(tiny_gguf_factory
             if hasattr(target, "close"):
                 target.close()
                 draft.close()
-        return ([(e.id, e.text, e.source) for e in events if isinstance(e, Token)],
-                [(e.k, e.accepted, e.drafted_ids) for e in events if isinstance(e, Step)])
+        return (
+            [(e.id, e.text, e.source) for e in events if isinstance(e, Token)],
+            [(e.k, e.accepted, e.drafted_ids) for e in events if isinstance(e, Step)],
+        )
 
     gguf = lambda f: ModelSpec(name=f.stem, format="gguf", dtype="fp32")  # noqa: E731
     ours = stream(lambda f: load_hf_backend(gguf(f), f, n_ctx=256, device_map="cpu", cache_dir=tmp_path))

@@ -20,7 +20,7 @@ from edgespec.tui.app import ChatApp
 from edgespec.tui.details import details_renderable
 from edgespec.tui.history import ChatStore, Conversation, HistoryError
 from edgespec.tui.stats import ReplyFigures, ReplyStats, frozen_line
-from tests.test_tui import SIZE, FakeEngine, make_app, reply_text, script, summarize, wait_until
+from tests.scripted_chat import SIZE, FakeEngine, make_app, reply_text, script, summarize, wait_until
 
 CHAT_ID = "20251129-163701-3f2a"
 
@@ -38,13 +38,22 @@ def reply_stats() -> dict:
 def saved_chat() -> dict:
     """A chat as the current writer saves it."""
     return {
-        "version": 1, "id": CHAT_ID, "title": "is_palindrome", "pair": "qwen2.5-coder-1.5b", "system": None,
-        "created": 1732896000.0, "updated": 1732896060.5,
+        "version": 1,
+        "id": CHAT_ID,
+        "title": "is_palindrome",
+        "pair": "qwen2.5-coder-1.5b",
+        "system": None,
+        "created": 1732896000.0,
+        "updated": 1732896060.5,
         "messages": [
             {"role": "user", "content": "Write is_palindrome"},
-            {"role": "assistant", "content": "def f(): ...", "spans": [["draft", "def f():"], ["rejected", " x"],
-                                                                       ["correction", " ..."]],
-             "stats": reply_stats(), "complete": True},
+            {
+                "role": "assistant",
+                "content": "def f(): ...",
+                "spans": [["draft", "def f():"], ["rejected", " x"], ["correction", " ..."]],
+                "stats": reply_stats(),
+                "complete": True,
+            },
         ],
     }
 
@@ -63,6 +72,7 @@ def set_path(*keys_and_value):
         for key in keys[:-1]:
             d = d[key]
         d[keys[-1]] = value
+
     return change
 
 
@@ -71,6 +81,7 @@ def drop(*keys):
         for key in keys[:-1]:
             d = d[key]
         del d[keys[-1]]
+
     return change
 
 
@@ -79,66 +90,104 @@ STATS = (*REPLY, "stats")
 MALFORMED = {  # file bytes -> what the one-line error says after the file's path
     "missing content": (edited(drop(*REPLY, "content")), ' is unreadable: messages[1] has no "content"'),
     "missing role": (edited(drop("messages", 0, "role")), ' is unreadable: messages[0] has no "role"'),
-    "span without text": (edited(set_path(*REPLY, "spans", [["draft"]])),
-                          " is unreadable: messages[1].spans[0] is not a [source, text] pair"),
-    "span text not a string": (edited(set_path(*REPLY, "spans", [["draft", 3]])),
-                               " is unreadable: messages[1].spans[0] is not a [source, text] pair"),
-    "unknown span source": (edited(set_path(*REPLY, "spans", [["drafted", "x"]])),
-                            ' is unreadable: messages[1].spans[0] has the source "drafted", '
-                            "not one of draft, correction, bonus, target, rejected"),
-    "span source a list": (edited(set_path(*REPLY, "spans", [[["draft"], "x"]])),
-                           ' is unreadable: messages[1].spans[0] has the source ["draft"], '
-                           "not one of draft, correction, bonus, target, rejected"),
+    "span without text": (
+        edited(set_path(*REPLY, "spans", [["draft"]])),
+        " is unreadable: messages[1].spans[0] is not a [source, text] pair",
+    ),
+    "span text not a string": (
+        edited(set_path(*REPLY, "spans", [["draft", 3]])),
+        " is unreadable: messages[1].spans[0] is not a [source, text] pair",
+    ),
+    "unknown span source": (
+        edited(set_path(*REPLY, "spans", [["drafted", "x"]])),
+        ' is unreadable: messages[1].spans[0] has the source "drafted", '
+        "not one of draft, correction, bonus, target, rejected",
+    ),
+    "span source a list": (
+        edited(set_path(*REPLY, "spans", [[["draft"], "x"]])),
+        ' is unreadable: messages[1].spans[0] has the source ["draft"], '
+        "not one of draft, correction, bonus, target, rejected",
+    ),
     "spans not a list": (edited(set_path(*REPLY, "spans", "draft")), " is unreadable: messages[1].spans is not a list"),
-    "unknown role": (edited(set_path("messages", 0, "role", "system")),
-                     ' is unreadable: messages[0].role is not "user" or "assistant"'),
-    "content not a string": (edited(set_path("messages", 0, "content", ["hi"])),
-                             " is unreadable: messages[0].content is not a string"),
-    "message not an object": (edited(set_path("messages", 0, "hi")),
-                              " is unreadable: messages[0] is not a JSON object"),
+    "unknown role": (
+        edited(set_path("messages", 0, "role", "system")),
+        ' is unreadable: messages[0].role is not "user" or "assistant"',
+    ),
+    "content not a string": (
+        edited(set_path("messages", 0, "content", ["hi"])),
+        " is unreadable: messages[0].content is not a string",
+    ),
+    "message not an object": (
+        edited(set_path("messages", 0, "hi")),
+        " is unreadable: messages[0] is not a JSON object",
+    ),
     "messages not a list": (edited(set_path("messages", {})), " is unreadable: messages is not a list"),
-    "complete not a bool": (edited(set_path(*REPLY, "complete", "yes")),
-                            " is unreadable: messages[1].complete is not true or false"),
+    "complete not a bool": (
+        edited(set_path(*REPLY, "complete", "yes")),
+        " is unreadable: messages[1].complete is not true or false",
+    ),
     "stats not an object": (edited(set_path(*STATS, [])), " is unreadable: messages[1].stats: stats is not an object"),
-    "stats figure a string": (edited(set_path(*STATS, "decode_s", "fast")),
-                              " is unreadable: messages[1].stats: decode_s is not a finite number >= 0"),
-    "K series with text": (edited(set_path(*STATS, "k_series", [3, "4"])),
-                           " is unreadable: messages[1].stats: k_series is not a list of whole numbers >= 0"),
+    "stats figure a string": (
+        edited(set_path(*STATS, "decode_s", "fast")),
+        " is unreadable: messages[1].stats: decode_s is not a finite number >= 0",
+    ),
+    "K series with text": (
+        edited(set_path(*STATS, "k_series", [3, "4"])),
+        " is unreadable: messages[1].stats: k_series is not a list of whole numbers >= 0",
+    ),
     "first-version summary figure a string": (
         edited(set_path(*STATS, {"tokens_per_s": 1.0, "summary": {"draft_s": "0.1"}})),
-        " is unreadable: messages[1].stats: draft_s is not a finite number >= 0"),
-    "controller figure a string": (edited(set_path(*STATS, "controller", "measured_speedup", "1.4x")),
-                                   " is unreadable: messages[1].stats: measured_speedup is not a finite number >= 0"),
-    "controller incomplete": (edited(set_path(*STATS, "controller", {"k": 2})),
-                              " is unreadable: messages[1].stats: controller has no policy, drafter, acceptance, "
-                              "predicted_speedup, measured_speedup"),
-    "K histogram key not a K": (edited(set_path(*STATS, "k_histogram", {"four": 2})),
-                                ' is unreadable: messages[1].stats: k_histogram is not a map of "K": passes'),
+        " is unreadable: messages[1].stats: draft_s is not a finite number >= 0",
+    ),
+    "controller figure a string": (
+        edited(set_path(*STATS, "controller", "measured_speedup", "1.4x")),
+        " is unreadable: messages[1].stats: measured_speedup is not a finite number >= 0",
+    ),
+    "controller incomplete": (
+        edited(set_path(*STATS, "controller", {"k": 2})),
+        " is unreadable: messages[1].stats: controller has no policy, drafter, acceptance, "
+        "predicted_speedup, measured_speedup",
+    ),
+    "K histogram key not a K": (
+        edited(set_path(*STATS, "k_histogram", {"four": 2})),
+        ' is unreadable: messages[1].stats: k_histogram is not a map of "K": passes',
+    ),
     "id not a string": (edited(set_path("id", 7)), " is unreadable: id is not a string"),
     "no id": (edited(drop("id")), ' is unreadable: the file has no "id"'),
-    "id not the file name": (edited(set_path("id", "../../elsewhere")),
-                             ' is unreadable: its id "../../elsewhere" is not its file name'),
+    "id not the file name": (
+        edited(set_path("id", "../../elsewhere")),
+        ' is unreadable: its id "../../elsewhere" is not its file name',
+    ),
     "title null": (edited(set_path("title", None)), " is unreadable: title is not a string"),
     "pair a list": (edited(set_path("pair", ["qwen"])), " is unreadable: pair is not a string"),
     "system a number": (edited(set_path("system", 1)), " is unreadable: system is not a string"),
     "created a string": (edited(set_path("created", "yesterday")), " is unreadable: created is not a number"),
     "updated a bool": (edited(set_path("updated", True)), " is unreadable: updated is not a number"),
-    "updated infinite": (edited(set_path("updated", 0)).replace(b'"updated": 0', b'"updated": 1e999'),
-                         " is unreadable: updated is not a number"),
+    "updated infinite": (
+        edited(set_path("updated", 0)).replace(b'"updated": 0', b'"updated": 1e999'),
+        " is unreadable: updated is not a number",
+    ),
     # json reads "\ud800" as a lone surrogate, which no tokenizer or terminal takes
-    "content a lone surrogate": (edited(set_path("messages", 0, "content", "is_pal\ud800")),
-                                 " is unreadable: messages[0].content is not valid Unicode "
-                                 "(a lone surrogate U+D800 at character 6)"),
-    "system a lone surrogate": (edited(set_path("system", "\udfff")),
-                                " is unreadable: system is not valid Unicode (a lone surrogate U+DFFF at character 0)"),
-    "span text a lone surrogate": (edited(set_path(*REPLY, "spans", [["draft", "x\ud83d"]])),
-                                   " is unreadable: messages[1].spans[0][1] is not valid Unicode "
-                                   "(a lone surrogate U+D83D at character 1)"),
-    "NaN figure": (edited(set_path(*STATS, "ttft_s", float("nan"))),
-                   " is unreadable: messages[1].stats: ttft_s is not a finite number >= 0"),
-    "newer format": (edited(set_path("version", 2)),
-                     " is unreadable: version is not 1 (the only format this edgespec reads; "
-                     "a newer edgespec wrote it?)"),
+    "content a lone surrogate": (
+        edited(set_path("messages", 0, "content", "is_pal\ud800")),
+        " is unreadable: messages[0].content is not valid Unicode (a lone surrogate U+D800 at character 6)",
+    ),
+    "system a lone surrogate": (
+        edited(set_path("system", "\udfff")),
+        " is unreadable: system is not valid Unicode (a lone surrogate U+DFFF at character 0)",
+    ),
+    "span text a lone surrogate": (
+        edited(set_path(*REPLY, "spans", [["draft", "x\ud83d"]])),
+        " is unreadable: messages[1].spans[0][1] is not valid Unicode (a lone surrogate U+D83D at character 1)",
+    ),
+    "NaN figure": (
+        edited(set_path(*STATS, "ttft_s", float("nan"))),
+        " is unreadable: messages[1].stats: ttft_s is not a finite number >= 0",
+    ),
+    "newer format": (
+        edited(set_path("version", 2)),
+        " is unreadable: version is not 1 (the only format this edgespec reads; a newer edgespec wrote it?)",
+    ),
     "not an object": (b"[]", " is unreadable: the file is not a JSON object"),
     "invalid JSON": (b'{"id": ', " is not valid JSON: Expecting value: line 1 column 8 (char 7)"),
     "empty file": (b"", " is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
@@ -228,7 +277,11 @@ def test_a_chat_without_the_optional_keys_resumes(chats, chat_cli):
     write(chats, CHAT_ID, json.dumps(old_chat()).encode())
     loaded = ChatStore(chats).load(CHAT_ID)
     assert (loaded.title, loaded.pair, loaded.system, loaded.chat_messages()) == (
-        "", "", None, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+        "",
+        "",
+        None,
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+    )
     invoke, loads, apps = chat_cli
     result = invoke("--resume")
     assert result.exit_code == 0, result.output

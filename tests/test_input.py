@@ -21,7 +21,7 @@ from edgespec.cli import common as cli_common
 from edgespec.cli import main as cli
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import MAX_TOKEN_BYTES
-from tests.test_interrupts import REPO, edgespec_env
+from tests.edgespec_process import REPO, edgespec_env
 
 CONTEXT, LONG_CONTEXT = 256, 8192
 
@@ -43,8 +43,14 @@ def env(tmp_path, monkeypatch):
 
 
 def start(*args: str | bytes) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "edgespec", *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=edgespec_env(), cwd=REPO)
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgespec", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=edgespec_env(),
+        cwd=REPO,
+    )
 
 
 def error_line(err: bytes) -> str:
@@ -65,11 +71,19 @@ def one_line_error(result, code: int) -> str:
 # -- stdin: bounded, checked chunk by chunk ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunk, refusal", [
-    (b"y\n" * 4096, f"stdin is over {CONTEXT * MAX_TOKEN_BYTES:,} bytes, more than the pair's context of "
-                    f"{CONTEXT} tokens can hold"),
-    (bytes(8192), "stdin looks binary (it contains NUL bytes); pipe text or source code"),
-], ids=["yes", "dev-zero"])
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "chunk, refusal",
+    [
+        (
+            b"y\n" * 4096,
+            f"stdin is over {CONTEXT * MAX_TOKEN_BYTES:,} bytes, more than the pair's context of "
+            f"{CONTEXT} tokens can hold",
+        ),
+        (bytes(8192), "stdin looks binary (it contains NUL bytes); pipe text or source code"),
+    ],
+    ids=["yes", "dev-zero"],
+)
 def test_endless_stdin_ends_at_once_with_a_usage_error(env, chunk, refusal):
     """The pipe is fed until the reader goes away, up to a cap far past the bound: a reader that read
     it all would have gone on to load the pair (exit 1)."""
@@ -87,6 +101,7 @@ def test_endless_stdin_ends_at_once_with_a_usage_error(env, chunk, refusal):
     assert fed < cap  # it stopped reading
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_while_stdin_is_read_exits_130(env):
     """Held up by a writer that neither writes nor closes; the feed outruns the pipe's buffer, so the
     command is in its reading loop when the Ctrl-C comes."""
@@ -109,11 +124,14 @@ def test_a_character_split_between_chunks_is_read_whole(monkeypatch, chunk):
     assert cli_common.read_stdin(CONTEXT) == "naïve café ✓ 🎉\n"
 
 
-@pytest.mark.parametrize("data, offset", [
-    (b"ab\xc3(", 2),  # a bad continuation byte in the chunk after the character's start
-    (b"abcd\xff", 4),
-    (b"abc\xe2\x9c", 3),  # the input ends inside a character
-])
+@pytest.mark.parametrize(
+    "data, offset",
+    [
+        (b"ab\xc3(", 2),  # a bad continuation byte in the chunk after the character's start
+        (b"abcd\xff", 4),
+        (b"abc\xe2\x9c", 3),  # the input ends inside a character
+    ],
+)
 def test_bytes_that_are_not_utf8_are_named_by_offset_across_chunks(monkeypatch, data, offset):
     monkeypatch.setattr(cli_common, "STDIN_CHUNK", 3)
     fake_stdin(monkeypatch, data)
@@ -137,11 +155,15 @@ def test_chat_bounds_its_piped_stdin_too(env):
 # -- arguments that are not UTF-8 (the shell passes bytes; Python keeps them as surrogate escapes) --
 
 
-@pytest.mark.parametrize("args, name", [
-    ([b"run", b"hi \xff\xfe there"], "PROMPT"),
-    ([b"run", b"-s", b"be \xff terse", b"hi"], "--system"),
-    ([b"chat", b"-s", b"be \xff terse"], "--system"),
-])
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        ([b"run", b"hi \xff\xfe there"], "PROMPT"),
+        ([b"run", b"-s", b"be \xff terse", b"hi"], "--system"),
+        ([b"chat", b"-s", b"be \xff terse"], "--system"),
+    ],
+)
 def test_an_argument_that_is_not_utf8_is_named_before_loading(env, args, name):
     proc = start(*args)
     _, err = proc.communicate(b"", timeout=120)
@@ -161,14 +183,19 @@ def suite_file(env, *lines: dict) -> str:
 GOOD = {"id": "a/0", "suite": "a", "mode": "completion", "prompt": "def f():"}
 
 
-@pytest.mark.parametrize("bad, why", [
-    ({**GOOD, "prompt": ""}, "prompt: String should have at least 1 character"),
-    ({"id": "a/1", "suite": "a", "mode": "chat", "messages": []}, "messages: List should have at least 1 item"),
-    ({**GOOD, "prompt": "x\ud800"}, "prompt: is not valid Unicode (a lone surrogate U+D800 at character 1)"),
-    ({**GOOD, "prompt": "x" * (CONTEXT * MAX_TOKEN_BYTES + 1)},
-     f"the completion text is {CONTEXT * MAX_TOKEN_BYTES + 1:,} bytes, more than the pair's context of "
-     f"{CONTEXT} tokens can hold"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ({**GOOD, "prompt": ""}, "prompt: String should have at least 1 character"),
+        ({"id": "a/1", "suite": "a", "mode": "chat", "messages": []}, "messages: List should have at least 1 item"),
+        ({**GOOD, "prompt": "x\ud800"}, "prompt: is not valid Unicode (a lone surrogate U+D800 at character 1)"),
+        (
+            {**GOOD, "prompt": "x" * (CONTEXT * MAX_TOKEN_BYTES + 1)},
+            f"the completion text is {CONTEXT * MAX_TOKEN_BYTES + 1:,} bytes, more than the pair's context of "
+            f"{CONTEXT} tokens can hold",
+        ),
+    ],
+)
 def test_a_suite_line_a_model_would_fail_on_is_refused_before_loading(env, bad, why):
     suite = suite_file(env, GOOD, bad)
     result = CliRunner().invoke(cli.main, ["bench", "--suite", suite, "--modes", "ar"])

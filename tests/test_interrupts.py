@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -27,29 +25,18 @@ import pytest
 
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.util import interrupts
-from tests.edgespec_process import REPO, edgespec_env, endless_pair_env
-from tests.test_real_pair import needs_pair
-
-CRASH_SIGNS = ("Traceback", "double free", "corruption", "Exception ignored", "Aborted")
+from tests.edgespec_process import CRASH_SIGNS, LONG_RUN, REPO, edgespec_env, read_until
 
 
 def start(env: dict[str, str], *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "edgespec", "run", *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
-
-
-def read_until(proc: subprocess.Popen, n_bytes: int, timeout: float) -> bytes:
-    """stdout until n_bytes have come: the reply is being generated."""
-    got = b""
-    deadline = time.monotonic() + timeout
-    while len(got) < n_bytes:
-        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""
-        if not chunk:
-            proc.kill()
-            pytest.fail(f"no reply after {timeout}s (got {got!r}); stderr: {proc.communicate()[1].decode()}")
-        got += chunk
-    return got
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "run", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[bytes, str]:
@@ -72,14 +59,7 @@ def assert_interrupted_cleanly(proc: subprocess.Popen, err: str, signum: int = s
 # -- the CLI, on a tiny pair ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def endless_env(tmp_path_factory) -> dict[str, str]:
-    return endless_pair_env(tmp_path_factory.mktemp("endless"))
-
-
-LONG_RUN = ("the river", "--raw", "--temperature", "0", "--k", "3", "--max-tokens", "30000", "--color", "never")
-
-
+@pytest.mark.subprocess
 @pytest.mark.parametrize("gap_ms", [None, 0, 1, 5, 20, 50])
 def test_ctrl_c_and_a_second_one_during_clean_up_exit_130_keeping_the_output(endless_env, gap_ms):
     """The reply streams to stdout as it comes (read here before the Ctrl-C); after one Ctrl-C the
@@ -96,6 +76,7 @@ def test_ctrl_c_and_a_second_one_during_clean_up_exit_130_keeping_the_output(end
         assert (head + out).endswith(b"\n")
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_stop_a_reply_as_ctrl_c_does(endless_env, signum):
     """What service managers and containers send, and a closed terminal: the same clean-up as
@@ -116,6 +97,7 @@ def seconds_to_handler(env: dict[str, str]) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_at_any_moment_of_the_start_exits_130(endless_env):
     """Ctrl-C at points spread over the imports, the loading and the prompt, from a quarter of the
     time to the first token (or twice the time to the handler, on a busy machine) to the first token."""
@@ -151,13 +133,30 @@ def test_ctrl_c_while_click_parses_is_130_not_aborted(monkeypatch):
 # -- models tune ---------------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_sigterm_during_a_tune_is_143_and_leaves_no_partial_file(endless_env):
     """A tune builds each layout as a `.partial` file and measures it; stopped at any point, it
     leaves none behind (a signal during the quantizer is raised when the quantizer returns)."""
     home = Path(endless_env["EDGESPEC_HOME"])
-    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "models", "tune", "endless", "--layouts",
-                             "q4_0,iq4_nl,q6k-as-q4k", "--prompts", "4"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=endless_env, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgespec",
+            "models",
+            "tune",
+            "endless",
+            "--layouts",
+            "q4_0,iq4_nl,q6k-as-q4k",
+            "--prompts",
+            "4",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=endless_env,
+        cwd=REPO,
+    )
     line = proc.stderr.readline()  # "tuning endless: ...": the pair is loading, builds come next
     assert line.startswith(b"tuning"), line + proc.stderr.read()
     time.sleep(0.5)
@@ -173,9 +172,15 @@ def test_sigterm_during_a_tune_is_143_and_leaves_no_partial_file(endless_env):
 def start_serving(env: dict[str, str]) -> tuple[subprocess.Popen, str, list[str], threading.Thread]:
     """`edgespec serve` on a free port: the process, its base URL, its stderr lines so far (the
     list grows as it writes) and the thread that reads them (it ends with stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", "--port", "0", "--k", "3"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "serve", "--port", "0", "--k", "3"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     lines: list[str] = []
     serving = threading.Event()
 
@@ -194,6 +199,7 @@ def start_serving(env: dict[str, str]) -> tuple[subprocess.Popen, str, list[str]
     return proc, re.search(r"(http://\S+/v1)", lines[-1]).group(1), lines, reader
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_serve_tells_the_requests_in_flight_and_exits_with_the_signal(endless_env, signum):
     """A streamed reply being generated ends with an error event and `data: [DONE]`; a request
@@ -214,7 +220,9 @@ def test_serve_tells_the_requests_in_flight_and_exits_with_the_signal(endless_en
         assert rest[-1] == "data: [DONE]"
         assert json.loads(rest[-2].removeprefix("data:"))["error"]["code"] == "server_stopping"
         assert refused.status_code == 503, refused.text
-        assert refused.json()["error"]["code"] == "server_stopping" and refused.json()["error"]["type"] == "server_error"
+        assert (
+            refused.json()["error"]["code"] == "server_stopping" and refused.json()["error"]["type"] == "server_error"
+        )
         assert proc.wait(timeout=30) == 128 + signum
     finally:
         proc.kill()
@@ -228,8 +236,9 @@ def test_serve_tells_the_requests_in_flight_and_exits_with_the_signal(endless_en
 # -- the CLI, on the real pair (issue 9) ------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
-@needs_pair
+@pytest.mark.usefixtures("real_pair")
 @pytest.mark.parametrize("run", range(3))
 @pytest.mark.parametrize("gap_ms", [20, 50, 100])
 def test_real_pair_a_second_ctrl_c_during_clean_up_is_130(gap_ms, run):
@@ -248,8 +257,9 @@ def test_real_pair_a_second_ctrl_c_during_clean_up_is_130(gap_ms, run):
     assert head + out
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
-@needs_pair
+@pytest.mark.usefixtures("real_pair")
 @pytest.mark.parametrize("at_s", [0.3, 0.6, 0.9])
 def test_real_pair_ctrl_c_while_loading_stops_the_load(at_s):
     """Case 2: the Ctrl-C landed in llama.cpp's log callback during the load, ctypes swallowed it

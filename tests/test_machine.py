@@ -66,7 +66,8 @@ def test_placement_from_the_device_llamacpp_reports_for_each_layer():
     assert placement_of(["CPU"] * 3, 4) == Placement("cpu", "4 threads", 4)
     assert placement_of(["CUDA0"] * 29, 4) == Placement("gpu", "29/29 layers on CUDA0", 0)
     assert placement_of(["CPU"] * 9 + ["CUDA0"] * 10 + ["CUDA1"] * 10, 4) == Placement(
-        "gpu+cpu", "20/29 layers on CUDA0,CUDA1, the rest on 4 CPU threads", 4)
+        "gpu+cpu", "20/29 layers on CUDA0,CUDA1, the rest on 4 CPU threads", 4
+    )
     assert placement_of([], 2) == Placement("unknown", "llama.cpp did not report its layers' devices", 2)
 
 
@@ -82,12 +83,14 @@ def tiny_hf_dir(tmp_path_factory):
     return build_tiny_hf(tmp_path_factory.mktemp("tiny_hf") / "llama", "llama")
 
 
+@pytest.mark.torch
 def test_a_torch_model_on_the_cpu_reports_the_cpu(tiny_hf_dir):
     backend = load_hf_backend(ModelSpec("tiny", "hf", dtype="fp32"), tiny_hf_dir, n_ctx=64, device_map="cpu")
     threads = torch.get_num_threads()
     assert backend.placement == Placement("cpu", f"{threads} thread{'s' if threads > 1 else ''}", threads)
 
 
+@pytest.mark.torch
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_TORCH_GPU)
 def test_a_torch_model_on_a_gpu_reports_the_gpu(tiny_hf_dir):
@@ -130,7 +133,11 @@ def test_decoding_threads_are_the_busiest_models_and_at_least_the_engines_own(ti
 def test_a_llamacpp_pair_runs_on_the_cpu_of_a_cpu_build():
     device = machine.pair_device(llama_pair(-1))
     assert (device.name, device.why, device.memory, device.memory_name) == (
-        "cpu", "llama.cpp: no GPU offload", machine.ram_bytes(), "RAM")
+        "cpu",
+        "llama.cpp: no GPU offload",
+        machine.ram_bytes(),
+        "RAM",
+    )
 
 
 def test_a_llamacpp_pair_on_a_build_that_offloads(monkeypatch):

@@ -108,7 +108,7 @@ def damage_state(path: Path) -> None:
 
 def damage_token(path: Path) -> None:
     data = bytearray(path.read_bytes())
-    at = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC):len(MAGIC) + 4], "little") + 8  # the third token id
+    at = len(MAGIC) + 4 + int.from_bytes(data[len(MAGIC) : len(MAGIC) + 4], "little") + 8  # the third token id
     data[at] ^= 0x01
     path.write_bytes(data)
 
@@ -124,8 +124,10 @@ def garble_header(path: Path) -> None:
     path.write_bytes(data)
 
 
-@pytest.mark.parametrize("damage, said", [(damage_state, "checksum"), (damage_token, "checksum"),
-                                          (truncate, "truncated"), (garble_header, "bad header")])
+@pytest.mark.parametrize(
+    "damage, said",
+    [(damage_state, "checksum"), (damage_token, "checksum"), (truncate, "truncated"), (garble_header, "bad header")],
+)
 def test_a_damaged_entry_is_ignored_removed_and_said_once(open_engine, cache, notes, damage, said):
     reply(open_engine(cache), FILE + "\n\nExplain f1.")
     for path in cache.folder.glob("*.kv"):
@@ -138,8 +140,9 @@ def test_a_damaged_entry_is_ignored_removed_and_said_once(open_engine, cache, no
     assert all(_read(p, with_state=True).state for p in cache.folder.glob("*.kv"))
 
 
-def test_an_entry_of_another_model_under_this_models_name_is_removed(open_engine, cache, notes, tiny_gguf_factory,
-                                                                     tiny_gguf):
+def test_an_entry_of_another_model_under_this_models_name_is_removed(
+    open_engine, cache, notes, tiny_gguf_factory, tiny_gguf
+):
     other = LlamaCppBackend(tiny_gguf_factory(seed=5), 256, threads=2)
     mine = load(tiny_gguf)
     try:
@@ -226,12 +229,19 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_two_processes_writing_one_entry_leave_one_whole_entry(tmp_path, tiny_gguf):
     folder = tmp_path / "cache"
     folder.mkdir()
     root = Path(__file__).resolve().parents[1]
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(tiny_gguf), str(folder), FILE], cwd=root,
-                                env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}) for _ in range(2)]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tiny_gguf), str(folder), FILE],
+            cwd=root,
+            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        )
+        for _ in range(2)
+    ]
     (tmp_path / "go").touch()
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
     (entry,) = folder.iterdir()  # no temporary file left beside it
@@ -243,7 +253,8 @@ def test_two_processes_writing_one_entry_leave_one_whole_entry(tmp_path, tiny_gg
 
 
 def test_an_unwritable_folder_costs_only_the_disk_and_memory_keeps_alternating_prompts_warm(
-        tmp_path, open_engine, notes):
+    tmp_path, open_engine, notes
+):
     (tmp_path / "file").write_text("")
     cache = PromptCache(tmp_path / "file" / "cache", memory_entries=4, warn=notes.append)  # cannot be created
     engine = open_engine(cache)
@@ -273,9 +284,11 @@ def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
     monkeypatch.delenv("EDGESPEC_NO_CACHE", raising=False)
     monkeypatch.delenv("EDGESPEC_CACHE_BUDGET", raising=False)
     config = tmp_path / "models.toml"
-    config.write_text(f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-                      f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-                      '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n')
+    config.write_text(
+        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+    )
     monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
     return tmp_path
 
@@ -286,8 +299,11 @@ def run(tmp_path: Path, instruction: str, *flags: str, stdin: str = FILE) -> tup
     from edgespec.cli import main as cli
 
     stats = tmp_path / "stats.json"
-    r = CliRunner().invoke(cli.main, ["run", instruction, "--max-tokens", "16", "--draft", "model", "--k", "3",
-                                      "--stats-json", str(stats), *flags], input=stdin)
+    r = CliRunner().invoke(
+        cli.main,
+        ["run", instruction, "--max-tokens", "16", "--draft", "model", "--k", "3", "--stats-json", str(stats), *flags],
+        input=stdin,
+    )
     assert r.exit_code == 0, r.stderr
     return r.stdout, json.loads(stats.read_text())
 
@@ -303,7 +319,9 @@ def test_run_with_the_same_stdin_and_another_instruction_reads_only_the_rest(cli
     cold_text, cold = run(cli_env, "Add type hints.", "--no-cache", *system)
     warm_text, warm = run(cli_env, "Add type hints.", *system)
     assert warm_text == cold_text and cold["prompt_cached"] == 0
-    assert warm["prompt_tokens"] - warm["prompt_cached"] < len("Add type hints.") + 16  # the instruction and the template's end
+    assert (
+        warm["prompt_tokens"] - warm["prompt_cached"] < len("Add type hints.") + 16
+    )  # the instruction and the template's end
     assert warm["prompt_cached"] > len(FILE) // 2
 
 
@@ -321,15 +339,19 @@ def test_the_stdin_text_is_the_shared_prefix_with_and_without_a_system_prompt(ti
 
     backend = load(tiny_gguf)
     for system in ([], [{"role": "system", "content": "Be brief."}]):
-        a, b = (backend.tokenize(backend.chat_prompt(system + [{"role": "user", "content": compose_message(FILE, p)}]))
-                for p in ("Explain f1.", "Add type hints."))
+        a, b = (
+            backend.tokenize(backend.chat_prompt(system + [{"role": "user", "content": compose_message(FILE, p)}]))
+            for p in ("Explain f1.", "Add type hints.")
+        )
         shared = b"".join(backend.token_bytes(t) for t in a[: common_prefix(a, b)]).decode()
         assert FILE.rstrip("\n") in shared
     backend.close()
 
 
-@pytest.mark.parametrize("value, expected", [('"2GB"', 2 * 10**9), ('"500M"', 500 * 10**6), ('"1.5GiB"', 3 * 2**29),
-                                             ("4096", 4096), ('"0"', 0)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [('"2GB"', 2 * 10**9), ('"500M"', 500 * 10**6), ('"1.5GiB"', 3 * 2**29), ("4096", 4096), ('"0"', 0)],
+)
 def test_the_budget_is_read_from_models_toml(tmp_path, value, expected):
     config = tmp_path / "models.toml"
     config.write_text(f"[cache]\nbudget = {value}\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
+import pytest
+
 from edgespec.util import provenance as p
 
 X86 = """processor\t: 0
@@ -25,14 +27,28 @@ def test_the_cpu_model_and_its_vector_extensions_are_recorded(tmp_path):
     (tmp_path / "x86").write_text(X86)
     (tmp_path / "arm").write_text(ARM)
     x86 = p._cpu(tmp_path / "x86")
-    assert x86 == {"cpu_model": "AMD EPYC 9654",
-                   "cpu_flags": ["sse", "sse2", "ssse3", "fma", "sse4_1", "avx", "f16c", "avx2", "avx512f",
-                                 "avx512_vnni", "amx_tile"]}
+    assert x86 == {
+        "cpu_model": "AMD EPYC 9654",
+        "cpu_flags": [
+            "sse",
+            "sse2",
+            "ssse3",
+            "fma",
+            "sse4_1",
+            "avx",
+            "f16c",
+            "avx2",
+            "avx512f",
+            "avx512_vnni",
+            "amx_tile",
+        ],
+    }
     arm = p._cpu(tmp_path / "arm")
     assert arm["cpu_flags"] == ["asimd", "asimddp", "sve", "i8mm", "bf16"]
     assert p._cpu(tmp_path / "missing") == {}
 
 
+@pytest.mark.subprocess
 def test_a_measurement_records_the_backend_build():
     record = p.provenance(["edgespec", "bench"])
     assert record["command"] == "edgespec bench"

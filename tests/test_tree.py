@@ -107,6 +107,7 @@ def _siblings(kind: str, q: Dist, rng: np.random.Generator) -> tuple[list[int], 
     raise ValueError(kind)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["iid1", "iid2", "iid3", "without2", "without3", "point_masses"])
 def test_sampled_siblings_reproduce_the_target(kind):
     rng = np.random.default_rng(sum(map(ord, kind)))
@@ -127,6 +128,7 @@ def test_sampled_siblings_reproduce_the_target(kind):
         assert accepted_branch > N // 50  # later siblings do win: the test covers their acceptance
 
 
+@pytest.mark.heavy
 def test_a_two_level_tree_reproduces_the_targets_joint_distribution():
     """Rows depend on the token they follow, so emitting a token from the wrong row (a path or row
     bookkeeping error) shows in the joint distribution of the first two tokens."""
@@ -164,7 +166,9 @@ def test_greedy_params_make_sampled_tree_verification_greedy():
         for row, node in ((0, 1), (2, 5)):  # often steer the argmax into a later sibling
             if rng.random() < 0.6:
                 rows[row, ids[node]] = 5.0
-        assert verify_sampled(rows, ids, TREE, [None] * len(ids), SamplingParams(), rng) == verify_greedy(rows, ids, TREE)
+        assert verify_sampled(rows, ids, TREE, [None] * len(ids), SamplingParams(), rng) == verify_greedy(
+            rows, ids, TREE
+        )
 
 
 def test_a_step_names_its_rejected_branches_and_the_source_of_each_token():

@@ -1,4 +1,4 @@
-"""The chat app, driven with Pilot and fed by a scripted fake engine (no model needed).
+"""The chat app, driven with Pilot and fed by a scripted fake engine (tests/scripted_chat.py; no model needed).
 
 The fake's stream has every token source (draft, correction, bonus, target) and rejected draft ids;
 it can pause mid-reply (to test esc, saving while streaming, and a mid-reply snapshot) or fail.
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from rich.text import Text
 from textual.app import App
 
 from edgespec.decoding.backend import Placement
-from edgespec.decoding.events import ControllerState, Source, Step, Summary, Token
+from edgespec.decoding.events import Source, Step, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
@@ -42,175 +40,21 @@ from edgespec.tui.transcript import (
     UserMessage,
     render_spans,
 )
-from edgespec.util.errors import EdgespecError
-from edgespec.util.hardware import physical_cores
-
-REPLY = '''Here is a small function that ignores case, spaces and punctuation:
-
-```python
-def is_palindrome(s: str) -> bool:
-    """True if s reads the same backwards, ignoring case and non-alphanumerics."""
-    cleaned = [c.lower() for c in s if c.isalnum()]
-    return cleaned == cleaned[::-1]
-```
-
-How it works:
-
-- `c.isalnum()` keeps letters and digits, so "A man, a plan" is compared as "amanaplan".
-- `cleaned[::-1]` is the list reversed; comparing lists avoids building a second string.
-
-For example, `is_palindrome("Never odd or even")` returns `True`, and `is_palindrome("edge")` returns `False`.'''
-
-# (k, accepted) per target pass, cycled: full acceptance (bonus), partial (correction), K=0 (target).
-ROUNDS = [(4, 4), (4, 2), (5, 5), (3, 1), (0, 0), (4, 3), (6, 6), (4, 0), (2, 2), (5, 4), (0, 0), (3, 3)]
-REJECTS = [" string", " value", "(", " text", " reverse", " s", " return", " letters", ".", " lower"]
-SIZE = (110, 34)
-
-
-def split_tokens(text: str) -> list[str]:
-    """A BPE-like split: words carry their leading space; punctuation and newlines stand alone."""
-    return re.findall(r" ?\w+| ?[^\w\s]|\n| +", text)
-
-
-def script(text: str = REPLY, rounds=ROUNDS) -> list:
-    """The events a speculative decoder would yield for `text`: per round the tokens, then the Step."""
-    pieces = split_tokens(text)
-    events: list = []
-    i = r = 0
-    while i < len(pieces):
-        k, acc = rounds[r % len(rounds)]
-        if k == 0:
-            events.append(Token(i, pieces[i], Source.TARGET))
-            i += 1
-            events.append(Step(0, 0, (), (), 0.0, 0.024, None,
-                               ControllerState("auto", 0, None, 0.6, 1.0, 1.3)))
-        else:
-            acc = min(acc, len(pieces) - i - 1)
-            accepted_ids = tuple(range(i, i + acc))
-            for j in accepted_ids:
-                events.append(Token(j, pieces[j], Source.DRAFT))
-            i += acc
-            rejected = tuple(1000 + (r * 3 + j) % len(REJECTS) for j in range(k - acc))
-            events.append(Token(i, pieces[i], Source.BONUS if not rejected else Source.CORRECTION))
-            i += 1
-            events.append(Step(k, acc, accepted_ids + rejected, rejected, 0.004 * k, 0.028, "model",
-                               ControllerState("auto", k, "model", 0.72, 1.55, 1.42)))
-        r += 1
-    return events
-
-
-def summarize(events: list, stop_reason: str) -> Summary:
-    """The Summary the decoder would end `events` with (its Tally of them, plus timings)."""
-    s = Summary(prompt_tokens=42, target_read_s=0.12, ttft_s=0.15, stop_reason=stop_reason)
-    for e in events:
-        s.add(e)
-    s.decode_s = (s.draft_s + s.verify_s) * 1.08
-    return s
-
-
-class FakeEngine:
-    """Scripted stand-in for edgespec.engine.engine.Engine (chat, count_tokens, n_ctx, pair, placements,
-    decoding_threads, token_text). Its models run on `threads` CPU threads, by default every core,
-    as the default pair does."""
-
-    def __init__(self, events=None, *, pause_after: int | None = None, fail_after: int | None = None, n_ctx: int = 4096,
-                 stop_reason: str = "eos", threads: int | None = None):
-        self.events = script() if events is None else events
-        self.stop_reason = stop_reason
-        self.pause_after = pause_after  # yield this many events, then wait for `resume` or cancel
-        self.fail_after = fail_after
-        self.n_ctx = n_ctx
-        self.pair = PairConfig(
-            name="qwen2.5-coder-1.5b", backend="llamacpp",
-            target=ModelSpec(name="qwen2.5-coder-1.5b-instruct-q4_k_m", format="gguf"),
-            draft=ModelSpec(name="qwen2.5-coder-0.5b-instruct-q4_k_m", format="gguf"),
-            drafter="model", context=n_ctx)
-        self.paused = threading.Event()
-        self.resume = threading.Event()
-        self.calls: list[list[dict]] = []
-        self.closed = False
-        self.threads = physical_cores() if threads is None else threads
-
-    def placements(self) -> dict[str, Placement]:
-        return {role: Placement("cpu", f"{self.threads} threads", self.threads) for role in ("target", "draft")}
-
-    def decoding_threads(self) -> int:
-        return self.threads
-
-    def chat(self, messages, settings, cancel=None):
-        cancel = cancel or threading.Event()
-        self.calls.append([dict(m) for m in messages])
-        done: list = []
-        for n, event in enumerate(self.events):
-            if n == self.fail_after:
-                raise EdgespecError("backend failure: llama_decode returned -3")
-            if n == self.pause_after:
-                self.paused.set()
-                while not self.resume.is_set() and not cancel.is_set():
-                    cancel.wait(0.005)
-            if cancel.is_set():  # checked once per pass, like the real decoder
-                yield summarize(done, "cancelled")
-                return
-            done.append(event)
-            yield event
-        yield summarize(done, self.stop_reason)
-
-    def count_tokens(self, messages) -> int:
-        return sum(len(m["content"]) // 4 + 4 for m in messages)
-
-    def token_text(self, token_id: int) -> str:
-        return REJECTS[token_id - 1000] if token_id >= 1000 else split_tokens(REPLY)[token_id]
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class TickClock:
-    """Each reading is `step` after the previous one (the second, the first token, `first` after the
-    send): live tokens/s and TTFT come out the same on every run."""
-
-    def __init__(self, step: float = 0.025, first: float = 0.21):
-        self.t, self.step, self.first, self.n, self.lock = 0.0, step, first, 0, threading.Lock()
-
-    def __call__(self) -> float:
-        with self.lock:
-            self.n += 1
-            self.t += self.first if self.n == 2 else self.step
-            return self.t
-
-
-def make_app(tmp_path: Path, engine: FakeEngine | None = None, **kwargs) -> ChatApp:
-    return ChatApp(engine or FakeEngine(), GenerateSettings(max_tokens=256), store=ChatStore(tmp_path / "chats"),
-                   clock=TickClock(), **kwargs)
-
-
-async def wait_until(pilot, predicate, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.01)
-
-
-async def wait_for_reply(pilot) -> None:
-    """Until a reply is on screen and generation has ended."""
-    app = pilot.app
-    await wait_until(pilot, lambda: not app.generating and app.transcript.replies())
-
-
-async def send(pilot, text: str) -> None:
-    pilot.app.query_one(PromptBox).text = text
-    await pilot.press("enter")
-
-
-def reply_text(view: ReplyView) -> str:
-    return view.tokens.content.plain
-
-
-def n_tokens_shown(app: ChatApp) -> int:
-    return app._gen.stats.tokens if app._gen is not None else -1
-
+from tests.scripted_chat import (
+    REPLY,
+    SIZE,
+    FakeEngine,
+    TickClock,
+    make_app,
+    n_tokens_shown,
+    reply_text,
+    script,
+    send,
+    split_tokens,
+    summarize,
+    wait_for_reply,
+    wait_until,
+)
 
 # Transcript and styles
 
@@ -235,7 +79,7 @@ async def test_reply_shows_every_source_in_its_style(tmp_path):
         # F4: thrown-away draft text struck through right before each correction.
         await pilot.press("f4")
         text = view.tokens.content
-        struck = [text.plain[s.start:s.end] for s in text.spans if "strike" in str(s.style)]
+        struck = [text.plain[s.start : s.end] for s in text.spans if "strike" in str(s.style)]
         assert struck and all(piece for piece in struck)
         first = next(i for i, (k, _) in enumerate(view.message["spans"]) if k == REJECTED)
         assert view.message["spans"][first + 1][0] == "correction"
@@ -287,17 +131,48 @@ def test_saved_figures_read_back_the_same_and_old_files_still_read():
     figures = ReplyFigures(summarize(events, "length"), None)
     assert ReplyFigures.from_saved(json.loads(json.dumps(figures.to_saved()))) == figures
     # the first version: figures at the top, the decoder's summary nested
-    v1 = {"tokens_per_s": 21.0, "ttft_s": 0.2, "acceptance": 0.5, "tokens_per_pass": 1.5, "tokens": 12,
-          "k_series": [4, 0], "acceptance_series": [0.5], "k_histogram": {"4": 1, "0": 1},
-          "sources": {"draft": 2, "target": 1}, "plain_passes": 1, "plain_s": 0.03, "controller": None,
-          "current_k": 0, "stop_reason": "eos", "error": None,
-          "summary": {"tokens": 12, "drafted": 4, "accepted": 2, "target_passes": 2, "prompt_tokens": 9,
-                      "prefill_s": 0.1, "decode_s": 0.5, "ttft_s": 0.2, "draft_s": 0.01, "verify_s": 0.05,
-                      "stop_reason": "eos", "k_histogram": {"0": 1, "4": 1}, "decode_tokens_per_s": 22.0,
-                      "acceptance": 0.5, "tokens_per_pass": 5.5}}
+    v1 = {
+        "tokens_per_s": 21.0,
+        "ttft_s": 0.2,
+        "acceptance": 0.5,
+        "tokens_per_pass": 1.5,
+        "tokens": 12,
+        "k_series": [4, 0],
+        "acceptance_series": [0.5],
+        "k_histogram": {"4": 1, "0": 1},
+        "sources": {"draft": 2, "target": 1},
+        "plain_passes": 1,
+        "plain_s": 0.03,
+        "controller": None,
+        "current_k": 0,
+        "stop_reason": "eos",
+        "error": None,
+        "summary": {
+            "tokens": 12,
+            "drafted": 4,
+            "accepted": 2,
+            "target_passes": 2,
+            "prompt_tokens": 9,
+            "prefill_s": 0.1,
+            "decode_s": 0.5,
+            "ttft_s": 0.2,
+            "draft_s": 0.01,
+            "verify_s": 0.05,
+            "stop_reason": "eos",
+            "k_histogram": {"0": 1, "4": 1},
+            "decode_tokens_per_s": 22.0,
+            "acceptance": 0.5,
+            "tokens_per_pass": 5.5,
+        },
+    }
     old = ReplyFigures.from_saved(v1).summary
     assert (old.tokens, old.drafted, old.k_series, old.sources, old.k_histogram) == (
-        12, 4, [4, 0], {"draft": 2, "target": 1}, {0: 1, 4: 1})
+        12,
+        4,
+        [4, 0],
+        {"draft": 2, "target": 1},
+        {0: 1, 4: 1},
+    )
     assert "22.0 tok/s" in frozen_line(ReplyFigures.from_saved(v1)).plain
     for bad in ({"tokens": "many"}, {"k_series": ["x"]}, {"controller": 3}, {"error": 5}, [1]):
         with pytest.raises((TypeError, ValueError)):
@@ -321,8 +196,12 @@ async def test_a_long_streaming_reply_freezes_finished_lines_and_ends_as_one_tex
             return "".join(block.content.plain for block in view._blocks) + reply_text(view)
 
         # nothing lost or doubled at the seams, once a flush after the queue drained has run
-        await wait_until(pilot, lambda: engine.paused.is_set() and app._gen.queue.empty()
-                         and shown().rstrip("▍") == view.message["content"])
+        await wait_until(
+            pilot,
+            lambda: (
+                engine.paused.is_set() and app._gen.queue.empty() and shown().rstrip("▍") == view.message["content"]
+            ),
+        )
         assert view._blocks, "finished lines should sit in frozen blocks while streaming"
         engine.resume.set()
         await wait_until(pilot, lambda: not app.generating)
@@ -398,13 +277,18 @@ def test_the_header_says_where_each_model_runs(tmp_path):
     from edgespec.tui.app import describe_pair
 
     engine = FakeEngine()
-    assert describe_pair(engine) == ("llamacpp · cpu · qwen2.5-coder-1.5b-instruct-q4_k_m ← "
-                                     "qwen2.5-coder-0.5b-instruct-q4_k_m")
-    engine.placements = lambda: {"target": Placement("gpu", "29/29 layers on CUDA0", 0),
-                                 "draft": Placement("gpu", "25/25 layers on CUDA0", 0)}
+    assert describe_pair(engine) == (
+        "llamacpp · cpu · qwen2.5-coder-1.5b-instruct-q4_k_m ← qwen2.5-coder-0.5b-instruct-q4_k_m"
+    )
+    engine.placements = lambda: {
+        "target": Placement("gpu", "29/29 layers on CUDA0", 0),
+        "draft": Placement("gpu", "25/25 layers on CUDA0", 0),
+    }
     assert describe_pair(engine).startswith("llamacpp · gpu · ")
-    engine.placements = lambda: {"target": Placement("gpu", "29/29 layers on CUDA0", 0),
-                                 "draft": Placement("cpu", "2 threads", 2)}
+    engine.placements = lambda: {
+        "target": Placement("gpu", "29/29 layers on CUDA0", 0),
+        "draft": Placement("cpu", "2 threads", 2),
+    }
     assert describe_pair(engine).startswith("llamacpp · target gpu, draft cpu · ")
 
 
@@ -414,8 +298,7 @@ async def test_esc_cancels_and_keeps_the_partial_reply(tmp_path):
     app = make_app(tmp_path, engine)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
-        await wait_until(pilot, lambda: engine.paused.is_set() and n_tokens_shown(app) > 0
-                         and app._gen.queue.empty())
+        await wait_until(pilot, lambda: engine.paused.is_set() and n_tokens_shown(app) > 0 and app._gen.queue.empty())
         partial = app._gen.message["content"]
         await pilot.press("escape")
         await wait_until(pilot, lambda: not app.generating)
@@ -576,8 +459,15 @@ async def test_saved_chats_list_reopens_a_chat(tmp_path):
     store = ChatStore(tmp_path / "chats")
     old = Conversation(pair="qwen2.5-coder-1.5b")
     old.add_user("an older question")
-    old.messages.append({"role": "assistant", "content": "an older answer", "spans": [["target", "an older answer"]],
-                         "stats": None, "complete": False})
+    old.messages.append(
+        {
+            "role": "assistant",
+            "content": "an older answer",
+            "spans": [["target", "an older answer"]],
+            "stats": None,
+            "complete": False,
+        }
+    )
     store.save(old)
     app = make_app(tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -694,7 +584,7 @@ async def test_long_chats_are_trimmed_from_the_oldest_turn(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         for n in range(3):
             await send(pilot, f"question {n} " + "x" * 400)
-            await wait_until(pilot, lambda: not app.generating and len(app.transcript.replies()) == n + 1)
+            await wait_until(pilot, lambda n=n: not app.generating and len(app.transcript.replies()) == n + 1)
         sent = engine.calls[-1]
         assert sent[0]["role"] == "system" and sent[-1]["content"].startswith("question 2")
         assert not any(m["content"].startswith("question 0") for m in sent)
@@ -714,10 +604,20 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
     from edgespec.backends.llamacpp import LlamaCppBackend
     from edgespec.engine.engine import Engine
 
-    pair = PairConfig(name="tiny", backend="llamacpp", target=ModelSpec("tiny", "gguf", path=tiny_gguf),
-                      draft=ModelSpec("tiny-draft", "gguf", path=tiny_draft_gguf), drafter="model", context=256)
+    pair = PairConfig(
+        name="tiny",
+        backend="llamacpp",
+        target=ModelSpec("tiny", "gguf", path=tiny_gguf),
+        draft=ModelSpec("tiny-draft", "gguf", path=tiny_draft_gguf),
+        drafter="model",
+        context=256,
+    )
     engine = Engine(pair, LlamaCppBackend(tiny_gguf, 256, threads=1), LlamaCppBackend(tiny_draft_gguf, 256, threads=1))
-    app = ChatApp(engine, GenerateSettings(max_tokens=32, k=KSetting("fixed", 3), draft="model"), store=ChatStore(tmp_path / "chats"))
+    app = ChatApp(
+        engine,
+        GenerateSettings(max_tokens=32, k=KSetting("fixed", 3), draft="model"),
+        store=ChatStore(tmp_path / "chats"),
+    )
     try:
         async with app.run_test(size=SIZE) as pilot:
             await send(pilot, "the weather")
@@ -744,13 +644,18 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     engine = FakeEngine()
     seen: dict = {}
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine.engine, "open_engine", lambda pair, draft, cache: seen.update(
-        pair=pair, draft=draft, cache=cache) or engine, raising=False)
+    monkeypatch.setattr(
+        edgespec.engine.engine,
+        "open_engine",
+        lambda pair, draft, cache: seen.update(pair=pair, draft=draft, cache=cache) or engine,
+        raising=False,
+    )
     monkeypatch.setattr(command, "_reopen_terminal", lambda: seen.update(reopened=True))
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     monkeypatch.setattr(ChatApp, "run", lambda self: seen.update(app=self))
-    result = CliRunner().invoke(command.chat, ["-s", "review this", "--temperature", "0.7", "--draft", "ngram"],
-                                input="diff --git a/x b/x\n")
+    result = CliRunner().invoke(
+        command.chat, ["-s", "review this", "--temperature", "0.7", "--draft", "ngram"], input="diff --git a/x b/x\n"
+    )
     assert result.exit_code == 0, result.output
     app = seen["app"]
     assert seen["reopened"] and seen["draft"] == "ngram" and engine.closed
@@ -842,5 +747,6 @@ if __name__ == "__main__":
             async with app.run_test(size=SIZE) as pilot:
                 await run_before(pilot)
                 app.save_screenshot(filename=out.name, path=str(out.parent))
+
     asyncio.run(main())
     print(f"wrote {out}")

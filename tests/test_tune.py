@@ -67,6 +67,7 @@ def tune(*args):
     return CliRunner().invoke(cli.main, ["models", "tune", *args])
 
 
+@pytest.mark.heavy
 def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file(env, tiny_gguf):
     config = env / "models.toml"
     before = config.read_text()
@@ -106,7 +107,7 @@ def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file
     after = config.read_text()
     ops = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines()).get_opcodes()
     assert {op for op, *_ in ops} <= {"equal", "insert"}
-    assert after.count("[models.t-q4_0]") == 1 and after.count('[pairs.tiny-tuned]') == 1
+    assert after.count("[models.t-q4_0]") == 1 and after.count("[pairs.tiny-tuned]") == 1
 
     # again: the same file is reused and the entries are not added twice
     mtime = built.stat().st_mtime_ns
@@ -125,10 +126,13 @@ def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file
     assert store.sha256(built) == sha and store.verify(tuned.target)
 
 
+@pytest.mark.heavy
 def test_tune_never_overwrites_a_different_user_entry(env):
     config = env / "models.toml"
-    config.write_text(config.read_text() + '\n[pairs.tiny-tuned]\nbackend = "llamacpp"\ntarget = "t"\n'
-                                           'drafter = "none"\ncontext = 64\n')
+    config.write_text(
+        config.read_text() + '\n[pairs.tiny-tuned]\nbackend = "llamacpp"\ntarget = "t"\n'
+        'drafter = "none"\ncontext = 64\n'
+    )
     before = config.read_text()
     r = tune("tiny", "--layouts", "q4_0", "--prompts", "0", "--pick", "q4_0")
     assert r.exit_code == 1 and "Traceback" not in r.stderr
@@ -136,13 +140,16 @@ def test_tune_never_overwrites_a_different_user_entry(env):
     assert config.read_text() == before
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("text",), "not a GGUF"),
-    (("tiny", "--layouts", "q9_9"), "--layouts': unknown 'q9_9'"),
-    (("tiny", "--layouts", "q4_0", "--pick", "iq4_nl"), "--pick iq4_nl: not among the layouts measured"),
-    (("tiny", "--layouts", "q4_0", "--pick", "draft-only"), "draft model of tiny has no tensors to convert"),
-    (("nosuchpair",), "nosuchpair"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("text",), "not a GGUF"),
+        (("tiny", "--layouts", "q9_9"), "--layouts': unknown 'q9_9'"),
+        (("tiny", "--layouts", "q4_0", "--pick", "iq4_nl"), "--pick iq4_nl: not among the layouts measured"),
+        (("tiny", "--layouts", "q4_0", "--pick", "draft-only"), "draft model of tiny has no tensors to convert"),
+        (("nosuchpair",), "nosuchpair"),
+    ],
+)
 def test_tune_bad_inputs_are_one_line_errors(env, args, needle):
     r = tune(*args)
     assert r.exit_code != 0 and "Traceback" not in r.stderr
@@ -163,8 +170,13 @@ def test_help_lists_every_candidate_layout():
     assert all(c.name in r.stdout for c in layouts.CANDIDATES)
 
 
+@pytest.mark.heavy
 def test_fidelity_of_a_model_with_itself_is_perfect_and_of_another_is_not(tiny_gguf, tiny_draft_gguf):
-    a, b, draft = LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_gguf, 512), LlamaCppBackend(tiny_draft_gguf, 512)
+    a, b, draft = (
+        LlamaCppBackend(tiny_gguf, 512),
+        LlamaCppBackend(tiny_gguf, 512),
+        LlamaCppBackend(tiny_draft_gguf, 512),
+    )
     try:
         tokens = calibration_tokens(a)[:300]
         same = measure_fidelity(a, b, tokens)
@@ -179,8 +191,9 @@ def test_fidelity_of_a_model_with_itself_is_perfect_and_of_another_is_not(tiny_g
 
 def test_recommendation_is_the_fastest_layout_above_the_gate_and_only_if_clearly_faster():
     def row(name, agreement, gain):
-        return Measured(name, "", Path(name), 1, 1.0, "", {1: 25.0}, Fidelity(agreement, 0.0, 0.0, 100),
-                        None, None, gain, gain)
+        return Measured(
+            name, "", Path(name), 1, 1.0, "", {1: 25.0}, Fidelity(agreement, 0.0, 0.0, 100), None, None, gain, gain
+        )
 
     rows = [row(ORIGINAL, 1.0, 1.09), row("fast", 0.93, 1.40), row("faithful", 0.96, 1.25), row("same", 0.99, 1.10)]
     assert recommend(rows, 0.95).layout == "faithful"
@@ -196,12 +209,14 @@ def test_no_room_for_a_candidate_is_one_line(tmp_path):
 def test_a_loaded_model_reports_its_layout(tiny_gguf):
     backend = LlamaCppBackend(tiny_gguf, 64)
     try:
-        assert layouts.describe_loaded(tiny_gguf, backend.repacked) == \
-            "all_f32 (f32x16), 0 of 16 weight tensors repacked"
+        assert (
+            layouts.describe_loaded(tiny_gguf, backend.repacked) == "all_f32 (f32x16), 0 of 16 weight tensors repacked"
+        )
     finally:
         backend.close()
 
 
+@pytest.mark.heavy
 def test_a_draft_with_tensors_llama_cpp_does_not_repack_is_tuned_and_changes_no_output(env, tiny_gguf, tiny_draft_gguf):
     """A q8_0 draft (not repacked) gets a q4_0 layout; every candidate drafts with it, the
     draft-only row keeps the original target, and picking it registers the original target with
@@ -229,8 +244,10 @@ def test_a_draft_with_tensors_llama_cpp_does_not_repack_is_tuned_and_changes_no_
     assert not Path(rows["q4_0"]["path"]).exists()  # the target candidate not picked is removed
 
     def greedy(pair):
-        run = CliRunner().invoke(cli.main, ["run", "-m", pair, "the weather", "--raw", "--max-tokens", "24",
-                                            "--temperature", "0", "--k", "4"])
+        run = CliRunner().invoke(
+            cli.main,
+            ["run", "-m", pair, "the weather", "--raw", "--max-tokens", "24", "--temperature", "0", "--k", "4"],
+        )
         assert run.exit_code == 0, run.stderr
         return run.stdout
 
@@ -263,6 +280,7 @@ def test_a_signal_while_the_quantizer_runs_leaves_no_file(tiny_gguf, tmp_path, m
     assert list(dest.parent.iterdir()) == []
 
 
+@pytest.mark.heavy
 def test_a_tune_removes_the_partial_files_that_killed_tunes_left(env):
     tuned = env / "home" / "models" / "tuned"
     tuned.mkdir(parents=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gguf
 import pytest
 
@@ -15,38 +13,7 @@ from edgespec.models.vocab import (
     compare_vocabularies,
     read_gguf_vocabulary,
 )
-
-BYTES = [bytes([b]).decode("latin-1") for b in range(256)]  # stand-ins for the 256 byte symbols
-MERGED = ["he", "ll", "hello"]
-SPECIALS = ["<|endoftext|>", "<|im_end|>"]
-
-
-def tiny_tokens(n_padding: int = 0) -> list[str]:
-    return BYTES + MERGED + SPECIALS + [f"[PAD{i}]" for i in range(n_padding)]
-
-
-def write_tokenizer_gguf(path: Path, tokens: list[str] | None = None, eos: int | None = None, bos: int | None = None,
-                         eot: int | None = None, endianess: gguf.GGUFEndian = gguf.GGUFEndian.LITTLE) -> Path:
-    """A GGUF with a byte-level gpt2 tokenizer and no tensors: enough for the vocabulary reader."""
-    tokens = tokens or tiny_tokens()
-    writer = gguf.GGUFWriter(path, "llama", endianess=endianess)
-    writer.add_context_length(512)  # scalars of other types that the reader must step over
-    writer.add_rope_freq_base(10000.0)
-    writer.add_add_bos_token(False)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens])
-    writer.add_token_merges(["h e", "l l", "he ll"])  # gpt2 refuses an empty merges list
-    writer.add_eos_token_id(tokens.index("<|im_end|>") if eos is None else eos)
-    if bos is not None:
-        writer.add_bos_token_id(bos)
-    if eot is not None:
-        writer.add_eot_token_id(eot)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+from tests.model_files import tiny_tokens, write_tokenizer_gguf
 
 
 @pytest.fixture
@@ -112,12 +79,16 @@ def test_different_bos_is_an_error(tmp_path, target):
 def test_padding_size_difference_is_a_note(tmp_path, target):
     result = compare_vocabularies(target, draft(tmp_path, tokens=tiny_tokens(n_padding=100)))
     assert result.compatible
-    assert result.notes == ("vocabulary size: target 261, draft 361 (differ by 100 ids, taken as padding since the shared ids agree)",)
+    assert result.notes == (
+        "vocabulary size: target 261, draft 361 (differ by 100 ids, taken as padding since the shared ids agree)",
+    )
 
 
 def test_size_difference_beyond_padding_is_an_error(tmp_path, target):
     result = compare_vocabularies(target, draft(tmp_path, tokens=tiny_tokens(n_padding=129)))
-    assert result.errors == ("vocabulary size: target 261, draft 390 (differ by 129, more than the 128 padding ids allowed)",)
+    assert result.errors == (
+        "vocabulary size: target 261, draft 390 (differ by 129, more than the 128 padding ids allowed)",
+    )
 
 
 def test_a_file_without_tokenizer(tmp_path):
@@ -154,5 +125,7 @@ def test_loaded_pair_check_refuses_a_different_vocabulary(tmp_path, target):
     assert check_loaded_pair(LoadedModel(target), LoadedModel(draft(tmp_path)), "p").compatible
     with pytest.raises(IncompatibleDraft) as e:
         check_loaded_pair(LoadedModel(target), LoadedModel(draft(tmp_path, eos=259)), "p")
-    assert str(e.value).startswith('pair "p": the draft model does not share the target\'s vocabulary: end-of-generation ids')
+    assert str(e.value).startswith(
+        'pair "p": the draft model does not share the target\'s vocabulary: end-of-generation ids'
+    )
     assert isinstance(e.value, BackendError) and "\n" not in str(e.value)
