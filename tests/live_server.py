@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from edgespec.cli.serve import base_url, listen, uvicorn_server
-from edgespec.engine.engine import EngineThread, GenerateSettings, open_engine
+from edgespec.engine.engine import GenerateSettings, open_engine
+from edgespec.engine.thread import EngineThread
 from edgespec.models.registry import PairConfig
 from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker

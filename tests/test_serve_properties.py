@@ -20,7 +20,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.thread import EngineThread
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker

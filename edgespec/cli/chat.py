@@ -68,8 +68,9 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
 
     Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
     """
-    from edgespec.engine.engine import EngineThread, GenerateSettings, find_pair, open_engine
+    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
     from edgespec.engine.prompt_cache import open_cache
+    from edgespec.engine.thread import EngineThread
     from edgespec.tui.history import ChatStore
 
     check_text(system, "--system")

@@ -96,8 +96,9 @@ def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, 
     editors, agents and the openai SDK; responses carry speculative metrics and, on request, every
     token's origin. The last few prompts' states stay in memory (and on disk), so a client that
     alternates between files finds each one already read."""
-    from edgespec.engine.engine import EngineThread, GenerateSettings, find_pair, open_engine
+    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
     from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES, open_cache
+    from edgespec.engine.thread import EngineThread
     from edgespec.server.app import create_app
     from edgespec.server.engine_worker import EngineWorker
 

@@ -19,7 +19,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -307,30 +306,6 @@ def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
         write_text_atomic(path, json.dumps(data, indent=1))
     except OSError as e:
         unsaved.cannot_save(what, path.parent, e)
-
-
-class EngineThread:
-    """One long-lived thread that loads an engine and runs every generation of it.
-
-    llama.cpp's CPU backend runs on an OpenMP thread team that belongs to the OS thread calling
-    it. Loading in one thread and generating in another decodes markedly slower than doing both on
-    the same thread. A front end that generates off its main thread (the chat app) therefore sends
-    all engine work here.
-    """
-
-    def __init__(self):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgespec-engine")
-
-    def call(self, fn, *args, **kwargs):
-        """Run fn(*args, **kwargs) on the engine thread and return (or raise) its result."""
-        return self.submit(fn, *args, **kwargs).result()
-
-    def submit(self, fn, *args, **kwargs) -> Future:
-        """Queue fn(*args, **kwargs) for the engine thread (first in, first out) without waiting."""
-        return self._pool.submit(fn, *args, **kwargs)
-
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=True)
 
 
 def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from edgespec.decoding.events import Summary
-from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.thread import EngineThread
 from edgespec.server.openai_errors import (
     APIError,
     context_length_exceeded,

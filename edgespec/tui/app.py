@@ -26,7 +26,8 @@ from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
-from edgespec.engine.engine import Engine, EngineThread, GenerateSettings
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.thread import EngineThread
 from edgespec.tui.actions import ChatActions
 from edgespec.tui.generation import Generation, fit_context
 from edgespec.tui.history import ChatStore, Conversation
