@@ -141,6 +141,14 @@ def test_quantize_writes_a_file_that_loads_and_predicts_like_the_original(tmp_pa
         quantize(tiny_gguf, tmp_path / "x.gguf", "Q3_Z")
 
 
+def test_quantize_of_a_file_that_is_not_a_gguf_says_why_llama_cpp_refused(tmp_path):
+    """A failed quantization is a BackendError naming the cause llama.cpp logged."""
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("not a model")
+    with pytest.raises(BackendError, match=r"^llama.cpp could not quantize .*notes.gguf to Q8_0: .*magic"):
+        quantize(bad, tmp_path / "x.gguf", "Q8_0", threads=1)
+
+
 # -- llama.cpp's log in our errors ----------------------------------------------------------------
 
 

@@ -109,6 +109,7 @@ class HFBackend:
     def keep_path(self, path: Sequence[int]) -> None:
         """After `eval_tree`: keep the pending token and the nodes of `path` (root to leaf)."""
         ids, self._tree = self._tree, None
+        assert ids is not None, "keep_path follows eval_tree"
         start = len(self.cached)  # the first node's cache entry
         end = start + len(path)
         if list(path) != list(range(len(path))):  # the path is not the first nodes: move it up

@@ -19,6 +19,7 @@ import ctypes
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from edgespec.backends.chat_template import render_chat
 from edgespec.decoding.backend import BackendError, ContextOverflow, Placement, Vocabulary
 from edgespec.decoding.tree import branches_through, depths, leaves
 from edgespec.util import interrupts
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 _BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
@@ -88,7 +92,10 @@ class LlamaCppBackend:
 
         self._lc = lc
         self.path = path
-        self._model = self._ctx = self._batch = None  # what close() frees, whenever loading stops
+        # what close() frees, whenever loading stops
+        self._model: llama_cpp.llama_model_p | None = None
+        self._ctx: llama_cpp.llama_context_p | None = None
+        self._batch: llama_cpp.llama_batch | None = None
         try:
             self._load(n_ctx, n_gpu_layers, threads)
         except BaseException:  # a failure or a Ctrl-C part way: free what was made, then say so
@@ -137,7 +144,8 @@ class LlamaCppBackend:
         self._identity = _state_identity(lc, path, mparams, cparams, self.placement)
         self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
-        self._tree = None  # what eval_tree left for keep_path: nodes' branches, tokens, branch count
+        # what eval_tree left for keep_path: nodes' branches, tokens, branch count
+        self._tree: tuple[list[list[int]], list[int], int] | None = None
         self.eos_ids = frozenset(t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t))
         self._pieces: dict[int, bytes] = {}
 
@@ -194,6 +202,7 @@ class LlamaCppBackend:
     def keep_path(self, path: Sequence[int]) -> None:
         """After `eval_tree`: keep the pending token and the nodes of `path` (root to leaf) as
         sequence 0; every other branch's cells are freed."""
+        assert self._tree is not None, "keep_path follows eval_tree"
         on, ids, n_branches = self._tree
         self._tree = None
         lc, mem = self._lc, self._mem
@@ -210,8 +219,9 @@ class LlamaCppBackend:
     def _put(self, i: int, token: int, pos: int, seqs: Sequence[int], logits: bool) -> None:
         """Slot i of the batch: a token at a position, in sequences `seqs`, with or without logits."""
         batch = self._batch
+        assert batch is not None, "used after close()"
         batch.token[i] = token
-        batch.pos[i] = pos
+        batch.pos[i] = pos  # type: ignore[call-overload]  # llama_cpp types pos as an array of arrays; it is llama_pos*
         batch.n_seq_id[i] = len(seqs)
         for j, seq in enumerate(seqs):
             batch.seq_id[i][j] = seq
@@ -221,8 +231,10 @@ class LlamaCppBackend:
         """Decode the first n_tokens slots of the batch after the cached text; on failure, drop
         whatever part of them reached the cache (every branch's sequence included). llama_decode's
         return code."""
-        self._batch.n_tokens = n_tokens
-        rc = self._decode(self._batch, abortable=n_tokens >= _ABORTABLE_BATCH)
+        batch = self._batch
+        assert batch is not None, "used after close()"
+        batch.n_tokens = n_tokens
+        rc = self._decode(batch, abortable=n_tokens >= _ABORTABLE_BATCH)
         if rc != 0:
             for branch in range(1, n_branches):
                 self._lc.llama_memory_seq_rm(self._mem, branch, -1, -1)

@@ -154,10 +154,10 @@ def quantize(source: Path, dest: Path, ftype: str, threads: int | None = None) -
     return dest
 
 
-def run_quantizer(source: Path, dest: Path, params, failure: str) -> None:
+def run_quantizer(source: Path, dest: Path, params, message: str) -> None:
     """llama.cpp's quantizer with `params` (its llama_model_quantize_params), its log routed to
     edgespec's handler (it logs every tensor; edgespec's stderr stays quiet). BackendError
-    `failure`, with the cause llama.cpp logged, when it fails. A signal that came while it ran (its
+    `message`, with the cause llama.cpp logged, when it fails. A signal that came while it ran (its
     log callback recorded it) is raised once it returns: llama.cpp's quantizer cannot be stopped
     part way."""
     import llama_cpp as lc
@@ -167,4 +167,4 @@ def run_quantizer(source: Path, dest: Path, params, failure: str) -> None:
     rc = lc.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params))
     interrupts.raise_pending()
     if rc != 0:
-        raise BackendError(failure(failure))
+        raise BackendError(failure(message))

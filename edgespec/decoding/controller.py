@@ -106,22 +106,23 @@ class AutoK:
         acc = [r.mean for r in self._model.positions[: min(self.max_k_model, ctx.max_k)]]
         return best_k(acc, self._cost(DrafterKind.MODEL))
 
-    def _ngram_option(self, ctx: RoundContext, trees: bool) -> tuple[int, float, tuple[int, ...] | None]:
-        """(nodes to verify, tokens per second, which nodes of the proposal: None for the first ones
-        of its first branch). Each node's chance is its parent's times its own: by position for a
-        first child, by rank for a later one, after the siblings before it missed (`best_tree`)."""
-        g = ctx.ngram if trees else ctx.ngram.first_branch()
+    def _ngram_option(self, ngram: Draft, max_k: int, trees: bool) -> tuple[int, float, tuple[int, ...] | None]:
+        """(nodes to verify, at most `max_k`; tokens per second; which nodes of the proposal `ngram`,
+        None for the first ones of its first branch). Each node's chance is its parent's times its
+        own: by position for a first child, by rank for a later one, after the siblings before it
+        missed (`best_tree`)."""
+        g = ngram if trees else ngram.first_branch()
         parents = g.parent_list()
         rates = self._ngram.rates_for(g.match_len)
         values: list[float] = []
         missed: dict[int, float] = {}  # per parent: the chance all its children so far were wrong
         for parent, depth, rank in zip(parents, depths(parents), ranks(parents), strict=True):
-            rate = self._ngram.rate(rates, depth, rank)
-            a = rate.mean if rate is not None else 0.0
+            known = self._ngram.rate(rates, depth, rank)
+            a = known.mean if known is not None else 0.0
             before = missed.get(parent, 1.0)
             values.append((1.0 if parent == ROOT else values[parent]) * before * a)
             missed[parent] = before * (1.0 - a)
-        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: min(ctx.max_k, self.max_k_ngram)]
+        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: min(max_k, self.max_k_ngram)]
         m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM))
         return m, rate, tuple(sorted(order[:m])) if trees else None
 
@@ -137,7 +138,7 @@ class AutoK:
         if kind == DrafterKind.MODEL:
             return self._model_option(RoundContext(None, True, self.max_k_model))[0]
         proposal = Draft(ids=[0] * self.max_k_ngram, match_len=match_len)  # a chain: only its length is read
-        return self._ngram_option(RoundContext(proposal, False, self.max_k_ngram), trees=False)[0]
+        return self._ngram_option(proposal, self.max_k_ngram, trees=False)[0]
 
     def may_use(self, kind: DrafterKind) -> bool:
         if kind == DrafterKind.MODEL:
@@ -166,18 +167,18 @@ class AutoK:
         return saved > 0 and self.costs.read(ctx.model_behind) <= saved * rest
 
     def plan(self, ctx: RoundContext) -> Plan:
-        use_ngram = ctx.ngram is not None and DrafterKind.NGRAM in self.allowed
-        if use_ngram:
+        ngram = ctx.ngram if DrafterKind.NGRAM in self.allowed else None
+        if ngram is not None:
             self._ngram.score(ctx.context)
-            if ctx.ngram.ids:  # the whole trie is scored against the text, drafted or not
-                self._ngram.remember(len(ctx.context), ctx.ngram if self.trees else ctx.ngram.first_branch())
+            if ngram.ids:  # the whole trie is scored against the text, drafted or not
+                self._ngram.remember(len(ctx.context), ngram if self.trees else ngram.first_branch())
         plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
         options: dict[DrafterKind | None, tuple[int, float, tuple[int, ...] | None]] = {None: (0, plain_rate, None)}
         if ctx.has_model and DrafterKind.MODEL in self.allowed:
             k, rate = self._model_option(ctx)
             options[DrafterKind.MODEL] = (k if self._catch_up_pays(ctx, rate) else 0, rate, None)
-        if use_ngram and ctx.ngram.ids:
-            options[DrafterKind.NGRAM] = self._ngram_option(ctx, self._trees_now(DrafterKind.NGRAM))
+        if ngram is not None and ngram.ids:
+            options[DrafterKind.NGRAM] = self._ngram_option(ngram, ctx.max_k, self._trees_now(DrafterKind.NGRAM))
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate, nodes = options[which]
@@ -222,6 +223,7 @@ class AutoK:
         if which == DrafterKind.MODEL:
             return self._model.positions[0].mean
         if which == DrafterKind.NGRAM:
+            assert ctx.ngram is not None, "the n-gram drafter is chosen only for a proposal"
             return self._ngram.rates_for(ctx.ngram.match_len)[0].mean
         return 0.0
 
@@ -237,7 +239,7 @@ class AutoK:
         )
         parents, path = step.tree()
         if step.drafter is not None:
-            self._gates[step.drafter].observe(parents, path, self.costs, self._measured)
+            self._gates[DrafterKind(step.drafter)].observe(parents, path, self.costs, self._measured)
         if step.drafter != DrafterKind.MODEL:  # n-gram proposals are scored against the text in plan()
             return
         self._check_surprise(step)

@@ -42,7 +42,7 @@ class CostModel:
     MARGIN = 0.15
     SEVERAL = 2
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._verify: dict[int, float] = {}
         self._curve: dict[int, float] = {}  # verify(n) as interpolated, until the next observation
         self.draft_step: float | None = None  # seconds per draft-model token

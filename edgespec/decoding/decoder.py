@@ -141,7 +141,7 @@ class SpeculativeDecoder:
         behind = model.behind(context) if model is not None and max_k > 0 else 0
         plan: Plan = self.policy.plan(RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted))
         k = max(0, min(plan.k, max_k))
-        drafter = self.drafters.get(plan.drafter) if k else None
+        drafter = self.drafters.get(plan.drafter) if k and plan.drafter is not None else None
         if drafter is None:
             draft = Draft()
         elif drafter.kind in free:
@@ -177,7 +177,7 @@ class SpeculativeDecoder:
             draft_s=t1 - t0,
             verify_s=t2 - t1,
             read_s=draft.catch_up_s,
-            drafter=drafter.kind if draft.ids else None,
+            drafter=drafter.kind if drafter is not None and draft.ids else None,
             controller=plan.state,
             parents=tuple(parents),
             path=tuple(path),

@@ -222,6 +222,8 @@ class ModelDrafter:
             if depth + 1 == k or depth + 1 == self.MAX_NODES:
                 break
             logits = self.backend.eval([token], 1)[0]
+        if branch is None:  # no alternatives were looked for
+            return out
         for parent, depth, alternatives in candidates:
             for alt, alt_dist, alt_conf in alternatives:
                 if len(out.ids) >= self.MAX_NODES or not branch(alt_conf, depth, len(out.ids)):
@@ -243,6 +245,7 @@ class ModelDrafter:
         if params.greedy:
             return [(t, None, c) for t, c in softmax_top(logits, n)]
         q = first[1] if first is not None else warp(logits, params)
+        assert q is not None, "a sampled choice carries the q it was drawn from"
         out = [first] if first is not None else []
         rest: Dist | None = q if first is None else q.without([first[0]])
         while rest is not None and len(out) < n:

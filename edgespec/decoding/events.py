@@ -155,6 +155,10 @@ class WholeReply:
     also carry figures of peers that have no Summary."""
 
     __slots__ = ()
+    # the parts, held by the subclass (declared here for the type checker only: no class attributes)
+    ttft_s: float
+    decode_s: float
+    tokens: int
 
     @property
     def total_s(self) -> float:

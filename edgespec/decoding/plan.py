@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
@@ -85,7 +85,8 @@ class KSetting:
     k: int = 0
 
     MAX = 64  # a longer fixed draft only wastes verification
-    COST_AWARE = ("auto", "auto-chain")  # the controller's policies: they need the measured cost curve
+    # the controller's policies: they need the measured cost curve
+    COST_AWARE: ClassVar[tuple[Literal["auto", "auto-chain"], ...]] = ("auto", "auto-chain")
 
     @property
     def cost_aware(self) -> bool:
@@ -95,8 +96,10 @@ class KSetting:
     def parse(cls, text: str) -> KSetting:
         """ "auto", "auto-chain", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
         text = text.strip()
-        if text in (*cls.COST_AWARE, "heuristic"):
+        if text in cls.COST_AWARE:
             return cls(text)
+        if text == "heuristic":
+            return cls("heuristic")
         try:
             n = int(text)
         except ValueError:

@@ -91,7 +91,6 @@ def c_callback(stopped: Any) -> Callable[[Callable], Callable]:
     recorded as pending and the callback returns `stopped` (the value that asks C to stop, or None)."""
 
     def wrap(fn: Callable) -> Callable:
-        @functools.wraps(fn)
         def callback(*args):
             try:
                 return fn(*args)
@@ -100,7 +99,7 @@ def c_callback(stopped: Any) -> Callable[[Callable], Callable]:
                 return stopped
 
         _callback_codes.add(callback.__code__)
-        return callback
+        return functools.wraps(fn)(callback)
 
     return wrap
 
