@@ -156,6 +156,11 @@ def test_load_suite_rejects_wrongly_typed_fields(tmp_path, bad):
     "bad, field",
     [
         ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": ""}', "prompt"),
+        ('{"id": "a/2", "suite": "a", "mode": "completion", "prompt": " \\n"}', "prompt"),
+        (
+            '{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "user", "content": ""}]}',
+            "messages[0].content",
+        ),
         ('{"id": "a/2", "suite": "a", "mode": "chat", "messages": []}', "messages"),
         (
             '{"id": "a/2", "suite": "a", "mode": "chat", "messages": [{"role": "robot", "content": "x"}]}',

@@ -186,7 +186,7 @@ GOOD = {"id": "a/0", "suite": "a", "mode": "completion", "prompt": "def f():"}
 @pytest.mark.parametrize(
     "bad, why",
     [
-        ({**GOOD, "prompt": ""}, "prompt: String should have at least 1 character"),
+        ({**GOOD, "prompt": ""}, "prompt: is empty or only whitespace"),
         ({"id": "a/1", "suite": "a", "mode": "chat", "messages": []}, "messages: List should have at least 1 item"),
         ({**GOOD, "prompt": "x\ud800"}, "prompt: is not valid Unicode (a lone surrogate U+D800 at character 1)"),
         (

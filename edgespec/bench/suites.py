@@ -9,7 +9,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import context_bytes, text_problem
@@ -89,9 +89,17 @@ def _number_as_text(value: object) -> object:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+def _not_blank(value: str) -> str:
+    """A prompt or a turn of only whitespace gives the model nothing to answer, as `run` says of
+    blank input."""
+    if not value.strip():
+        raise ValueError("is empty or only whitespace")
+    return value
+
+
 # Text that reaches the tokenizer or the terminal: a lone surrogate ("\ud800" in JSON) is refused here.
 Text = Annotated[str, BeforeValidator(_text)]
-Prompt = Annotated[str, Field(min_length=1), BeforeValidator(_text)]  # an empty one has nothing to continue
+Prompt = Annotated[str, AfterValidator(_not_blank), BeforeValidator(_text)]
 Id = Annotated[str, BeforeValidator(_text), BeforeValidator(_number_as_text)]  # "HumanEval/0", or 7
 
 
@@ -99,7 +107,7 @@ class SuiteMessage(BaseModel):
     model_config = ConfigDict(strict=True)
 
     role: Literal["system", "user", "assistant"]
-    content: Text
+    content: Prompt
 
 
 class SuiteLine(BaseModel):
