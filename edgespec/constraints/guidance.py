@@ -80,9 +80,11 @@ def grammar_of(spec: ConstraintSpec) -> str:
 
 
 def _first_line(message: str) -> str:
-    """llguidance's messages span lines (a regex error draws a caret); one line for the user."""
+    """llguidance's messages span lines (a regex error quotes the pattern and draws carets under it):
+    its first line, and the line saying what is wrong where there is one."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return "; ".join(lines) if len(lines) <= 3 else lines[-1]
+    said = [line for line in lines[1:] if line.startswith("error:")]
+    return " ".join(lines[:1] + said[:1])
 
 
 def guidance_tokenizer(backend: Backend) -> Tokenizer:
