@@ -27,6 +27,8 @@ from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
+from edgespec.quality.divergence import TIE, first_divergence, verdict
+from tests.fakes import ArgmaxRecorder
 
 PET = {
     "type": "object",
@@ -306,19 +308,42 @@ REAL_PROMPTS = (
 )
 
 
+@pytest.fixture(scope="module")
+def floor(real_pair_engine) -> float:
+    """The target's noise floor (quality/noise_floor.py), measured once for the session."""
+    return real_pair_engine.noise_floor().max
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("text", REAL_PROMPTS)
-def test_real_pair_greedy_under_a_schema_matches_plain_and_validates(real_engine, text):
+def test_real_pair_greedy_under_a_schema_matches_plain_and_validates(real_engine, floor, text):
+    """As tests/test_real_pair.py: speculative output equals plain decoding's, or parts from it where
+    the two tokens are tied within the noise floor, both in the rows that verified it and in plain
+    decoding's single steps (both tokens were allowed there: the text before them is the same)."""
     spec = ConstraintSpec.json_schema(PET)
     prompt = real_engine.chat_tokens([{"role": "user", "content": text}])
-    plain, reply, summary = generate(real_engine, prompt, GenerateSettings(96, draft="none", constraint=spec))
-    assert summary.stop_reason == "eos"
-    jsonschema.validate(json.loads(reply), PET)
-    for draft, k in (("auto", KSetting("auto")), ("model", KSetting("fixed", 3))):
-        out, reply, summary = generate(real_engine, prompt, GenerateSettings(96, draft=draft, k=k, constraint=spec))
+    real_target = real_engine.target
+    recorder = ArgmaxRecorder(real_target)
+    real_engine.target = recorder
+    try:
+        plain, reply, summary = generate(real_engine, prompt, GenerateSettings(96, draft="none", constraint=spec))
+        assert summary.stop_reason == "eos"
         jsonschema.validate(json.loads(reply), PET)
-        # a near-tie may part them (tests/test_real_pair.py measures it); on these short replies none did
-        assert out == plain, draft
+        plain_rows = dict(recorder.rows)
+        for draft, k in (("auto", KSetting("auto")), ("model", KSetting("fixed", 3))):
+            recorder.rows.clear()
+            real_target.truncate(0)
+            settings = GenerateSettings(96, draft=draft, k=k, constraint=spec)
+            out, reply, summary = generate(real_engine, prompt, settings)
+            jsonschema.validate(json.loads(reply), PET)
+            i = first_divergence(out, plain)
+            if i is not None:
+                assert i < min(len(out), len(plain)), f"{draft}: one output is a prefix of the other"
+                at = len(prompt) + i - 1
+                gaps = [float(row[out[i]] - row[plain[i]]) for row in (recorder.rows[at], plain_rows[at])]
+                assert verdict(*gaps, floor) == TIE, f"{draft}: parted at token {i}: gaps {gaps}, floor {floor}"
+    finally:
+        real_engine.target = real_target
 
 
 @pytest.mark.slow
