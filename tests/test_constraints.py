@@ -353,3 +353,13 @@ def test_real_pair_run_json_writes_one_object(real_engine):
     )
     _, reply, summary = generate(real_engine, prompt, GenerateSettings(96, constraint=ConstraintSpec("json_object")))
     assert summary.stop_reason == "eos" and isinstance(json.loads(reply), dict)
+
+
+def test_a_complete_document_ends_the_reply_without_a_pass_for_its_end(tiny_engine):
+    """The end is the only token a complete document allows: no target pass is spent to choose it.
+    Plain decoding: one pass per token after the first (which the prompt's reading gives)."""
+    prompt = tiny_engine.target.tokenize(PROMPTS[0], special=False)
+    spec = ConstraintSpec.json_schema({"enum": WORDS})
+    _, reply, summary = generate(tiny_engine, prompt, GenerateSettings(16, draft=DraftChoice.NONE, constraint=spec))
+    assert summary.stop_reason == "eos" and json.loads(reply) in WORDS
+    assert summary.target_passes == summary.tokens - 1

@@ -119,6 +119,9 @@ class SpeculativeDecoder:
             if self.policy.may_use(drafter.kind):
                 drafter.begin(prompt)
         while not stop:
+            if constraint is not None and constraint.done():
+                stop = "eos"  # nothing but the end may follow: no pass is needed to learn it
+                break
             if cancel is not None and cancel.is_set():
                 stop = "cancelled"
                 break
