@@ -8,7 +8,7 @@ target's distribution, and does not when verification drops the mask; `run --jso
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import jsonschema
 import numpy as np
@@ -50,11 +50,13 @@ SPECULATIVE = [("auto", KSetting("auto")), ("model", KSetting("fixed", 3)), ("ng
 
 
 @pytest.fixture(scope="module")
-def tiny_engine(tiny_gguf_factory) -> Engine:
+def tiny_engine(tiny_gguf_factory) -> Iterator[Engine]:
     target = tiny_gguf_factory(seed=0)
     draft = tiny_gguf_factory(seed=1, like=0, similarity=0.8)
     pair = PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "model", 512)
-    return Engine(pair, LlamaCppBackend(target, 512, threads=1), LlamaCppBackend(draft, 512, threads=1))
+    engine = Engine(pair, LlamaCppBackend(target, 512, threads=1), LlamaCppBackend(draft, 512, threads=1))
+    yield engine
+    engine.close()
 
 
 def generate(engine: Engine, prompt: Sequence[int], settings: GenerateSettings) -> tuple[list[int], str, Summary]:
