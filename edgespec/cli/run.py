@@ -4,6 +4,11 @@ Unix contract: stdout carries only the model's text, streamed; stats, progress a
 stderr; exit 0 ok, 1 runtime error, 2 usage error, 130 on Ctrl-C (partial output flushed), 143 on
 SIGTERM, 129 on SIGHUP. A reader that closes the pipe early ends the reply quietly with exit 1, the
 stats still written; any other failure to write stdout is one line and exit 1 (edgespec.util.stdout).
+
+With --json or --json-schema, stdout is exactly one JSON document (on one line) that parses and
+matches the schema: decoding is constrained to it (`edgespec.constraints`). A schema that cannot be
+read, or that asks for what the engine cannot enforce, is a usage error before anything loads; a
+reply cut before its document is complete (--max-tokens, the context) is an error, exit 1.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,10 +31,13 @@ from edgespec.cli.common import (
 from edgespec.decoding.events import Source, Summary, Token
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine.figures import stats_line
-from edgespec.util.errors import UsageError
+from edgespec.util.errors import EdgespecError, UsageError
 from edgespec.util.output_files import check_writable, write_or_rescue
 from edgespec.util.stdout import PipeClosed, check_open
 from edgespec.util.text_check import check_text
+
+if TYPE_CHECKING:
+    from edgespec.constraints.guidance import ConstraintSpec
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
 TOKEN_STYLES = {
@@ -37,6 +46,37 @@ TOKEN_STYLES = {
     Source.BONUS: dict(fg="cyan", bold=True),
     Source.TARGET: dict(),
 }
+
+
+def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpec | None:
+    """The constraint --json / --json-schema ask for, checked (compiled without a model): a usage
+    error for a file that cannot be read, text that is not JSON, or a schema feature the engine
+    cannot enforce, naming it."""
+    from edgespec.constraints.guidance import ConstraintSpec, grammar_of  # llguidance only when asked
+
+    if any_object and schema_file is not None:
+        raise UsageError("--json and --json-schema exclude each other (a schema says what JSON to write)")
+    if schema_file is not None:
+        try:
+            text = schema_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"--json-schema: cannot read {schema_file}: {getattr(e, 'strerror', None) or e}") from None
+        try:
+            schema = json.loads(text)
+        except ValueError as e:
+            raise UsageError(f"--json-schema: {schema_file} is not JSON: {e}") from None
+        if not isinstance(schema, dict | bool):
+            raise UsageError(f"--json-schema: {schema_file} holds no JSON schema (an object)")
+        spec = ConstraintSpec.json_schema(text)
+    elif any_object:
+        spec = ConstraintSpec("json_object")
+    else:
+        return None
+    try:
+        grammar_of(spec)
+    except UsageError as e:
+        raise UsageError(f"--json-schema: {e}" if schema_file is not None else f"--json: {e}") from None
+    return spec
 
 
 def compose_message(stdin_text: str | None, prompt: str | None) -> str:
@@ -54,6 +94,13 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
 @decoding_options
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True)
 @click.option("--raw", is_flag=True, help="Plain completion of the text, without the chat template.")
+@click.option("--json", "json_object", is_flag=True, help="Reply with one JSON object (decoding is constrained to it).")
+@click.option(
+    "--json-schema",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Reply with one JSON document valid against the JSON schema in this file.",
+)
 @click.option(
     "--color",
     type=click.Choice(["auto", "always", "never"]),
@@ -84,6 +131,8 @@ def run(
     seed,
     max_tokens,
     raw,
+    json_object,
+    json_schema,
     color,
     stats,
     stats_json,
@@ -101,6 +150,7 @@ def run(
     check_text(system, "--system")
     if raw and system:
         raise UsageError("--system has no meaning with --raw (no chat template)")
+    constraint = json_constraint(json_object, json_schema)
     pair_config = find_pair(pair, config, draft)  # its context bounds the stdin read
     text = compose_message(read_stdin(pair_config.context), prompt)
     if stats_json:
@@ -112,6 +162,7 @@ def run(
             sampling=sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed),
             draft=draft,
             k=k,
+            constraint=constraint,
         )
         reply(engine, text, system, raw, settings, color, stats, stats_json)
     finally:
@@ -135,7 +186,7 @@ def reply(
     colored = color == "always" or (color == "auto" and sys.stdout.isatty())
     stop = threading.Event()
     summary, closed = stream_to_stdout(engine.generate_tokens(prompt_tokens, settings, stop), colored, stop)
-    if summary.stop_reason == "context":
+    if summary.stop_reason == "context" and settings.constraint is None:
         click.echo(f"edgespec: the reply was cut: the {engine.n_ctx}-token context is full", err=True)
     if stats:
         click.echo(stats_line(summary, engine.load_s), err=True)
@@ -144,6 +195,10 @@ def reply(
         write_or_rescue(stats_json, lambda tmp: tmp.write_text(data), "stats")
     if closed is not None:
         raise closed
+    if settings.constraint is not None and summary.stop_reason != "eos":
+        cut = {"length": "--max-tokens was reached", "context": f"the {engine.n_ctx}-token context is full"}
+        reason = cut.get(summary.stop_reason, "it stopped")
+        raise EdgespecError(f"the JSON document is incomplete: {reason} before it ended")
 
 
 def stream_to_stdout(events, colored: bool, stop: threading.Event) -> tuple[Summary, PipeClosed | None]:

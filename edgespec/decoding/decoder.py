@@ -16,6 +16,13 @@ Cache invariant between rounds: the target's cache holds every committed token b
 cache to (a window of) the committed text at the start of each draft, reading what it missed;
 rejected drafts are dropped from it right after verification. The first token comes from the
 target's reading of the prompt alone: no drafter reads before it is out.
+
+Under a constraint (`constraint.py`) every row chosen or verified with is masked, drafts are drafted
+under the same mask, and the matcher follows the draft and rolls back to the committed text. Drafts
+are then chains: a tree's branches would each need the matcher's own state, and the trees' gain on
+the machines measured (design.md, "The tree ceiling") does not pay for that yet. Where the
+constraint forces the next tokens (its fixed text: a key, a brace), a round verifies them without
+asking any drafter: they cost no draft step, and verification keeps them lossless.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from edgespec.decoding.backend import Backend, ContextOverflow, reused_prefix, sync_cache
+from edgespec.decoding.constraint import Constraint, masked
 from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.plan import Plan, Policy, RoundContext
@@ -66,9 +74,12 @@ class SpeculativeDecoder:
         max_tokens: int,
         params: SamplingParams,
         cancel: threading.Event | None = None,
+        constraint: Constraint | None = None,
     ) -> Iterator[Event]:
         """Yield Token and Step events, then one Summary. Stops at an end-of-generation token,
-        after max_tokens, when the context is full, or when `cancel` is set (checked per pass)."""
+        after max_tokens, when the context is full, or when `cancel` is set (checked per pass).
+        `constraint`: a fresh matcher the reply must satisfy (it consumes the reply as it is
+        committed)."""
         if not prompt:
             raise ValueError("empty prompt")
         if len(prompt) >= self.target.n_ctx:
@@ -85,7 +96,11 @@ class SpeculativeDecoder:
         # drafter is asked to do anything (a draft model reads when it is first used, if ever).
         logits = sync_cache(self.target, prompt, 1)[0]
         summary.target_read_s = time.perf_counter() - t_start
+        if constraint is not None:
+            logits = masked(logits, constraint.allowed())
         first = choose(logits, params, rng)
+        if constraint is not None:
+            constraint.advance(first)
         summary.ttft_s = time.perf_counter() - t_start
         context = list(prompt) + [first]
         t_decode = time.perf_counter()
@@ -104,6 +119,9 @@ class SpeculativeDecoder:
             if self.policy.may_use(drafter.kind):
                 drafter.begin(prompt)
         while not stop:
+            if constraint is not None and constraint.done():
+                stop = "eos"  # nothing but the end may follow: no pass is needed to learn it
+                break
             if cancel is not None and cancel.is_set():
                 stop = "cancelled"
                 break
@@ -111,7 +129,7 @@ class SpeculativeDecoder:
             if room <= 0:
                 stop = "length" if summary.tokens >= max_tokens else "context"
                 break
-            step, new_ids = self._round(context, room - 1, params, rng, summary.tokens)
+            step, new_ids = self._round(context, room - 1, params, rng, summary.tokens, constraint)
             summary.add(step)
             yield step
             for token_id, source in zip(new_ids, step.sources(), strict=True):
@@ -123,17 +141,97 @@ class SpeculativeDecoder:
                     stop = "length"
                     break
         summary.decode_s = time.perf_counter() - t_decode
+        if constraint is not None:
+            summary.constraint_s = constraint.busy_s
         summary.stop_reason = stop
         yield summary
 
     def _round(
-        self, context: list[int], max_k: int, params: SamplingParams, rng: np.random.Generator, emitted: int = 0
+        self,
+        context: list[int],
+        max_k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        emitted: int = 0,
+        constraint: Constraint | None = None,
     ) -> tuple[Step, list[int]]:
         """One draft/verify pass. Extends `context` with the accepted tokens and the target's
-        token, and returns the Step with the new ids in order."""
+        token, and returns the Step with the new ids in order (and `constraint` with them)."""
         t0 = time.perf_counter()
+        forced = constraint.forced()[:max_k] if constraint is not None and self.drafters and max_k > 0 else []
+        drafter: Drafter | None = None
+        plan: Plan | None = None
+        if forced:
+            draft = Draft(forced, [None] * len(forced), [1.0] * len(forced))
+        else:
+            drafter, draft, plan = self._draft(context, max_k, params, rng, emitted, constraint)
+        t1 = time.perf_counter()
+
+        n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
+        parents = draft.parent_list()
+        logits = self.target.eval_tree(context[-1], draft.ids, parents)
+        if constraint is not None:
+            logits = self._masked_rows(logits, draft.ids, constraint)
+        if params.greedy:
+            path, next_id = verify_greedy(logits, draft.ids, parents)
+        else:
+            path, next_id = verify_sampled(logits, draft.ids, parents, draft.dists, params, rng)
+        self.target.keep_path(path)
+        accepted = len(path)
+        if drafter is not None:
+            drafter.accept(n_committed + accepted)
+        t2 = time.perf_counter()
+
+        new_ids = [*(draft.ids[node] for node in path), next_id]
+        context.extend(new_ids)
+        if constraint is not None:
+            for token_id in new_ids:
+                constraint.advance(token_id)
+        on_path = set(path)
+        step = Step(
+            k=len(draft.ids),
+            accepted=accepted,
+            drafted_ids=tuple(draft.ids),
+            rejected_ids=tuple(t for node, t in enumerate(draft.ids) if node not in on_path),
+            draft_s=t1 - t0,
+            verify_s=t2 - t1,
+            read_s=draft.catch_up_s,
+            drafter=drafter.kind if drafter is not None and draft.ids else None,
+            controller=plan.state if plan is not None else None,
+            parents=tuple(parents),
+            path=tuple(path),
+        )
+        self.policy.costs.observe_round(step, draft)  # before observe: the policy learns at the new costs
+        if plan is not None:  # forced tokens teach it nothing about any drafter
+            self.policy.observe(step, draft)
+        return step, new_ids
+
+    @staticmethod
+    def _masked_rows(logits: np.ndarray, chain: Sequence[int], constraint: Constraint) -> np.ndarray:
+        """The verify pass's rows, each masked by the constraint's state after the committed text and
+        the chain's tokens before it (every drafted token is allowed where it stands: drafts are
+        drafted under the mask). The matcher is left where it was."""
+        rows = np.empty_like(logits)
+        for i, token_id in enumerate(chain):
+            rows[i] = masked(logits[i], constraint.allowed())
+            constraint.advance(token_id)
+        rows[len(chain)] = masked(logits[len(chain)], constraint.allowed())
+        constraint.rollback(len(chain))
+        return rows
+
+    def _draft(
+        self,
+        context: list[int],
+        max_k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        emitted: int,
+        constraint: Constraint | None,
+    ) -> tuple[Drafter | None, Draft, Plan]:
+        """Ask the free drafters, let the policy plan, and draft: the drafter (None: plain decoding),
+        its draft and the plan."""
         free = {
-            kind: d.propose(context, min(max_k, self.policy.max_k), params, rng)
+            kind: d.propose(context, min(max_k, self.policy.max_k), params, rng, constraint=constraint)
             for kind, d in self.drafters.items()
             if d.free and max_k > 0
         }
@@ -150,38 +248,6 @@ class SpeculativeDecoder:
             draft = proposal.subtree(keep[:k])
         else:
             # k bounds the chain; a tree's alternatives must still fit the budget
-            draft = drafter.propose(context, k, params, rng, plan.stop, plan.branch).head(max_k)
-        t1 = time.perf_counter()
-
-        n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
-        parents = draft.parent_list()
-        logits = self.target.eval_tree(context[-1], draft.ids, parents)
-        if params.greedy:
-            path, next_id = verify_greedy(logits, draft.ids, parents)
-        else:
-            path, next_id = verify_sampled(logits, draft.ids, parents, draft.dists, params, rng)
-        self.target.keep_path(path)
-        accepted = len(path)
-        if drafter is not None:
-            drafter.accept(n_committed + accepted)
-        t2 = time.perf_counter()
-
-        new_ids = [*(draft.ids[node] for node in path), next_id]
-        context.extend(new_ids)
-        on_path = set(path)
-        step = Step(
-            k=len(draft.ids),
-            accepted=accepted,
-            drafted_ids=tuple(draft.ids),
-            rejected_ids=tuple(t for node, t in enumerate(draft.ids) if node not in on_path),
-            draft_s=t1 - t0,
-            verify_s=t2 - t1,
-            read_s=draft.catch_up_s,
-            drafter=drafter.kind if drafter is not None and draft.ids else None,
-            controller=plan.state,
-            parents=tuple(parents),
-            path=tuple(path),
-        )
-        self.policy.costs.observe_round(step, draft)  # before observe: the policy learns at the new costs
-        self.policy.observe(step, draft)
-        return step, new_ids
+            branch = plan.branch if constraint is None else None  # chains under a constraint
+            draft = drafter.propose(context, k, params, rng, plan.stop, branch, constraint).head(max_k)
+        return drafter, draft, plan

@@ -22,6 +22,9 @@ branch, see `tree.py`):
   tokens, every one of them merged into a trie whose first branch is the most recent match's copy.
   It costs nothing to run, and how far the match reaches back (`match_len`) tells the controller
   how much of the copy is likely to survive.
+
+Under a constraint (`constraint.py`) both draft chains only: the draft model drafts under the
+constraint's mask, and an n-gram copy stops at the first token the constraint forbids.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from edgespec.decoding.backend import Backend, common_prefix, sync_cache
+from edgespec.decoding.constraint import Constraint, masked
 from edgespec.decoding.sampling import Dist, SamplingParams, softmax_top, warp
 from edgespec.decoding.tree import ROOT, chain, first_branch, subtree
 
@@ -136,10 +140,12 @@ class Drafter(Protocol):
         rng: np.random.Generator,
         stop: StopRule | None = None,
         branch: BranchRule | None = None,
+        constraint: Constraint | None = None,
     ) -> Draft:
         """A tree of up to k tokens deep after `context`; `stop(j, confidence)` may end the draft
         before token j+1, `branch(confidence, position, nodes)` adds an alternative beside the chain's
-        token at that position."""
+        token at that position. Under `constraint` (its state: after the committed text) a chain of
+        allowed tokens, and the constraint is left in that state."""
         ...
 
     def accept(self, n_committed: int) -> None:
@@ -180,8 +186,11 @@ class ModelDrafter:
         rng: np.random.Generator,
         stop: StopRule | None = None,
         branch: BranchRule | None = None,
+        constraint: Constraint | None = None,
     ) -> Draft:
-        """Draft a chain of up to k tokens after `context`. `stop(j, confidence)` is asked before each
+        """Draft a chain of up to k tokens after `context` (under `constraint`: each token chosen
+        from the masked logits, the matcher advanced along the chain and rolled back at the end).
+        `stop(j, confidence)` is asked before each
         token (j nodes drafted so far, 0 for the first) and may end the chain there when its drafter
         probability makes it unlikely to survive;
         `branch(confidence, position, nodes)`, asked once the chain is drafted for each next choice
@@ -206,13 +215,23 @@ class ModelDrafter:
         # its worth.
         candidates: list[tuple[int, int, list]] = []  # (parent, chain position, alternatives in drawing order)
         parent = ROOT
+        advanced = 0  # tokens the constraint consumed, to roll back
+        if constraint is not None:
+            branch = None
         while True:
+            if constraint is not None:
+                logits = masked(logits, constraint.allowed())
             choices = self._choices(logits, params, rng, 1)
             token, dist, conf = choices[0]
             depth = len(out.ids)  # only chain tokens so far
             if stop is not None and stop(depth, conf):
                 break
             node = out.add(token, parent, dist, conf)
+            if constraint is not None:
+                consumed = constraint.advance(token)
+                advanced += consumed
+                if not consumed or constraint.done():
+                    break  # nothing (or only the end) follows: no token is left to draft
             # the logits are read now (the next step overwrites them), if an alternative could pay
             if branch is not None and branch(1.0 - conf, depth, depth + 1):
                 candidates.append(
@@ -222,6 +241,8 @@ class ModelDrafter:
             if depth + 1 == k or depth + 1 == self.MAX_NODES:
                 break
             logits = self.backend.eval([token], 1)[0]
+        if constraint is not None:
+            constraint.rollback(advanced)
         if branch is None:  # no alternatives were looked for
             return out
         for parent, depth, alternatives in candidates:
@@ -335,10 +356,18 @@ class NgramDrafter:
         rng: np.random.Generator | None = None,
         stop: StopRule | None = None,
         branch: BranchRule | None = None,
+        constraint: Constraint | None = None,
     ) -> Draft:
         """A trie of what followed earlier occurrences of the longest matching suffix, each copy up
         to k tokens (a copy has no confidence to stop or branch on, so `stop` and `branch` do not
-        apply; nor do `params`: a copy is a point mass)."""
+        apply; nor do `params`: a copy is a point mass). Under `constraint`: the most recent copy
+        alone, up to its first token the constraint forbids."""
+        if constraint is not None:
+            copy = self._propose(context, k).first_branch()
+            return copy.head(constraint.allowed_prefix(copy.ids))
+        return self._propose(context, k)
+
+    def _propose(self, context: Sequence[int], k: int) -> Draft:
         self._index(context)
         toks = self._tokens
         for n in range(min(self.max_n, len(toks) - 1), self.min_n - 1, -1):

@@ -189,6 +189,7 @@ class Summary(Tally, WholeReply):
     ttft_s: float = 0.0
     target_read_s: float = 0.0
     decode_s: float = 0.0
+    constraint_s: float = 0.0  # spent in a constraint's matcher (masks, following drafts), all of it in the reply
     stop_reason: str = ""  # "eos", "length", "context", "cancelled" ("error" for a failed reply)
 
     @property

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
 from edgespec.decoding.backend import Backend, BackendError, Placement
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.costs import CostModel
@@ -48,6 +49,7 @@ class GenerateSettings:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft: DraftChoice = DraftChoice.AUTO
     k: KSetting = KSetting("auto")
+    constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
 
 
 class NoDraftModel(SettingError):
@@ -78,6 +80,7 @@ class Engine:
         self._costs_loaded = False  # measured or restored: only then is what live passes teach it saved
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
         self._noise_floor: NoiseFloor | None = None
+        self._tokenizer: Tokenizer | None = None  # llguidance's view of the target's vocabulary, built once
         # seconds `open_engine` spent per part of the load: "check" (the model files' size and
         # sha256, hashed once per file version), "target" and "draft" (each model's load)
         self.load_s = load_s or {}
@@ -108,9 +111,18 @@ class Engine:
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         if self._measure_again and settings.k.cost_aware:
             self.measure_costs()
+        constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
         decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
-        events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel)
+        events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
         return self._keeping_costs(events if self.cache is None else self._cached(prompt, events))
+
+    def constraint(self, spec: ConstraintSpec) -> GuidanceMatcher:
+        """A fresh matcher of `spec` over the target's vocabulary (ConstraintError when it cannot be
+        enforced). The vocabulary's tokenizer is built at the first constraint and kept."""
+        grammar = grammar_of(spec)
+        if self._tokenizer is None:
+            self._tokenizer = guidance_tokenizer(self.target)
+        return GuidanceMatcher(self._tokenizer, grammar)
 
     def _keeping_costs(self, events: Iterator[Event]) -> Iterator[Event]:
         """`events`, then what their passes taught the cost curve is saved (also when the caller

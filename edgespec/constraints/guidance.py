@@ -1,0 +1,187 @@
+"""Constraints compiled by llguidance over a backend's own vocabulary.
+
+A `ConstraintSpec` is the plain description a front end builds (`run --json-schema`, a request's
+`response_format` or a tool's parameters); `grammar_of` compiles it without a model, so a schema
+the engine cannot enforce is refused before anything loads, naming what llguidance rejected; and
+`GuidanceMatcher` is the decoding layer's `Constraint` over one backend's tokens.
+
+llguidance (a maintained grammar engine with rollback, also llama.cpp's) does the matching; no
+grammar logic lives here. Its masks are cached per matcher state for a few states: the draft model
+asks for the mask at each position it drafts, and verification asks again at the same positions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import llguidance
+import numpy as np
+
+from edgespec.decoding.backend import Backend
+from edgespec.util.errors import UsageError
+
+Tokenizer = llguidance.LLTokenizer
+Kind = Literal["json_object", "json_schema", "regex", "lark", "gbnf"]
+KINDS: tuple[str, ...] = ("json_object", "json_schema", "regex", "lark", "gbnf")
+_WHAT = {
+    "json_object": "JSON object",
+    "json_schema": "JSON schema",
+    "regex": "regular expression",
+    "lark": "grammar",
+    "gbnf": "grammar",
+}
+
+
+# JSON on one line, spaced as json.dumps spaces it. llguidance's default lets whitespace run between
+# any two tokens, where a model may loop on newlines until the reply is cut.
+_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class ConstraintError(UsageError):
+    """A constraint the engine cannot enforce (a feature llguidance does not support, a syntax
+    error): a usage error, never a constraint silently dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """What the reply must match: `kind` and its `text` (a JSON schema as JSON text, a regular
+    expression, a Lark or GBNF grammar; nothing for "json_object", any JSON object)."""
+
+    kind: Kind
+    text: str = ""
+
+    @classmethod
+    def json_schema(cls, schema: dict | str) -> ConstraintSpec:
+        return cls("json_schema", schema if isinstance(schema, str) else json.dumps(schema))
+
+
+def grammar_of(spec: ConstraintSpec) -> str:
+    """The llguidance grammar of `spec`, checked: ConstraintError naming what cannot be enforced."""
+    if spec.kind not in KINDS:
+        raise ConstraintError(f"unknown constraint kind {spec.kind!r} (one of {', '.join(KINDS)})")
+    what = _WHAT[spec.kind]
+    try:
+        if spec.kind in ("json_object", "json_schema"):
+            schema = '{"type": "object"}' if spec.kind == "json_object" else spec.text
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_LAYOUT)
+        else:
+            grammar = llguidance.grammar_from(spec.kind, spec.text)
+    except ValueError as e:
+        raise ConstraintError(f"the {what} cannot be read: {_first_line(str(e))}") from None
+    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, None)
+    if failed:
+        raise ConstraintError(f"the {what} cannot be enforced: {_first_line(messages[0])}")
+    return grammar
+
+
+def _first_line(message: str) -> str:
+    """llguidance's messages span lines (a regex error quotes the pattern and draws carets under it):
+    its first line, and the line saying what is wrong where there is one."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    said = [line for line in lines[1:] if line.startswith("error:")]
+    return " ".join(lines[:1] + said[:1])
+
+
+def guidance_tokenizer(backend: Backend) -> Tokenizer:
+    """llguidance's view of `backend`'s vocabulary: each id's bytes, with the special tokens (empty
+    as text, or an end-of-generation id) marked as llguidance expects (0xff before their name), so
+    a grammar never spells one as text. Building it reads every token (about a second for 150k
+    tokens): the engine keeps it."""
+    vocab = backend.vocabulary()
+    tokens = []
+    for token_id in range(backend.n_vocab):
+        piece = backend.token_bytes(token_id)
+        name = vocab.tokens[token_id] if token_id < len(vocab.tokens) else b""
+        if (not piece or token_id in vocab.eos_ids) and name:
+            piece = b"\xff" + name
+        tokens.append(piece)
+
+    class Tokens:  # what llguidance.TokenizerWrapper reads
+        eos_token_id = min(vocab.eos_ids)
+        bos_token_id = vocab.bos_id
+        special_token_ids: list[int] = []
+
+        def __init__(self) -> None:
+            self.tokens = tokens
+
+        def __call__(self, text: bytes | str) -> list[int]:
+            return backend.tokenize(text.decode("utf-8", "replace") if isinstance(text, bytes) else text, special=False)
+
+    return llguidance.LLTokenizer(
+        llguidance.TokenizerWrapper(Tokens()), n_vocab=backend.n_vocab, eos_token=sorted(vocab.eos_ids)
+    )
+
+
+class GuidanceMatcher:
+    """The decoding layer's `Constraint`, matched by llguidance over one tokenizer."""
+
+    MASKS_KEPT = 32  # masks of recent states; each is one bool per token (150 kB for 150k tokens)
+
+    def __init__(self, tokenizer: Tokenizer, grammar: str):
+        self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        if self._matcher.is_error():
+            raise ConstraintError(f"the constraint cannot be enforced: {_first_line(self._matcher.get_error())}")
+        self._n = tokenizer.vocab_size
+        self._eos = np.array(sorted(tokenizer.eos_tokens), dtype=np.int64)
+        # matcher states as nodes of a trie of consumed tokens: the same state reached again along
+        # the same tokens (a draft, then its verification) finds its mask cached
+        self._states = [0]
+        self._children: dict[tuple[int, int], int] = {}
+        self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.busy_s = 0.0
+
+    def allowed(self) -> np.ndarray:
+        state = self._states[-1]
+        mask = self._masks.get(state)
+        if mask is not None:
+            self._masks.move_to_end(state)
+            return mask
+        start = time.perf_counter()
+        bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+        mask = np.unpackbits(bits, bitorder="little")[: self._n].astype(bool)
+        if not mask.any():  # a matcher in an error state allows nothing: end the reply there
+            mask[self._eos] = True
+        self._masks[state] = mask
+        if len(self._masks) > self.MASKS_KEPT:
+            self._masks.popitem(last=False)
+        self.busy_s += time.perf_counter() - start
+        return mask
+
+    def advance(self, token_id: int) -> bool:
+        start = time.perf_counter()
+        consumed = self._matcher.try_consume_tokens([token_id]) == 1
+        if consumed:
+            key = (self._states[-1], token_id)
+            self._states.append(self._children.setdefault(key, len(self._children) + 1))
+        self.busy_s += time.perf_counter() - start
+        return consumed
+
+    def rollback(self, n: int) -> None:
+        if n > 0:
+            self._matcher.rollback(n)
+            del self._states[-n:]
+
+    def allowed_prefix(self, tokens: Sequence[int]) -> int:
+        start = time.perf_counter()
+        n = self._matcher.validate_tokens(list(tokens)) if tokens else 0
+        self.busy_s += time.perf_counter() - start
+        return n
+
+    def forced(self) -> list[int]:
+        start = time.perf_counter()
+        tokens = self._matcher.compute_ff_tokens()
+        tokens = tokens[: self._matcher.validate_tokens(tokens)] if tokens else []
+        self.busy_s += time.perf_counter() - start
+        return tokens
+
+    def done(self) -> bool:
+        return self._matcher.is_stopped()
+
+    def accepting(self) -> bool:
+        """The reply so far is a complete match (an end-of-generation token may follow)."""
+        return self._matcher.is_accepting()

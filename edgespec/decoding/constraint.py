@@ -1,0 +1,62 @@
+"""What the decode loop needs from a constraint (a JSON schema, a regular expression, a grammar): the
+set of tokens allowed next, and a matcher state that follows the draft and rolls back.
+
+The algorithm owns this protocol and never imports a grammar engine; `edgespec.constraints` builds
+one from llguidance over the target's vocabulary. Under a constraint every row the decoder chooses
+or verifies with is masked first (`masked`), the draft model drafts under the same mask and an
+n-gram copy is cut at the first forbidden token, so verification stays the usual acceptance test
+on masked distributions: greedy takes the allowed argmax, sampling renormalises over the allowed
+tokens, and the output follows the target restricted to what the constraint allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class Constraint(Protocol):
+    """A matcher over token ids that has consumed the reply so far (the prompt is not its input).
+
+    `advance` and `rollback` move it along a draft and back; every other call reads the state after
+    the tokens consumed so far.
+    """
+
+    busy_s: float  # seconds spent in its calls so far (the decoder reports it: the mask's cost)
+
+    def allowed(self) -> np.ndarray:
+        """Which tokens may come next: a bool array over the constraint's vocabulary (ids past its
+        end are forbidden). Only end-of-generation ids are allowed once the constraint is complete."""
+        ...
+
+    def advance(self, token_id: int) -> bool:
+        """Consume one token; False (and nothing consumed) when the constraint forbids it."""
+        ...
+
+    def rollback(self, n: int) -> None:
+        """Forget the last n consumed tokens."""
+        ...
+
+    def allowed_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, in order, could be consumed now (nothing is consumed)."""
+        ...
+
+    def forced(self) -> list[int]:
+        """Tokens the constraint's forced text spells next (it allows nothing else to follow, up to
+        how that text is split into tokens); empty when it leaves a choice."""
+        ...
+
+    def done(self) -> bool:
+        """Nothing but the end of the reply may follow."""
+        ...
+
+
+def masked(rows: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Logit rows (n, n_vocab) or one row with -inf wherever `allowed` is False (a copy). A model
+    whose vocabulary is padded past the constraint's has its extra ids forbidden."""
+    keep = np.zeros(rows.shape[-1], dtype=bool)
+    n = min(len(allowed), len(keep))
+    keep[:n] = allowed[:n]
+    return np.where(keep, rows, np.float32(-np.inf)).astype(rows.dtype, copy=False)

@@ -1,0 +1,367 @@
+"""Constrained decoding (edgespec/decoding/constraint.py, edgespec/constraints/): the reply follows
+the target restricted to what the constraint allows, whatever drafts it, on a tiny GGUF pair (exact
+equality with plain decoding: its logits are deterministic) and on the real pair (up to the noise
+floor); every reply parses and validates; sampled speculation under the mask reproduces the masked
+target's distribution, and does not when verification drops the mask; `run --json` /
+`--json-schema` write one JSON document, and refuse what they cannot enforce before loading."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+
+import jsonschema
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.cli import main as cli
+from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, grammar_of
+from edgespec.decoding.backend import sync_cache
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import DraftChoice, ModelDrafter, NgramDrafter
+from edgespec.decoding.events import Summary, Token
+from edgespec.decoding.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.models.registry import ModelSpec, PairConfig
+from edgespec.quality.divergence import TIE, first_divergence, verdict
+from tests.fakes import ArgmaxRecorder
+
+PET = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "kind": {"enum": ["cat", "dog", "bird"]},
+        "pos": {
+            "type": "object",
+            "properties": {"x": {"type": "integer", "minimum": -99, "maximum": 999}, "y": {"enum": [0, 1, 2]}},
+            "required": ["x", "y"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "kind", "pos"],
+    "additionalProperties": False,
+}
+PROMPTS = ("hello there the", "in the", "on a real", "well then")
+SPECULATIVE = [("auto", KSetting("auto")), ("model", KSetting("fixed", 3)), ("ngram", KSetting("fixed", 4))]
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_gguf_factory) -> Iterator[Engine]:
+    target = tiny_gguf_factory(seed=0)
+    draft = tiny_gguf_factory(seed=1, like=0, similarity=0.8)
+    pair = PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "model", 512)
+    engine = Engine(pair, LlamaCppBackend(target, 512, threads=1), LlamaCppBackend(draft, 512, threads=1))
+    yield engine
+    engine.close()
+
+
+def generate(engine: Engine, prompt: Sequence[int], settings: GenerateSettings) -> tuple[list[int], str, Summary]:
+    events = list(engine.generate_tokens(list(prompt), settings))
+    tokens = [e for e in events if isinstance(e, Token)]
+    return [t.id for t in tokens], "".join(t.text for t in tokens), events[-1]
+
+
+# -- greedy: speculation under a constraint is plain decoding under it ---------------------------------
+
+
+@pytest.mark.parametrize("spec", [ConstraintSpec.json_schema(PET), ConstraintSpec("regex", r"[a-z ]{3,40}\.")])
+def test_greedy_under_a_constraint_equals_plain_decoding_token_for_token(tiny_engine, spec):
+    drafted = 0
+    for text in PROMPTS:
+        prompt = tiny_engine.target.tokenize(text, special=False)
+        plain, _, _ = generate(tiny_engine, prompt, GenerateSettings(120, draft=DraftChoice.NONE, constraint=spec))
+        for draft, k in SPECULATIVE:
+            out, _, summary = generate(tiny_engine, prompt, GenerateSettings(120, draft=draft, k=k, constraint=spec))
+            assert out == plain, (text, draft)
+            drafted += summary.accepted
+    assert drafted > 0  # speculation took part, not only forced tokens and plain steps
+
+
+def test_every_reply_under_a_schema_parses_and_validates(tiny_engine):
+    spec = ConstraintSpec.json_schema(PET)
+    for text in PROMPTS:
+        prompt = tiny_engine.target.tokenize(text, special=False)
+        for draft, k in [("none", KSetting("auto")), *SPECULATIVE]:
+            _, reply, summary = generate(tiny_engine, prompt, GenerateSettings(200, draft=draft, k=k, constraint=spec))
+            assert summary.stop_reason == "eos"
+            jsonschema.validate(json.loads(reply), PET)
+            assert summary.constraint_s > 0
+
+
+def test_unconstrained_output_of_the_tiny_model_is_not_json(tiny_engine):
+    """The check above is not vacuous: without the constraint the same model writes no JSON."""
+    prompt = tiny_engine.target.tokenize(PROMPTS[0], special=False)
+    _, reply, _ = generate(tiny_engine, prompt, GenerateSettings(60, draft=DraftChoice.NONE))
+    with pytest.raises(ValueError):
+        json.loads(reply)
+
+
+# -- drafts under the mask ------------------------------------------------------------------------
+
+
+class AllowedSet:
+    """A constraint that allows a fixed set of tokens everywhere (the drafters' side of the protocol)."""
+
+    def __init__(self, n_vocab: int, allowed: set[int]):
+        self.mask = np.zeros(n_vocab, dtype=bool)
+        self.mask[list(allowed)] = True
+        self.consumed: list[int] = []
+        self.busy_s = 0.0
+
+    def allowed(self) -> np.ndarray:
+        return self.mask
+
+    def advance(self, token_id: int) -> bool:
+        if not self.mask[token_id]:
+            return False
+        self.consumed.append(token_id)
+        return True
+
+    def rollback(self, n: int) -> None:
+        del self.consumed[len(self.consumed) - n :]
+
+    def allowed_prefix(self, tokens: Sequence[int]) -> int:
+        return next((i for i, t in enumerate(tokens) if not self.mask[t]), len(tokens))
+
+    def forced(self) -> list[int]:
+        return []
+
+    def done(self) -> bool:
+        return False
+
+
+def test_an_ngram_copy_stops_at_the_first_forbidden_token():
+    context = [1, 2, 3, 4, 5, 6, 1, 2]
+    constraint = AllowedSet(10, {1, 2, 3, 4})
+    assert NgramDrafter().propose(context, 6).ids[:4] == [3, 4, 5, 6]
+    assert NgramDrafter().propose(context, 6, constraint=constraint).ids == [3, 4]
+
+
+def test_the_draft_model_drafts_only_allowed_tokens_and_leaves_the_matcher_where_it_was(tiny_engine):
+    draft = tiny_engine.draft
+    prompt = draft.tokenize("hello there the", special=False)
+    allowed = {int(t) for t in np.random.default_rng(0).choice(draft.n_vocab - 3, 12, replace=False)}
+    constraint = AllowedSet(draft.n_vocab, allowed)
+    proposal = ModelDrafter(draft).propose(prompt, 6, SamplingParams(), np.random.default_rng(0), constraint=constraint)
+    unconstrained = ModelDrafter(draft).propose(prompt, 6, SamplingParams(), np.random.default_rng(0))
+    assert len(proposal.ids) == 6 and set(proposal.ids) <= allowed
+    assert not set(unconstrained.ids) <= allowed  # the mask changed what it drafted
+    assert constraint.consumed == []
+
+
+# -- sampling: the masked target's distribution, whatever drafts ------------------------------------
+
+WORDS = ["cat", "cab", "cod", "dog", "dot"]  # no merged token of the tiny vocabulary: one spelling each
+
+
+def masked_target_distribution(engine: Engine, prompt: list[int], spec: ConstraintSpec) -> dict[str, float]:
+    """The exact probability of each reply under the target restricted to `spec` (temperature 1):
+    every path the matcher allows, each token's probability renormalised over the allowed ones."""
+    target, matcher = engine.target, engine.constraint(spec)
+    out: dict[str, float] = {}
+
+    def walk(path: list[int], p: float) -> None:
+        allowed = np.flatnonzero(matcher.allowed()[: target.n_vocab])
+        logits = sync_cache(target, prompt + path, 1)[0].astype(np.float64)
+        w = np.exp(logits[allowed] - logits[allowed].max())
+        for token, q in zip(allowed, w / w.sum(), strict=True):
+            if int(token) in target.eos_ids:
+                text = b"".join(target.token_bytes(t) for t in path).decode()
+                out[text] = out.get(text, 0.0) + p * q
+                continue
+            assert matcher.advance(int(token))
+            walk([*path, int(token)], p * q)
+            matcher.rollback(1)
+
+    walk([], 1.0)
+    return out
+
+
+def sampled_replies(engine: Engine, prompt: list[int], spec: ConstraintSpec, n: int) -> list[str]:
+    settings = [
+        GenerateSettings(16, SamplingParams(temperature=1.0, seed=seed), DraftChoice.MODEL, KSetting("fixed", 3), spec)
+        for seed in range(n)
+    ]
+    return [generate(engine, prompt, s)[1] for s in settings]
+
+
+def fit_p_value(replies: list[str], exact: dict[str, float]) -> float:
+    """Chi-square p-value of the replies against the exact distribution; 0 when a reply lies outside
+    its support (which a chi-square test cannot see)."""
+    if not set(replies) <= set(exact):
+        return 0.0
+    keys = sorted(exact)
+    observed = np.array([replies.count(k) for k in keys], dtype=float)
+    expected = np.array([exact[k] for k in keys]) * len(replies)
+    return float(stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue)
+
+
+@pytest.mark.heavy
+def test_speculative_sampling_under_a_schema_follows_the_masked_target(tiny_engine, monkeypatch):
+    spec = ConstraintSpec.json_schema({"enum": WORDS})
+    prompt = tiny_engine.target.tokenize("hello there the", special=False)
+    exact = masked_target_distribution(tiny_engine, prompt, spec)
+    assert sorted(exact) == sorted(f'"{w}"' for w in WORDS) and abs(sum(exact.values()) - 1) < 1e-9
+    replies = sampled_replies(tiny_engine, prompt, spec, 1500)
+    assert fit_p_value(replies, exact) > 1e-3
+
+    # verification without the mask: the same drafts, checked against the unmasked target
+    monkeypatch.setattr(SpeculativeDecoder, "_masked_rows", staticmethod(lambda logits, chain, constraint: logits))
+    assert fit_p_value(sampled_replies(tiny_engine, prompt, spec, 300), exact) < 1e-3
+
+
+# -- specs: what cannot be enforced is refused, naming it ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, named",
+    [
+        (ConstraintSpec.json_schema({"not": {"type": "string"}}), '"not"'),
+        (ConstraintSpec.json_schema({"type": "string", "format": "foo"}), "format: foo"),
+        (ConstraintSpec("regex", "(?=a)b"), "look-around"),
+        (ConstraintSpec("json_schema", "{nope"), "cannot"),
+    ],
+)
+def test_a_constraint_that_cannot_be_enforced_is_a_usage_error_naming_why(spec, named):
+    with pytest.raises(ConstraintError) as e:
+        grammar_of(spec)
+    assert named in str(e.value) and "\n" not in str(e.value)
+    assert e.value.exit_code == 2
+
+
+# -- run --json / --json-schema -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+        f'[models.gone]\nformat = "gguf"\npath = "{tmp_path / "nope.gguf"}"\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+        '[pairs.missing]\nbackend = "llamacpp"\ntarget = "gone"\ndrafter = "none"\ncontext = 256\n'
+    )
+    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+    return tmp_path
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.main, list(args))
+
+
+def one_line_error(result, code: int) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    lines = [s for s in result.stderr.splitlines() if s.strip()]
+    assert len(lines) == 1 and lines[0].startswith("edgespec: error:"), result.stderr
+    return lines[0]
+
+
+def test_run_json_schema_writes_one_valid_document(env):
+    schema = env / "pet.json"
+    schema.write_text(json.dumps(PET))
+    r = invoke("run", "a pet", "--raw", "--json-schema", str(schema), "--temperature", "0", "--max-tokens", "200")
+    assert r.exit_code == 0, r.stderr
+    jsonschema.validate(json.loads(r.stdout), PET)
+
+
+def test_run_json_cut_before_the_document_ends_is_an_error(env):
+    r = invoke("run", "a pet", "--raw", "--json", "--temperature", "0", "--max-tokens", "3")
+    assert one_line_error(r, 1).endswith("the JSON document is incomplete: --max-tokens was reached before it ended")
+    assert r.stdout.startswith("{")
+
+
+@pytest.mark.parametrize(
+    "content, named",
+    [
+        ('{"not": {"type": "string"}}', 'cannot be enforced: Unimplemented keys: ["not"]'),
+        ("{nope", "is not JSON"),
+        ('"a string"', "holds no JSON schema"),
+        (None, "cannot read"),
+    ],
+)
+def test_run_refuses_a_bad_schema_file_before_loading(env, content, named):
+    schema = env / "schema.json"
+    if content is not None:
+        schema.write_text(content)
+    # the pair's model file does not exist: an error about the schema came before any loading
+    line = one_line_error(invoke("run", "x", "-m", "missing", "--json-schema", str(schema)), 2)
+    assert line.startswith("edgespec: error: --json-schema: ") and named in line
+
+
+def test_run_json_and_json_schema_exclude_each_other(env):
+    schema = env / "s.json"
+    schema.write_text("{}")
+    assert "exclude each other" in one_line_error(invoke("run", "x", "--json", "--json-schema", str(schema)), 2)
+
+
+# -- the real pair ----------------------------------------------------------------------------------
+
+REAL_PROMPTS = (
+    "Describe a pet as JSON with its name, kind and position.",
+    "Give me a JSON record of a cat called Tom sitting at x=3, y=4.",
+    "Invent a bird and its coordinates as JSON.",
+)
+
+
+@pytest.fixture(scope="module")
+def floor(real_pair_engine) -> float:
+    """The target's noise floor (quality/noise_floor.py), measured once for the session."""
+    return real_pair_engine.noise_floor().max
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", REAL_PROMPTS)
+def test_real_pair_greedy_under_a_schema_matches_plain_and_validates(real_engine, floor, text):
+    """As tests/test_real_pair.py: speculative output equals plain decoding's, or parts from it where
+    the two tokens are tied within the noise floor, both in the rows that verified it and in plain
+    decoding's single steps (both tokens were allowed there: the text before them is the same)."""
+    spec = ConstraintSpec.json_schema(PET)
+    prompt = real_engine.chat_tokens([{"role": "user", "content": text}])
+    real_target = real_engine.target
+    recorder = ArgmaxRecorder(real_target)
+    real_engine.target = recorder
+    try:
+        plain, reply, summary = generate(real_engine, prompt, GenerateSettings(96, draft="none", constraint=spec))
+        assert summary.stop_reason == "eos"
+        jsonschema.validate(json.loads(reply), PET)
+        plain_rows = dict(recorder.rows)
+        for draft, k in (("auto", KSetting("auto")), ("model", KSetting("fixed", 3))):
+            recorder.rows.clear()
+            real_target.truncate(0)
+            settings = GenerateSettings(96, draft=draft, k=k, constraint=spec)
+            out, reply, summary = generate(real_engine, prompt, settings)
+            jsonschema.validate(json.loads(reply), PET)
+            i = first_divergence(out, plain)
+            if i is not None:
+                assert i < min(len(out), len(plain)), f"{draft}: one output is a prefix of the other"
+                at = len(prompt) + i - 1
+                gaps = [float(row[out[i]] - row[plain[i]]) for row in (recorder.rows[at], plain_rows[at])]
+                assert verdict(*gaps, floor) == TIE, f"{draft}: parted at token {i}: gaps {gaps}, floor {floor}"
+    finally:
+        real_engine.target = real_target
+
+
+@pytest.mark.slow
+def test_real_pair_run_json_writes_one_object(real_engine):
+    prompt = real_engine.chat_tokens(
+        [{"role": "user", "content": "A JSON object with a name and an age, nothing else."}]
+    )
+    _, reply, summary = generate(real_engine, prompt, GenerateSettings(96, constraint=ConstraintSpec("json_object")))
+    assert summary.stop_reason == "eos" and isinstance(json.loads(reply), dict)
+
+
+def test_a_complete_document_ends_the_reply_without_a_pass_for_its_end(tiny_engine):
+    """The end is the only token a complete document allows: no target pass is spent to choose it.
+    Plain decoding: one pass per token after the first (which the prompt's reading gives)."""
+    prompt = tiny_engine.target.tokenize(PROMPTS[0], special=False)
+    spec = ConstraintSpec.json_schema({"enum": WORDS})
+    _, reply, summary = generate(tiny_engine, prompt, GenerateSettings(16, draft=DraftChoice.NONE, constraint=spec))
+    assert summary.stop_reason == "eos" and json.loads(reply) in WORDS
+    assert summary.target_passes == summary.tokens - 1
