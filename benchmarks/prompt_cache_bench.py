@@ -26,7 +26,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ import httpx
 from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_throughput import start_server  # noqa: E402
+from serve_throughput import run_once, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGESPEC = [sys.executable, "-m", "edgespec"]
@@ -59,26 +58,9 @@ def fresh(text: str) -> str:
 
 def run_call(pair: str | None, stdin: str, instruction: str, max_tokens: int, *flags: str) -> dict:
     """One `edgespec run`, timed from start to exit, with its --stats-json figures."""
-    with tempfile.TemporaryDirectory() as tmp:
-        stats = Path(tmp) / "stats.json"
-        args = [
-            *EDGESPEC,
-            "run",
-            instruction,
-            "--max-tokens",
-            str(max_tokens),
-            "--temperature",
-            "0",
-            "--color",
-            "never",
-            "--stats-json",
-            str(stats),
-            *flags,
-        ] + (["-m", pair] if pair else [])
-        start = time.perf_counter()
-        subprocess.run(args, input=stdin, text=True, check=True, stdout=subprocess.DEVNULL)
-        wall = time.perf_counter() - start
-        summary = json.loads(stats.read_text())
+    start = time.perf_counter()
+    summary = run_once(pair, instruction, max_tokens, *flags, stdin=stdin)
+    wall = time.perf_counter() - start
     return {
         "wall_s": wall,
         "ttft_s": summary["ttft_s"],

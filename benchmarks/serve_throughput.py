@@ -50,27 +50,13 @@ def start_server(pair: str | None, queue: int) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"the server did not start (exit {server.wait()})")
 
 
-def run_once(pair: str | None, prompt: str, max_tokens: int) -> dict:
+def run_once(pair: str | None, prompt: str, max_tokens: int, *flags: str, stdin: str | None = None) -> dict:
+    """One greedy `edgespec run` (its output thrown away): its --stats-json figures."""
     with tempfile.TemporaryDirectory() as tmp:
         stats = Path(tmp) / "stats.json"
-        subprocess.run(
-            [
-                *EDGESPEC,
-                "run",
-                prompt,
-                "--max-tokens",
-                str(max_tokens),
-                "--temperature",
-                "0",
-                "--color",
-                "never",
-                "--stats-json",
-                str(stats),
-            ]
-            + (["-m", pair] if pair else []),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        args = [*EDGESPEC, "run", prompt, "--max-tokens", str(max_tokens), "--temperature", "0"]
+        args += ["--color", "never", "--stats-json", str(stats), *flags] + (["-m", pair] if pair else [])
+        subprocess.run(args, input=stdin, text=True, check=True, stdout=subprocess.DEVNULL)
         return json.loads(stats.read_text())
 
 
