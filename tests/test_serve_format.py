@@ -226,9 +226,12 @@ class City(pydantic.BaseModel):
 
 @pytest.fixture(scope="module")
 def real_client(real_pair_engine):
-    pair = real_pair_engine.pair
-    with serving_engine(real_pair_engine, GenerateSettings(sampling=pair.sampling)) as live:
-        yield openai.OpenAI(base_url=live.url, api_key="unused", max_retries=0, timeout=900), pair.name
+    # a fixed K, as tests/test_serve_real_pair.py serves: every reply drafts, and no calibration runs first
+    settings = GenerateSettings(
+        sampling=real_pair_engine.pair.sampling, draft=DraftChoice.MODEL, k=KSetting("fixed", 3)
+    )
+    with serving_engine(real_pair_engine, settings) as live:
+        yield openai.OpenAI(base_url=live.url, api_key="unused", max_retries=0, timeout=900), real_pair_engine.pair.name
 
 
 @pytest.mark.slow
