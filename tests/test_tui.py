@@ -274,7 +274,7 @@ def test_the_app_paces_by_the_engines_decoding_threads(tmp_path, monkeypatch, th
 
 
 def test_the_header_says_where_each_model_runs(tmp_path):
-    from edgespec.tui.app import describe_pair
+    from edgespec.tui.header import describe_pair
 
     engine = FakeEngine()
     assert describe_pair(engine) == (
@@ -697,6 +697,88 @@ def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_
     assert seen["notes"] == [("Saved elsewhere", line)]
     assert result.stderr.splitlines()[-1] == f"edgespec: warning: {line}"
     assert (tmp_path / "chats").read_text() == "a file where the chats folder belongs\n"
+
+
+PET_SCHEMA = {
+    "title": "Pet",
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 10}, "kind": {"enum": ["cat", "dog", "bird"]}},
+    "required": ["name", "kind"],
+    "additionalProperties": False,
+}
+
+
+def test_chat_json_schema_constrains_every_reply_shown_by_origin_like_any_other(
+    tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf
+):
+    """`chat --json-schema` on the tiny GGUF pair: each reply parses and validates, streams into the
+    same view with the same origin styles as an unconstrained reply, and the header names the schema."""
+    import jsonschema
+
+    import edgespec.engine.engine
+    from edgespec.backends.llamacpp import LlamaCppBackend
+    from edgespec.cli import chat as command
+    from edgespec.engine.engine import Engine
+
+    pair = PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), ModelSpec("d", "gguf"), "model", 512)
+    engine = Engine(pair, LlamaCppBackend(tiny_gguf, 512, threads=1), LlamaCppBackend(tiny_draft_gguf, 512, threads=1))
+    schema = tmp_path / "pet.json"
+    schema.write_text(json.dumps(PET_SCHEMA))
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(edgespec.engine.engine, "open_engine", lambda pair, draft, cache: engine, raising=False)
+    monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
+    monkeypatch.setattr(command, "_require_terminal", lambda: None)
+    seen: dict = {}
+
+    async def two_replies(pilot) -> None:
+        app = pilot.app
+        seen["header"] = app.sub_title
+        for n, text in enumerate(("a pet", "another one"), 1):
+            await send(pilot, text)
+            await wait_until(pilot, lambda n=n: not app.generating and len(app.transcript.replies()) == n, timeout=60)
+        views = app.transcript.replies()
+        seen["messages"] = [view.message for view in views]
+        seen["styles"] = [{str(span.style) for span in view.tokens.content.spans} for view in views]
+        await pilot.press("ctrl+q")
+
+    run = ChatApp.run
+    monkeypatch.setattr(ChatApp, "run", lambda self: run(self, headless=True, size=SIZE, auto_pilot=two_replies))
+    result = CliRunner().invoke(
+        command.chat, ["--json-schema", str(schema), "--draft", "model", "--k", "3", "--temperature", "0", "--no-cache"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["header"].startswith('JSON schema "Pet" · llamacpp · cpu · ')
+    drafted = set()
+    for message, styles in zip(seen["messages"], seen["styles"], strict=True):
+        assert message["stats"]["stop_reason"] == "eos"
+        jsonschema.validate(json.loads(message["content"]), PET_SCHEMA)
+        kinds = {kind for kind, _ in message["spans"]} - {"target", REJECTED}
+        assert {STYLES[kind] for kind in kinds} <= styles
+        drafted |= kinds
+    assert drafted & {"draft", "correction", "bonus"}  # speculation wrote part of the replies
+
+
+def test_chat_refuses_a_bad_schema_file_before_loading(tmp_path, monkeypatch):
+    import edgespec.engine.engine
+    from edgespec.cli import chat as command
+
+    def no_loading(*args):
+        raise AssertionError("the engine was opened")
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(edgespec.engine.engine, "open_engine", no_loading, raising=False)
+    schema = tmp_path / "bad.json"
+    schema.write_text('{"type": "object", "not": {"type": "string"}}')
+    for args in (
+        ["--json-schema", str(schema)],
+        ["--json-schema", str(tmp_path / "none.json")],
+        ["--json", "--json-schema", str(schema)],
+    ):
+        result = CliRunner().invoke(command.chat, args)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, (result.exit_code, result.stderr)
+        assert lines[0].startswith("edgespec: error: --json")
+    assert '"not"' in CliRunner().invoke(command.chat, ["--json-schema", str(schema)]).stderr
 
 
 # Snapshots (pytest-textual-snapshot; update with --snapshot-update after checking the report)

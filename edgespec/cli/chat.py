@@ -16,6 +16,8 @@ from edgespec.cli.common import (
     cache_option,
     decoding_options,
     error_boundary,
+    json_constraint,
+    json_options,
     pair_options,
     read_stdin,
 )
@@ -58,9 +60,26 @@ def _require_terminal() -> None:
     help="Reopen a saved chat: the most recent, or the one with this id (see ctrl+o in the app).",
 )
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Most tokens per reply.")
+@json_options
 @cache_option
 @error_boundary
-def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system, resume, max_tokens, no_cache):
+def chat(
+    pair,
+    config,
+    draft,
+    k,
+    temperature,
+    top_p,
+    top_k,
+    min_p,
+    seed,
+    system,
+    resume,
+    max_tokens,
+    json_object,
+    json_schema,
+    no_cache,
+):
     """Chat in the terminal; every token shows whether the draft or the target wrote it.
 
     Keys: enter send · shift+enter/ctrl+j newline · esc stop · ctrl+n new chat · ctrl+r regenerate ·
@@ -74,6 +93,7 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
     from edgespec.tui.history import ChatStore
 
     check_text(system, "--system")
+    constraint = json_constraint(json_object, json_schema)  # every reply decodes under it
     store = ChatStore()
     conversation = None
     if resume is not None:
@@ -95,7 +115,9 @@ def chat(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, system,
         engine = engine_thread.call(open_engine, pair_config, draft, cache)
         try:
             sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
-            settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
+            settings = GenerateSettings(
+                max_tokens=max_tokens, sampling=sampling, draft=draft, k=k, constraint=constraint
+            )
 
             from edgespec.tui.app import ChatApp
 

@@ -1,5 +1,5 @@
-"""What every command shares: the pair / drafter / sampling options, the types that check flag
-values, and the error boundary.
+"""What every command shares: the pair / drafter / sampling / JSON options, the types that check
+flag values, and the error boundary.
 
 `run`, `chat` and `bench` take the same flags with the same meaning; they are declared once here.
 One rule per kind of value, for every command, checked while the flags are parsed (before
@@ -12,10 +12,12 @@ from __future__ import annotations
 import codecs
 import contextlib
 import functools
+import json
 import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +28,9 @@ from edgespec.util import interrupts
 from edgespec.util.errors import EdgespecError, SettingError, UsageError
 from edgespec.util.stdout import PipeClosed
 from edgespec.util.text_check import context_bytes
+
+if TYPE_CHECKING:
+    from edgespec.constraints.guidance import ConstraintSpec
 
 
 def config_option(f: Callable) -> Callable:
@@ -155,6 +160,50 @@ def decoding_options(f: Callable) -> Callable:
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+def json_options(f: Callable) -> Callable:
+    """--json and --json-schema FILE (`run`, and every reply of a `chat`); see `json_constraint`."""
+    f = click.option(
+        "--json-schema",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Reply with one JSON document valid against the JSON schema in this file.",
+    )(f)
+    return click.option(
+        "--json", "json_object", is_flag=True, help="Reply with one JSON object (decoding is constrained to it)."
+    )(f)
+
+
+def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpec | None:
+    """The constraint --json / --json-schema ask for, checked (compiled without a model): a usage
+    error for a file that cannot be read, text that is not JSON, or a schema feature the engine
+    cannot enforce, naming it."""
+    from edgespec.constraints.guidance import ConstraintSpec, grammar_of  # llguidance only when asked
+
+    if any_object and schema_file is not None:
+        raise UsageError("--json and --json-schema exclude each other (a schema says what JSON to write)")
+    if schema_file is not None:
+        try:
+            text = schema_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"--json-schema: cannot read {schema_file}: {getattr(e, 'strerror', None) or e}") from None
+        try:
+            schema = json.loads(text)
+        except ValueError as e:
+            raise UsageError(f"--json-schema: {schema_file} is not JSON: {e}") from None
+        if not isinstance(schema, dict | bool):
+            raise UsageError(f"--json-schema: {schema_file} holds no JSON schema (an object)")
+        spec = ConstraintSpec.json_schema(text)
+    elif any_object:
+        spec = ConstraintSpec("json_object")
+    else:
+        return None
+    try:
+        grammar_of(spec)
+    except UsageError as e:
+        raise UsageError(f"--json-schema: {e}" if schema_file is not None else f"--json: {e}") from None
+    return spec
 
 
 def _report(message: str) -> None:

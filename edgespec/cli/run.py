@@ -17,7 +17,6 @@ import json
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +24,8 @@ from edgespec.cli.common import (
     cache_option,
     decoding_options,
     error_boundary,
+    json_constraint,
+    json_options,
     pair_options,
     read_stdin,
 )
@@ -36,9 +37,6 @@ from edgespec.util.output_files import check_writable, write_or_rescue
 from edgespec.util.stdout import PipeClosed, check_open
 from edgespec.util.text_check import check_text
 
-if TYPE_CHECKING:
-    from edgespec.constraints.guidance import ConstraintSpec
-
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
 TOKEN_STYLES = {
     Source.DRAFT: dict(fg="green"),
@@ -46,37 +44,6 @@ TOKEN_STYLES = {
     Source.BONUS: dict(fg="cyan", bold=True),
     Source.TARGET: dict(),
 }
-
-
-def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpec | None:
-    """The constraint --json / --json-schema ask for, checked (compiled without a model): a usage
-    error for a file that cannot be read, text that is not JSON, or a schema feature the engine
-    cannot enforce, naming it."""
-    from edgespec.constraints.guidance import ConstraintSpec, grammar_of  # llguidance only when asked
-
-    if any_object and schema_file is not None:
-        raise UsageError("--json and --json-schema exclude each other (a schema says what JSON to write)")
-    if schema_file is not None:
-        try:
-            text = schema_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise UsageError(f"--json-schema: cannot read {schema_file}: {getattr(e, 'strerror', None) or e}") from None
-        try:
-            schema = json.loads(text)
-        except ValueError as e:
-            raise UsageError(f"--json-schema: {schema_file} is not JSON: {e}") from None
-        if not isinstance(schema, dict | bool):
-            raise UsageError(f"--json-schema: {schema_file} holds no JSON schema (an object)")
-        spec = ConstraintSpec.json_schema(text)
-    elif any_object:
-        spec = ConstraintSpec("json_object")
-    else:
-        return None
-    try:
-        grammar_of(spec)
-    except UsageError as e:
-        raise UsageError(f"--json-schema: {e}" if schema_file is not None else f"--json: {e}") from None
-    return spec
 
 
 def compose_message(stdin_text: str | None, prompt: str | None) -> str:
@@ -94,13 +61,7 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
 @decoding_options
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True)
 @click.option("--raw", is_flag=True, help="Plain completion of the text, without the chat template.")
-@click.option("--json", "json_object", is_flag=True, help="Reply with one JSON object (decoding is constrained to it).")
-@click.option(
-    "--json-schema",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Reply with one JSON document valid against the JSON schema in this file.",
-)
+@json_options
 @click.option(
     "--color",
     type=click.Choice(["auto", "always", "never"]),

@@ -1,11 +1,12 @@
 """The HTTP surface: OpenAI's chat and text completions, the model list and a health check.
 
-A request is checked (pydantic, before anything is queued), queued for the engine (503 when the
-queue is full), and answered once the engine has read its prompt: then the status is known (a
-prompt longer than the context is a 400, not a broken stream). Streamed replies are server-sent
-events ending in `data: [DONE]`; the figures (`usage`, `metrics.speculative_decoding`) come in the
-last chunk, as vLLM sends them. A client that goes away, while its request waits or while it
-streams, cancels its generation (within one target pass), so the next request is not kept waiting.
+A request is checked (pydantic, and a `response_format` compiled: see structured.py) before
+anything is queued, queued for the engine (503 when the queue is full), and answered once the
+engine has read its prompt: then the status is known (a prompt longer than the context is a 400,
+not a broken stream). Streamed replies are server-sent events ending in `data: [DONE]`; the
+figures (`usage`, `metrics.speculative_decoding`) come in the last chunk, as vLLM sends them. A
+client that goes away, while its request waits or while it streams, cancels its generation (within
+one target pass), so the next request is not kept waiting.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
 from starlette.middleware.authentication import AuthenticationMiddleware
 
+from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
@@ -30,6 +32,7 @@ from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
 from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
 from edgespec.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest, ModelCard, ModelList
+from edgespec.server.structured import response_constraint
 
 # An editor sends whole files, and a prompt longer than the context is refused anyway; this only
 # keeps a runaway client from filling memory (a 32k-token context is about 128 KB of text). Over it:
@@ -79,11 +82,11 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
             on_error=lambda conn, error: unauthorized(str(error) == "wrong").response(),
         )
 
-    def settings(body: GenerationRequest) -> GenerateSettings:
+    def settings(body: GenerationRequest, constraint: ConstraintSpec | None) -> GenerateSettings:
         sampling = sampling_from_flags(
             defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.seed
         )
-        return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k)
+        return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
 
     async def answer(
         request: Request,
@@ -91,10 +94,11 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
         fmt: ChatFormat | TextFormat,
         tokens: Callable[[Engine], list[int]],
         param: str,
+        constraint: ConstraintSpec | None = None,
     ) -> Response:
         if body.model != served:
             raise unknown_model(body.model, served)
-        job = Job(tokens, param, settings(body), body.token_limit)
+        job = Job(tokens, param, settings(body, constraint), body.token_limit)
         worker.submit(job)
         started_item = await while_connected(request, job, job.next())
         if isinstance(started_item, Failed):
@@ -110,7 +114,10 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         messages = body.chat_messages()
-        return await answer(request, body, ChatFormat(served), lambda engine: engine.chat_tokens(messages), "messages")
+        constraint = response_constraint(body.response_format)  # compiled now: a bad schema is a 400
+        return await answer(
+            request, body, ChatFormat(served), lambda engine: engine.chat_tokens(messages), "messages", constraint
+        )
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:

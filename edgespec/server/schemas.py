@@ -12,9 +12,10 @@ JSON can escape a lone surrogate, which no tokenizer reads.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from edgespec.decoding.sampling import sampling_problem
@@ -87,6 +88,40 @@ class EdgespecOptions(_Strict):
     sources: bool = False
 
 
+_FORMAT_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def _format_name(value: str) -> str:
+    if not _FORMAT_NAME.fullmatch(value):
+        raise PydanticCustomError("invalid_value", "must be 1 to 64 letters a-z, A-Z, digits, underscores or dashes")
+    return value
+
+
+class JsonSchemaFormat(_Strict):
+    """`response_format.json_schema` as OpenAI's structured outputs send it (the openai client's
+    `parse` helper among them). What `strict` means here: edgespec.server.structured."""
+
+    name: Annotated[str, AfterValidator(_format_name)]
+    schema_: dict = Field(alias="schema")  # "schema" would shadow a BaseModel method
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """`{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {...}}`."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise PydanticCustomError("invalid_value", "type 'json_schema' needs the field 'json_schema'")
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise PydanticCustomError("invalid_value", "the field 'json_schema' goes with type 'json_schema' only")
+        return self
+
+
 Stop = Annotated[str, Field(min_length=1), BeforeValidator(_valid_unicode)]  # Unicode first, then the length
 
 
@@ -139,7 +174,7 @@ class ChatCompletionRequest(GenerationRequest):
     tools: Annotated[list[dict] | None, _only(None, [], why="tool calls are not supported")] = None
     tool_choice: Annotated[str | dict | None, _only(None, "none", why="tool calls are not supported")] = None
     parallel_tool_calls: Annotated[bool | None, _only(None, False, why="tool calls are not supported")] = None
-    response_format: Annotated[dict | None, _only(None, {"type": "text"}, why="only plain text replies")] = None
+    response_format: ResponseFormat | None = None
 
     def chat_messages(self) -> list[dict]:
         """The messages as the chat template takes them."""

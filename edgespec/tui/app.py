@@ -30,6 +30,7 @@ from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.tui.actions import ChatActions
 from edgespec.tui.generation import Generation, fit_context
+from edgespec.tui.header import describe_pair
 from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
@@ -45,20 +46,6 @@ from edgespec.tui.transcript import (
 from edgespec.util import unsaved
 from edgespec.util.errors import EdgespecError
 from edgespec.util.hardware import physical_cores
-
-
-def describe_pair(engine: Engine) -> str:
-    """'backend · device · target ← drafter' for the header (the long names last, where it truncates).
-
-    The device is where the runtime put each loaded model ("cpu", "gpu", "gpu+cpu"): one word when
-    both models run on the same device, else one per model ("target gpu, draft cpu")."""
-    pair = engine.pair
-    drafter = pair.draft.name if pair.draft is not None else pair.drafter
-    placements = engine.placements()
-    devices = {p.device for p in placements.values()}
-    where = devices.pop() if len(devices) == 1 else ", ".join(f"{role} {p.device}" for role, p in placements.items())
-    return f"{pair.backend} · {where} · {pair.target.name} ← {drafter}"
-
 
 SWITCH_INTERVAL_S = 0.0005
 
@@ -132,7 +119,7 @@ class ChatApp(ChatActions, App):
         if getattr(self.engine, "cache", None) is not None:
             self.engine.cache.warn = lambda message: self._engine_note(message, "Prompt cache")
         unsaved.say = lambda message: self._engine_note(message, "Not saved")
-        self.sub_title = describe_pair(self.engine)
+        self.sub_title = describe_pair(self.engine, self.settings.constraint)
         await self._show_conversation()
         self.query_one(PromptBox).focus()
         if self._first_message:
