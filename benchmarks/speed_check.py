@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import NgramDrafter
 from edgespec.decoding.events import Step, Summary
+from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK

@@ -21,8 +21,9 @@ from edgespec.cli import main as cli
 from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, grammar_of
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, ModelDrafter, NgramDrafter
-from edgespec.decoding.events import Summary, Token
+from edgespec.decoding.drafters import DraftChoice, ModelDrafter
+from edgespec.decoding.events import Step, Summary, Token
+from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
@@ -151,6 +152,59 @@ def test_the_draft_model_drafts_only_allowed_tokens_and_leaves_the_matcher_where
     assert len(proposal.ids) == 6 and set(proposal.ids) <= allowed
     assert not set(unconstrained.ids) <= allowed  # the mask changed what it drafted
     assert constraint.consumed == []
+
+
+# -- forced text: free to draft ----------------------------------------------------------------------
+
+LONG_KEYS = {
+    "type": "object",
+    "properties": {"the_first_field_name": {"type": "string"}, "another_rather_long_field": {"type": "string"}},
+    "required": ["the_first_field_name", "another_rather_long_field"],
+    "additionalProperties": False,
+}
+
+
+def test_a_round_drafts_after_the_forced_text_in_the_same_pass(tiny_engine):
+    """Forced tokens start a round's draft and the draft model drafts on after them: one pass, not a
+    pass for the forced text and another for the draft."""
+    prompt = tiny_engine.target.tokenize(PROMPTS[1], special=False)
+    spec = ConstraintSpec.json_schema(LONG_KEYS)
+    settings = GenerateSettings(48, draft=DraftChoice.MODEL, k=KSetting("fixed", 8), constraint=spec)
+    events = list(tiny_engine.generate_tokens(prompt, settings))
+    replay, joined = tiny_engine.constraint(spec), 0
+    for event in events:
+        if isinstance(event, Step):
+            forced = replay.forced()
+            joined += bool(forced) and event.drafter == "model" and len(forced) < event.k
+            assert list(event.drafted_ids[: len(forced)]) == forced[: event.k]
+        elif isinstance(event, Token):
+            replay.advance(event.id)
+    assert joined >= 1
+
+
+class CountingEvals:
+    """A backend that counts its `eval` calls (each a draft step or a batch read)."""
+
+    def __init__(self, backend):
+        self._backend, self.evals = backend, 0
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def eval(self, tokens, n_logits):
+        self.evals += 1
+        return self._backend.eval(tokens, n_logits)
+
+
+def test_the_draft_model_takes_forced_tokens_without_a_draft_step(tiny_engine):
+    tiny_engine.draft.truncate(0)
+    draft = CountingEvals(tiny_engine.draft)
+    prompt = draft.tokenize(PROMPTS[1], special=False)
+    matcher = tiny_engine.constraint(ConstraintSpec.json_schema(LONG_KEYS))
+    proposal = ModelDrafter(draft).propose(prompt, 12, SamplingParams(), np.random.default_rng(0), constraint=matcher)
+    forced = matcher.forced()  # the matcher is back at the start, where '{"the_first_field_name": "' is forced
+    assert len(forced) > 12 and proposal.ids == forced[:12]
+    assert draft.evals <= 2  # the prompt's reading; then the first token is chosen, the rest taken as forced
 
 
 # -- sampling: the masked target's distribution, whatever drafts ------------------------------------

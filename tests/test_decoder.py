@@ -11,8 +11,9 @@ import pytest
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import ModelDrafter, NgramDrafter
+from edgespec.decoding.drafters import ModelDrafter
 from edgespec.decoding.events import Source, Step, Summary, Token
+from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, first_branch, is_chain

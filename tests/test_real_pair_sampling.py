@@ -25,8 +25,9 @@ from scipy import stats
 
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, ModelDrafter, NgramDrafter
+from edgespec.decoding.drafters import DraftChoice, ModelDrafter
 from edgespec.decoding.events import Token
+from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK

@@ -25,7 +25,8 @@ import click
 
 from edgespec.cli.common import config_option, error_boundary
 from edgespec.decoding.controller import AutoK
-from edgespec.decoding.drafters import DraftChoice, DrafterKind, NgramDrafter
+from edgespec.decoding.drafters import DraftChoice, DrafterKind
+from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.models.registry import HubSource, ModelSpec, PairConfig
 from edgespec.models.store import Store

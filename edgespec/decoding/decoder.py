@@ -21,8 +21,9 @@ Under a constraint (`constraint.py`) every row chosen or verified with is masked
 under the same mask, and the matcher follows the draft and rolls back to the committed text. Drafts
 are then chains: a tree's branches would each need the matcher's own state, and the trees' gain on
 the machines measured (design.md, "The tree ceiling") does not pay for that yet. Where the
-constraint forces the next tokens (its fixed text: a key, a brace), a round verifies them without
-asking any drafter: they cost no draft step, and verification keeps them lossless.
+constraint forces the next tokens (its fixed text: a key, a brace), the round takes them as the
+start of its draft, at no draft step, and the drafters draft after them for the same pass;
+verification keeps them lossless (the target's masked choice may spell the same text otherwise).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import codecs
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -45,7 +47,7 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
-from edgespec.decoding.tree import first_branch
+from edgespec.decoding.tree import chain, first_branch
 
 
 class IncrementalText:
@@ -57,6 +59,37 @@ class IncrementalText:
 
     def feed(self, token_id: int) -> str:
         return self._utf8.decode(self._bytes(token_id))
+
+
+def after_forced(forced: list[int], draft: Draft) -> Draft:
+    """The chain `forced` then `draft` (a chain: drafts under a constraint are), for one pass. The
+    forced tokens are point masses: the only tokens the constraint allows there, accepted whenever
+    the target's masked choice spells the text the same way."""
+    n = len(forced)
+    return Draft(
+        forced + draft.ids,
+        [*([None] * n), *draft.dists],
+        [1.0] * n + draft.confidence,
+        draft.match_len,
+        draft.catch_up_s,
+        draft.catch_up_tokens,
+    )
+
+
+def own_part(step: Step, n_forced: int) -> Step:
+    """What the drafter (or plain decoding) did in a round that began with `n_forced` forced tokens,
+    all accepted: the policy learns from it as from any round."""
+    if not n_forced:
+        return step
+    k = step.k - n_forced
+    return replace(
+        step,
+        k=k,
+        accepted=step.accepted - n_forced,
+        drafted_ids=step.drafted_ids[n_forced:],
+        parents=tuple(chain(k)),
+        path=tuple(range(step.accepted - n_forced)),
+    )
 
 
 class SpeculativeDecoder:
@@ -159,12 +192,19 @@ class SpeculativeDecoder:
         token, and returns the Step with the new ids in order (and `constraint` with them)."""
         t0 = time.perf_counter()
         forced = constraint.forced()[:max_k] if constraint is not None and self.drafters and max_k > 0 else []
-        drafter: Drafter | None = None
-        plan: Plan | None = None
-        if forced:
-            draft = Draft(forced, [None] * len(forced), [1.0] * len(forced))
+        if forced:  # the drafters draft after the forced text, for the same pass
+            assert constraint is not None
+            for token_id in forced:
+                constraint.advance(token_id)
+            drafter, own, plan = None, Draft(), None
+            if len(forced) < max_k:
+                ahead, left = context + forced, max_k - len(forced)
+                drafter, own, plan = self._draft(ahead, left, params, rng, emitted + len(forced), constraint)
+            constraint.rollback(len(forced))
+            draft = after_forced(forced, own)
         else:
-            drafter, draft, plan = self._draft(context, max_k, params, rng, emitted, constraint)
+            drafter, own, plan = self._draft(context, max_k, params, rng, emitted, constraint)
+            draft = own
         t1 = time.perf_counter()
 
         n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
@@ -202,8 +242,8 @@ class SpeculativeDecoder:
             path=tuple(path),
         )
         self.policy.costs.observe_round(step, draft)  # before observe: the policy learns at the new costs
-        if plan is not None:  # forced tokens teach it nothing about any drafter
-            self.policy.observe(step, draft)
+        if not forced or (own.ids and accepted >= len(forced)):  # forced tokens teach it nothing: its own part
+            self.policy.observe(own_part(step, len(forced)), own)
         return step, new_ids
 
     @staticmethod

@@ -18,13 +18,15 @@ branch, see `tree.py`):
   worth verifying (a low-confidence position, as in EAGLE-2's dynamic tree), its next choices at
   that position hang beside the chosen token as leaves: they come from logits the model computed
   anyway, so they cost no draft step, only verification.
-- `NgramDrafter` (prompt lookup) copies what followed earlier occurrences of the text's last few
+- `NgramDrafter` (prompt lookup, `ngram_drafter.py`) copies what followed earlier occurrences of the text's last few
   tokens, every one of them merged into a trie whose first branch is the most recent match's copy.
   It costs nothing to run, and how far the match reaches back (`match_len`) tells the controller
   how much of the copy is likely to survive.
 
 Under a constraint (`constraint.py`) both draft chains only: the draft model drafts under the
-constraint's mask, and an n-gram copy stops at the first token the constraint forbids.
+constraint's mask, and an n-gram copy stops at the first token the constraint forbids. Where the
+constraint forces the next tokens (a key, a brace), the draft model takes them as they are and reads
+them in one batch with the token before them: they cost it no draft step.
 """
 
 from __future__ import annotations
@@ -238,9 +240,17 @@ class ModelDrafter:
                     (parent, depth, self._choices(logits, params, rng, 1 + self.ALTERNATIVES, choices[0])[1:])
                 )
             parent = node
-            if depth + 1 == k or depth + 1 == self.MAX_NODES:
+            forced: list[int] = []
+            if constraint is not None:
+                for forced_token in constraint.forced()[: min(k, self.MAX_NODES) - len(out.ids)]:
+                    parent = out.add(forced_token, parent, None, 1.0)
+                    forced.append(forced_token)
+                    advanced += constraint.advance(forced_token)
+                if forced and (advanced < len(out.ids) or constraint.done()):
+                    break  # the matcher refused one (a tokenization it does not expect), or the end follows
+            if len(out.ids) >= min(k, self.MAX_NODES):
                 break
-            logits = self.backend.eval([token], 1)[0]
+            logits = self.backend.eval([token, *forced], 1)[0]
         if constraint is not None:
             constraint.rollback(advanced)
         if branch is None:  # no alternatives were looked for
@@ -296,103 +306,3 @@ class ModelDrafter:
     def accept(self, n_committed: int) -> None:
         """Drop drafted tokens past the committed text (the rejected ones)."""
         self.backend.truncate(min(n_committed - self.start, len(self.backend.cached)))
-
-
-class NgramDrafter:
-    """Prompt lookup over the committed text (prompt and output so far).
-
-    An index from every n-gram (min_n..max_n tokens) to the positions it ended at is updated
-    incrementally as tokens are committed, so a lookup costs O(max_n), not a scan of the context.
-    A context that is not an extension of the indexed one (a new conversation) rebuilds the index.
-
-    A proposal is a trie of what followed the longest suffix that occurred before: its first
-    branch is the most recent occurrence's copy (what a chain-only lookup drafts), then the copies
-    after the other occurrences, longest match first, each adding the nodes where it parts from
-    the ones before. All are point masses: the target chooses among them.
-    """
-
-    kind = DrafterKind.NGRAM
-    free = True
-    # how far back a match is measured; beyond this, longer matches do not predict acceptance better
-    MAX_MATCH = 32
-    MAX_MATCHES = 8  # earlier occurrences merged into one proposal
-    MAX_NODES = 48  # the most nodes a proposal holds (the policy verifies some of them)
-
-    def __init__(self, min_n: int = 1, max_n: int = 4):
-        self.min_n, self.max_n = min_n, max_n
-        self._tokens: list[int] = []
-        self._ends: dict[tuple[int, ...], list[int]] = {}
-        self._source: Sequence[int] | None = None  # the context list indexed last
-
-    def _index(self, context: Sequence[int]) -> None:
-        seen = len(self._tokens)
-        # Within one generation the decoder only appends to the same context list, so the prefix
-        # is compared (an O(n) copy) only when a different list arrives, i.e. a new generation.
-        if context is not self._source and (seen > len(context) or list(context[:seen]) != self._tokens):
-            self._tokens, self._ends, seen = [], {}, 0
-        self._source = context
-        self._tokens.extend(context[seen:])
-        toks = self._tokens
-        # An n-gram is indexed once the token after it is known, so a lookup never finds the
-        # context's own suffix, only an earlier occurrence with a continuation.
-        for end in range(max(seen - 1, 0), len(toks) - 1):
-            for n in range(self.min_n, min(self.max_n, end + 1) + 1):
-                self._ends.setdefault(tuple(toks[end - n + 1 : end + 1]), []).append(end)
-
-    def begin(self, prompt: Sequence[int]) -> None:
-        pass  # the index catches up with the committed text at each proposal
-
-    def behind(self, context: Sequence[int]) -> int:
-        return 0  # reading the text is the lookup itself
-
-    def accept(self, n_committed: int) -> None:
-        pass
-
-    def propose(
-        self,
-        context: Sequence[int],
-        k: int,
-        params: SamplingParams | None = None,
-        rng: np.random.Generator | None = None,
-        stop: StopRule | None = None,
-        branch: BranchRule | None = None,
-        constraint: Constraint | None = None,
-    ) -> Draft:
-        """A trie of what followed earlier occurrences of the longest matching suffix, each copy up
-        to k tokens (a copy has no confidence to stop or branch on, so `stop` and `branch` do not
-        apply; nor do `params`: a copy is a point mass). Under `constraint`: the most recent copy
-        alone, up to its first token the constraint forbids."""
-        if constraint is not None:
-            copy = self._propose(context, k).first_branch()
-            return copy.head(constraint.allowed_prefix(copy.ids))
-        return self._propose(context, k)
-
-    def _propose(self, context: Sequence[int], k: int) -> Draft:
-        self._index(context)
-        toks = self._tokens
-        for n in range(min(self.max_n, len(toks) - 1), self.min_n - 1, -1):
-            ends = self._ends.get(tuple(toks[-n:]))
-            if not ends:
-                continue
-            latest, earlier = ends[-1], ends[-self.MAX_MATCHES : -1][::-1]
-            earlier.sort(key=self._match_len, reverse=True)  # stable: the most recent first among equals
-            out = Draft(match_len=self._match_len(latest), parents=[])
-            below: dict[tuple[int, int], int] = {}  # (parent, token) -> node
-            for end in [latest, *earlier]:
-                parent = ROOT
-                for token in toks[end + 1 : end + 1 + k]:
-                    node = below.get((parent, token))
-                    if node is None:
-                        if len(out.ids) == self.MAX_NODES:
-                            return out
-                        node = below[(parent, token)] = out.add(token, parent, None, 1.0)
-                    parent = node
-            return out
-        return Draft()
-
-    def _match_len(self, end: int) -> int:
-        toks, last = self._tokens, len(self._tokens) - 1
-        n = 0
-        while n < self.MAX_MATCH and end - n >= 0 and toks[end - n] == toks[last - n]:
-            n += 1
-        return n

@@ -27,8 +27,9 @@ from edgespec.decoding.backend import Backend, BackendError, Placement
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter, NgramDrafter
+from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter
 from edgespec.decoding.events import Event, Summary
+from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.prompt_cache import PromptCache
