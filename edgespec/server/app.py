@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
 from starlette.middleware.authentication import AuthenticationMiddleware
 
+from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
@@ -30,6 +31,7 @@ from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
 from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
 from edgespec.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest, ModelCard, ModelList
+from edgespec.server.tool_choice import tool_plan
 
 # An editor sends whole files, and a prompt longer than the context is refused anyway; this only
 # keeps a runaway client from filling memory (a 32k-token context is about 128 KB of text). Over it:
@@ -79,11 +81,11 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
             on_error=lambda conn, error: unauthorized(str(error) == "wrong").response(),
         )
 
-    def settings(body: GenerationRequest) -> GenerateSettings:
+    def settings(body: GenerationRequest, constraint: ConstraintSpec | None) -> GenerateSettings:
         sampling = sampling_from_flags(
             defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.seed
         )
-        return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k)
+        return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
 
     async def answer(
         request: Request,
@@ -91,10 +93,11 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
         fmt: ChatFormat | TextFormat,
         tokens: Callable[[Engine], list[int]],
         param: str,
+        constraint: ConstraintSpec | None = None,
     ) -> Response:
         if body.model != served:
             raise unknown_model(body.model, served)
-        job = Job(tokens, param, settings(body), body.token_limit)
+        job = Job(tokens, param, settings(body, constraint), body.token_limit)
         worker.submit(job)
         started_item = await while_connected(request, job, job.next())
         if isinstance(started_item, Failed):
@@ -109,8 +112,16 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        tools = tool_plan(body, served, worker.engine.pair.tool_format)
         messages = body.chat_messages()
-        return await answer(request, body, ChatFormat(served), lambda engine: engine.chat_tokens(messages), "messages")
+        return await answer(
+            request,
+            body,
+            ChatFormat(served, calls=tools.parser),
+            lambda engine: engine.chat_tokens(messages, tools.rendered),
+            "messages",
+            tools.constraint,
+        )
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -165,9 +176,11 @@ async def stream(job: Job, reply: Reply, fmt: ChatFormat | TextFormat, body: Gen
             yield sse(opening)
         try:
             async for tokens in sent_tokens(job, reply):
-                text = "".join(t.text for t in tokens)
-                if text or body.edgespec.sources:  # a token may end mid-character: no text yet
-                    yield sse(fmt.piece(text, origins(tokens) if body.edgespec.sources else None))
+                text = "".join(t.text for t in tokens)  # a token may end mid-character: no text yet
+                for chunk in fmt.pieces(text, origins(tokens) if body.edgespec.sources else None):
+                    yield sse(chunk)
+            for chunk in fmt.last_pieces():
+                yield sse(chunk)
         except APIError as error:  # the 200 has been sent: the error is a chunk of its own
             yield format_sse_event(data_str=json.dumps(error.body()))
             yield DONE
