@@ -273,6 +273,36 @@ def test_a_schema_enforced_only_when_required_is_not_refused_under_auto(client):
     assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
+def test_a_strict_tool_under_auto_must_be_enforceable(live):
+    odd = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {"type": "object", "not": {}}}}
+    response = httpx.post(live.url + "/chat/completions", json=chat(tools=[odd]), timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "tools"
+    assert "tool 'f'" in response.json()["error"]["message"]
+
+
+def test_strict_tools_under_auto_leave_text_free_and_make_a_started_call_valid(live):
+    """The grammar of "auto" with a strict tool, matched over the tiny pair's own tokens."""
+    move = TINY_TOOLS[0]["function"]
+    spec = call_constraint(HERMES, {"move": move["parameters"], "stop": {"type": "object"}}, True, after_text=True)
+    call = '<tool_call>\n{"name": "move", "arguments": {"steps": 3, "way": "up"}}\n</tool_call>'
+    engine = live.worker.engine
+
+    def matched(text: str) -> tuple[bool, bool]:  # (every token allowed, a whole reply)
+        matcher, ids = engine.constraint(spec), engine.target.tokenize(text, special=False)
+        allowed = matcher.allowed_prefix(ids) == len(ids)
+        return allowed, allowed and all(matcher.advance(t) for t in ids) and matcher.accepting()
+
+    for text, verdict in [
+        ("Just text, <tool> and all.", (True, True)),
+        ("Moving.\n" + call, (True, True)),
+        (call + "\n" + call.replace("move", "stop").replace('"steps": 3, "way": "up"', ""), (True, True)),
+        ("Moving.\n<tool_call>\nnot a call", (False, False)),
+        (call.replace("up", "left"), (False, False)),
+        ("Moving.\n" + call[:40], (True, False)),
+    ]:
+        assert live.worker.engine_thread.call(matched, text) == verdict, text
+
+
 def test_tools_on_a_pair_without_a_format_are_a_400(tiny_gguf, tmp_path):
     path = tmp_path / "models.toml"
     path.write_text(

@@ -10,6 +10,7 @@ template, never here: only what the model writes back is the format's business.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -35,11 +36,16 @@ HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>")
 FORMATS: dict[str, ToolFormat] = {f.name: f for f in (HERMES,)}
 
 
-def call_constraint(fmt: ToolFormat, tools: Mapping[str, dict], parallel: bool) -> ConstraintSpec:
+def call_constraint(
+    fmt: ToolFormat, tools: Mapping[str, dict], parallel: bool, after_text: bool = False
+) -> ConstraintSpec:
     """A Lark grammar (llguidance's, with embedded `%json` schemas) of one call to one of `tools`
     (name -> parameters schema), or with `parallel` one or more calls, each written exactly as the
     chat template writes a call in the history: `<tool_call>\\n{"name": "NAME", "arguments":
-    ARGS}\\n</tool_call>`, ARGS one line of JSON valid against that tool's parameters.
+    ARGS}\\n</tool_call>`, ARGS one line of JSON valid against that tool's parameters. With
+    `after_text` the calls may follow text, or not come at all: text free of the opening markup,
+    or text up to it and then valid calls (`tool_choice` "auto" with strict tools: the model
+    decides whether to call, and a call it starts is valid).
 
     The name is a literal of the grammar, so once the model has chosen among the tools every token
     up to the arguments is forced (free under speculation). ConstraintError names the tool whose
@@ -49,11 +55,21 @@ def call_constraint(fmt: ToolFormat, tools: Mapping[str, dict], parallel: bool) 
             grammar_of(ConstraintSpec.json_schema(schema))
         except ConstraintError as e:
             raise ConstraintError(f"the parameters of tool {name!r}: {e}") from None
-    lines = ["start: call" + (f" ({_literal(fmt.between)} call)*" if parallel else "")]
-    lines.append("call: " + " | ".join(f"call_{i}" for i in range(len(tools))))
+    more = f" ({_literal(fmt.between + fmt.open)} body)*" if parallel else ""
+    if after_text:  # the lazy lexeme ends at the first opening markup; TEXT never holds one
+        opening = re.escape(fmt.open)
+        lines = [
+            f"start: TEXT | pre body{more}",
+            f"TEXT: /(?s:.*)/ & ~/(?s:.*){opening}(?s:.*)/",
+            f"pre[lazy]: /(?s:.*){opening}/",
+        ]
+    else:
+        lines = [f"start: {_literal(fmt.open)} body{more}"]
+    lines.append("body: " + " | ".join(f"body_{i}" for i in range(len(tools))))
+    tail = _literal("}\n" + fmt.close)
     for i, (name, schema) in enumerate(tools.items()):
-        head = f'{fmt.open}\n{{"name": {json.dumps(name)}, "arguments": '
-        lines.append(f"call_{i}: {_literal(head)} args_{i} {_literal('}' + chr(10) + fmt.close)}")
+        head = _literal(f'\n{{"name": {json.dumps(name)}, "arguments": ')
+        lines.append(f"body_{i}: {head} args_{i} {tail}")
         lines.append(f"args_{i}: %json {json.dumps({**schema, 'x-guidance': JSON_LAYOUT})}")
     spec = ConstraintSpec("lark", "\n".join(lines) + "\n")
     grammar_of(spec)  # each part compiled above; the whole is checked once more

@@ -2,7 +2,10 @@
 which tools the chat template renders, the constraint decoding follows, and how the reply is read.
 
 - "auto" (the default with tools): the template renders the tools, the model decides, and the
-  reply is read for calls (edgespec.server.tool_calls).
+  reply is read for calls (edgespec.server.tool_calls). Decoding is free, unless a tool is
+  `strict`: then a call, once the model opens one, is constrained to the tools offered, a strict
+  tool's arguments to its parameters and another's to a JSON object (OpenAI's strict promise),
+  while the text before it stays free.
 - "none": the template renders no tools and the reply is not read for calls. OpenAI's "none" means
   "the model will not call any tool and instead generates a message"; a model shown the tools
   (Qwen2.5's template then instructs it to answer calls in `<tool_call>` markup) writes that
@@ -56,12 +59,17 @@ def tool_plan(body: ChatCompletionRequest, pair: str, tool_format: str | None) -
     if isinstance(choice, NamedToolChoice):
         schemas = {choice.function.name: schemas[choice.function.name]}
     rendered = [t.model_dump(exclude_none=True) for t in tools]
-    constraint = None
-    if choice != "auto":
-        try:
+    strict = {t.function.name for t in tools if t.function.strict}
+    try:
+        if choice != "auto":
             constraint = call_constraint(fmt, schemas, parallel)
-        except ConstraintError as e:
-            raise APIError(400, f"tools: {e}", param="tools", code="invalid_value") from None
+        elif strict:  # a call the model starts must be valid; the rest of its arguments only JSON objects
+            loose = {name: schema if name in strict else {"type": "object"} for name, schema in schemas.items()}
+            constraint = call_constraint(fmt, loose, parallel, after_text=True)
+        else:
+            constraint = None
+    except ConstraintError as e:
+        raise APIError(400, f"tools: {e}", param="tools", code="invalid_value") from None
     return ToolPlan(rendered, constraint, ToolCallParser(fmt, schemas, parallel))
 
 
