@@ -131,7 +131,7 @@ class MarkovBackend:
     def token_bytes(self, token_id: int) -> bytes:
         return bytes([97 + token_id % 26])
 
-    def chat_prompt(self, messages) -> str:
+    def chat_prompt(self, messages, tools=None) -> str:
         return "".join(f"{m['role']}:{m['content']}\n" for m in messages) + "assistant:"
 
     def vocabulary(self) -> Vocabulary:

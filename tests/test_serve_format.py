@@ -50,7 +50,7 @@ def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
     config.write_text(
         f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
         f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\ntool_format = "hermes"\n'
     )
     settings = GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
     with serving(load_registry(config).pair("tiny"), settings) as live:
@@ -129,6 +129,15 @@ def test_strict_mode_applies_openais_rules(live, generations, schema, said):
     error = error_of(ask(live, schema_format(schema, strict=True)))
     assert error["param"] == "response_format"
     assert error["message"].startswith(f"invalid schema for response_format 'pet' (strict): {said}")
+    assert not generations
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "lookup"}}])
+def test_a_format_and_a_required_call_together_are_a_400(live, generations, tool_choice):
+    """Both would constrain the reply: neither is dropped in silence."""
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    error = error_of(ask(live, schema_format(PET), tools=tools, tool_choice=tool_choice))
+    assert error["param"] == "response_format" and "tool_choice" in error["message"]
     assert not generations
 
 

@@ -1,7 +1,12 @@
-"""Rendering a model's own Jinja chat template (stored in GGUF metadata) in a sandbox."""
+"""Rendering a model's own Jinja chat template (stored in GGUF metadata) in a sandbox.
+
+Templates are written for transformers' renderer, whose `tojson` is plain `json.dumps` (no HTML
+escaping of `<`, `>`, `&` and `'`, non-ASCII kept): Qwen2.5's writes each tool and each earlier
+call's arguments with it, and must write them as the model read them in training."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -18,14 +23,26 @@ def _compile(template: str):
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = _tojson
     return env.from_string(template)
 
 
-def render_chat(template: str, messages: Sequence[dict], *, bos: str = "", eos: str = "") -> str:
-    """The prompt for `messages`, ending with the cue for the assistant's reply."""
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def render_chat(
+    template: str, messages: Sequence[dict], *, tools: Sequence[dict] | None = None, bos: str = "", eos: str = ""
+) -> str:
+    """The prompt for `messages` (and `tools`, the template's `tools` variable: None when there
+    are none, as transformers passes it), ending with the cue for the assistant's reply."""
     try:
         return _compile(template).render(
-            messages=list(messages), add_generation_prompt=True, bos_token=bos, eos_token=eos
+            messages=list(messages),
+            tools=list(tools) if tools else None,
+            add_generation_prompt=True,
+            bos_token=bos,
+            eos_token=eos,
         )
     except TemplateError as e:
         raise BackendError(f"the model's chat template failed: {e}") from None

@@ -155,11 +155,13 @@ class HFBackend:
     def token_bytes(self, token_id: int) -> bytes:
         return self._bytes[token_id] if 0 <= token_id < self.n_vocab else b""
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise BackendError(f"{self.label} has no chat template; use --raw for plain completion")
         try:
-            return self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+            return self.tokenizer.apply_chat_template(
+                list(messages), tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=False
+            )
         except Exception as e:  # jinja2 TemplateError, or a template's own raise_exception
             raise BackendError(f"the chat template of {self.label} failed: {first_line(e)}") from None
 

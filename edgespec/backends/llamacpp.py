@@ -291,13 +291,14 @@ class LlamaCppBackend:
             piece = self._pieces[token_id] = buf.raw[:n]
         return piece
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         template = self._lc.llama_model_chat_template(self._model, None)
         if not template:
             raise BackendError(f"{self.path.name} has no chat template; use --raw for plain completion")
         return render_chat(
             template.decode("utf-8"),
             messages,
+            tools=tools,
             bos=self._special_text(self._lc.llama_vocab_bos),
             eos=self._special_text(self._lc.llama_vocab_eos),
         )

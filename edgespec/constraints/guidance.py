@@ -39,7 +39,7 @@ _WHAT = {
 
 # JSON on one line, spaced as json.dumps spaces it. llguidance's default lets whitespace run between
 # any two tokens, where a model may loop on newlines until the reply is cut.
-_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 class ConstraintError(UsageError):
@@ -68,7 +68,7 @@ def grammar_of(spec: ConstraintSpec) -> str:
     try:
         if spec.kind in ("json_object", "json_schema"):
             schema = '{"type": "object"}' if spec.kind == "json_object" else spec.text
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=_JSON_LAYOUT)
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)
         else:
             grammar = llguidance.grammar_from(spec.kind, spec.text)
     except ValueError as e:

@@ -71,8 +71,11 @@ class Backend(Protocol):
         """The raw bytes a token stands for (may be part of a UTF-8 character)."""
         ...
 
-    def chat_prompt(self, messages: Sequence[dict]) -> str:
-        """Render messages with the model's own chat template, ending with the assistant cue."""
+    def chat_prompt(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        """Render messages with the model's own chat template, ending with the assistant cue.
+        `tools` (OpenAI's function tools) go to the template as its `tools` variable, as
+        transformers passes them: the template writes them where and how its model was trained to
+        read them (messages may then carry `tool_calls` and the "tool" role)."""
         ...
 
     def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:

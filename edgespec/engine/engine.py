@@ -91,8 +91,8 @@ class Engine:
     ) -> Iterator[Event]:
         return self.generate_tokens(self.chat_tokens(messages), settings, cancel)
 
-    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
-        return self.target.tokenize(self.target.chat_prompt(messages), special=True)
+    def chat_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[int]:
+        return self.target.tokenize(self.target.chat_prompt(messages, tools), special=True)
 
     def count_tokens(self, messages: Sequence[dict]) -> int:
         """Tokens the chat prompt for `messages` takes (for a context-fill gauge and trimming)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import platformdirs
 
+from edgespec.constraints.tool_calls import FORMATS as TOOL_FORMATS
 from edgespec.decoding.sampling import SamplingParams, sampling_problem
 from edgespec.models.registry import (
     DRAFT_WINDOW,
@@ -73,6 +74,7 @@ _PAIR_KEYS = (
     "threads",
     "device_map",
     "description",
+    "tool_format",
 )
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -347,6 +349,7 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
         threads=t.get("threads", int, None, check=_positive),
         device_map=t.get("device_map", str, "auto"),
         description=t.get("description", str, ""),
+        tool_format=t.get("tool_format", str, None, choices=tuple(TOOL_FORMATS)),
     )
 
 

@@ -94,6 +94,9 @@ class PairConfig:
     description: str = ""
     # tokens at the prompt's end the draft model reads (0: all of it); see ModelDrafter
     draft_window: int = DRAFT_WINDOW
+    # how the target writes a tool call (a name in edgespec.constraints.tool_calls.FORMATS); None:
+    # the server refuses requests with tools
+    tool_format: str | None = None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ def pair_table(pair: PairConfig, target: str, description: str, drafter: str | N
         table["n_gpu_layers"] = pair.n_gpu_layers
     if pair.threads is not None:
         table["threads"] = pair.threads
+    if pair.tool_format is not None:  # the same target writes calls the same way
+        table["tool_format"] = pair.tool_format
     s = pair.sampling
     table["sampling"] = {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
     return table

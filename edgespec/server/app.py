@@ -32,7 +32,8 @@ from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
 from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
 from edgespec.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest, ModelCard, ModelList
-from edgespec.server.structured import response_constraint
+from edgespec.server.structured import one_constraint, response_constraint
+from edgespec.server.tool_choice import tool_plan
 
 # An editor sends whole files, and a prompt longer than the context is refused anyway; this only
 # keeps a runaway client from filling memory (a 32k-token context is about 128 KB of text). Over it:
@@ -113,10 +114,16 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        tools = tool_plan(body, served, worker.engine.pair.tool_format)
         messages = body.chat_messages()
-        constraint = response_constraint(body.response_format)  # compiled now: a bad schema is a 400
+        response = response_constraint(body.response_format)  # compiled now: a bad schema is a 400
         return await answer(
-            request, body, ChatFormat(served), lambda engine: engine.chat_tokens(messages), "messages", constraint
+            request,
+            body,
+            ChatFormat(served, calls=tools.parser),
+            lambda engine: engine.chat_tokens(messages, tools.rendered),
+            "messages",
+            one_constraint(response, tools.constraint),
         )
 
     @app.post("/v1/completions")
@@ -172,9 +179,11 @@ async def stream(job: Job, reply: Reply, fmt: ChatFormat | TextFormat, body: Gen
             yield sse(opening)
         try:
             async for tokens in sent_tokens(job, reply):
-                text = "".join(t.text for t in tokens)
-                if text or body.edgespec.sources:  # a token may end mid-character: no text yet
-                    yield sse(fmt.piece(text, origins(tokens) if body.edgespec.sources else None))
+                text = "".join(t.text for t in tokens)  # a token may end mid-character: no text yet
+                for chunk in fmt.pieces(text, origins(tokens) if body.edgespec.sources else None):
+                    yield sse(chunk)
+            for chunk in fmt.last_pieces():
+                yield sse(chunk)
         except APIError as error:  # the 200 has been sent: the error is a chunk of its own
             yield format_sse_event(data_str=json.dumps(error.body()))
             yield DONE

@@ -32,6 +32,7 @@ from edgespec.server.schemas import (
     Usage,
 )
 from edgespec.server.stop_strings import StopCut
+from edgespec.server.tool_calls import ToolCallParser
 
 
 class Reply:
@@ -106,8 +107,12 @@ class _Format:
 
 @dataclass
 class ChatFormat(_Format):
-    """POST /v1/chat/completions: a message, or deltas after one that names the assistant's role."""
+    """POST /v1/chat/completions: a message, or deltas after one that names the assistant's role.
+    With `calls` (a request whose tools the reply may call), the text is read for tool calls
+    (edgespec.server.tool_calls): a delta per piece of content or of a call, and the finish reason
+    "tool_calls" for a reply that called."""
 
+    calls: ToolCallParser | None = None
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
 
     def _chunk(self, choices: list[ChatChunkChoice], **extra) -> ChatCompletionChunk:
@@ -116,17 +121,38 @@ class ChatFormat(_Format):
     def opening(self) -> ChatCompletionChunk | None:
         return self._chunk([ChatChunkChoice(delta=Delta(role="assistant", content=""))])
 
-    def piece(self, text: str, sent: TokenOrigins | None) -> ChatCompletionChunk:
-        return self._chunk([ChatChunkChoice(delta=Delta(content=text))], edgespec=sent)
+    def pieces(self, text: str, sent: TokenOrigins | None) -> list[ChatCompletionChunk]:
+        """The chunks for the reply's next text; the tokens' origins go with the first (or alone)."""
+        if self.calls is None:
+            deltas = [Delta(content=text)] if text else []
+        else:
+            deltas = self.calls.feed(text)
+        if sent is not None and not deltas:
+            deltas = [Delta(content="")]
+        return [
+            self._chunk([ChatChunkChoice(delta=d)], edgespec=sent if i == 0 else None) for i, d in enumerate(deltas)
+        ]
+
+    def last_pieces(self) -> list[ChatCompletionChunk]:
+        """What the reading of tool calls held back until the reply's end."""
+        deltas = self.calls.end() if self.calls is not None else []
+        return [self._chunk([ChatChunkChoice(delta=d)]) for d in deltas]
 
     def ending(self, finish: FinishReason, **extra) -> ChatCompletionChunk:
+        finish = self.calls.finish_reason(finish) if self.calls is not None else finish
         return self._chunk([ChatChunkChoice(delta=Delta(), finish_reason=finish)], **extra)
 
     def usage_chunk(self, **extra) -> ChatCompletionChunk:
         return self._chunk([], **extra)
 
     def whole(self, text: str, finish: FinishReason, **extra) -> ChatCompletion:
-        choice = ChatChoice(message=ChatMessage(content=text), finish_reason=finish)
+        if self.calls is None:
+            message = ChatMessage(content=text)
+        else:
+            self.calls.feed(text)
+            self.calls.end()
+            message, finish = self.calls.message(), self.calls.finish_reason(finish)
+        choice = ChatChoice(message=message, finish_reason=finish)
         return ChatCompletion(id=self.id, created=self.created, model=self.model, choices=[choice], **extra)
 
 
@@ -142,8 +168,11 @@ class TextFormat(_Format):
     def opening(self) -> None:
         return None
 
-    def piece(self, text: str, sent: TokenOrigins | None) -> TextCompletion:
-        return self._body([TextChoice(text=text)], edgespec=sent)
+    def pieces(self, text: str, sent: TokenOrigins | None) -> list[TextCompletion]:
+        return [self._body([TextChoice(text=text)], edgespec=sent)] if text or sent is not None else []
+
+    def last_pieces(self) -> list[TextCompletion]:
+        return []
 
     def ending(self, finish: FinishReason, **extra) -> TextCompletion:
         return self._body([TextChoice(text="", finish_reason=finish)], **extra)

@@ -3,7 +3,7 @@
 Requests are strict: a field of the wrong type is refused rather than coerced ("0.7" is not a
 number), and a field edgespec does not know is refused by name rather than ignored, so a client
 never believes a setting took effect when it did not. Fields that clients commonly send with
-their neutral value (`n: 1`, `logprobs: false`, `tools: []`, penalties of 0) are accepted with
+their neutral value (`n: 1`, `logprobs: false`, penalties of 0) are accepted with
 that value only; any other value is a 400 that says what edgespec does instead. Sampling values
 follow the one rule of models.toml and the command-line flags (`sampling_problem`). Text that reaches
 the tokenizer (prompts, message content, stop strings) must be valid Unicode (`text_problem`):
@@ -12,14 +12,24 @@ JSON can escape a lone surrogate, which no tokenizer reads.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from edgespec.decoding.sampling import sampling_problem
-from edgespec.util.text_check import text_problem
+from edgespec.server.format_schemas import ResponseFormat
+from edgespec.server.schema_base import Strict as _Strict
+from edgespec.server.schema_base import Text
+from edgespec.server.schema_base import valid_unicode as _valid_unicode
+from edgespec.server.tool_schemas import NamedToolChoice, Tool, ToolCall, ToolChoice, ToolName, arguments_value
 
 # -- requests ----------------------------------------------------------------------------------
 
@@ -45,35 +55,48 @@ def _sampling_rule(name: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _valid_unicode(value: Any) -> Any:
-    # Before pydantic's own str check: with a length constraint it refuses a surrogate itself, in
-    # words about "raw data" that do not say what was wrong.
-    problem = text_problem(value, escapes=False) if isinstance(value, str) else None
-    if problem:
-        raise PydanticCustomError("invalid_unicode", problem)
-    return value
-
-
-Text = Annotated[str, BeforeValidator(_valid_unicode)]
-"""Text that reaches the tokenizer."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
 class TextPart(_Strict):
     type: Literal["text"]
     text: Text
 
 
-class Message(_Strict):
-    """A chat message; "developer" is OpenAI's newer name for the system role."""
+def _only_for(role: str, what: str):
+    def check(value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("role") != role:
+            raise PydanticCustomError("invalid_value", f"only a {role} message has {what}")
+        return value
 
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Text | list[TextPart]
+    return AfterValidator(check)
+
+
+class Message(_Strict):
+    """A chat message; "developer" is OpenAI's newer name for the system role. An assistant message
+    may carry the tool calls it made (its content then may be null), and a "tool" message answers
+    one of them by its id. Fields are checked in this order, each against those before it."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    tool_calls: Annotated[list[ToolCall] | None, _only_for("assistant", "tool_calls")] = None
+    tool_call_id: Annotated[str | None, _only_for("tool", "a tool_call_id")] = Field(None, validate_default=True)
+    name: Annotated[ToolName | None, _only_for("tool", "a name")] = None  # the function answered
+    content: Text | list[TextPart] | None = Field(None, validate_default=True)
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _answers_a_call(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.data.get("role") == "tool":
+            raise PydanticCustomError("missing", "Field required")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _has_content(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None and not (info.data.get("role") == "assistant" and info.data.get("tool_calls")):
+            raise PydanticCustomError("missing", "Field required")  # only a call may stand without text
+        return value
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
@@ -86,40 +109,6 @@ class EdgespecOptions(_Strict):
     lists its tokens with their origin: draft, correction, bonus or target."""
 
     sources: bool = False
-
-
-_FORMAT_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-
-
-def _format_name(value: str) -> str:
-    if not _FORMAT_NAME.fullmatch(value):
-        raise PydanticCustomError("invalid_value", "must be 1 to 64 letters a-z, A-Z, digits, underscores or dashes")
-    return value
-
-
-class JsonSchemaFormat(_Strict):
-    """`response_format.json_schema` as OpenAI's structured outputs send it (the openai client's
-    `parse` helper among them). What `strict` means here: edgespec.server.structured."""
-
-    name: Annotated[str, AfterValidator(_format_name)]
-    schema_: dict = Field(alias="schema")  # "schema" would shadow a BaseModel method
-    description: str | None = None
-    strict: bool | None = None
-
-
-class ResponseFormat(_Strict):
-    """`{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {...}}`."""
-
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _schema_with_its_type(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise PydanticCustomError("invalid_value", "type 'json_schema' needs the field 'json_schema'")
-        if self.type != "json_schema" and self.json_schema is not None:
-            raise PydanticCustomError("invalid_value", "the field 'json_schema' goes with type 'json_schema' only")
-        return self
 
 
 Stop = Annotated[str, Field(min_length=1), BeforeValidator(_valid_unicode)]  # Unicode first, then the length
@@ -171,14 +160,51 @@ class GenerationRequest(_Strict):
 class ChatCompletionRequest(GenerationRequest):
     messages: Annotated[list[Message], Field(min_length=1)]
     top_logprobs: Annotated[int | None, _only(None, 0, why="log probabilities are not returned")] = None
-    tools: Annotated[list[dict] | None, _only(None, [], why="tool calls are not supported")] = None
-    tool_choice: Annotated[str | dict | None, _only(None, "none", why="tool calls are not supported")] = None
-    parallel_tool_calls: Annotated[bool | None, _only(None, False, why="tool calls are not supported")] = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
 
+    @field_validator("tools")
+    @classmethod
+    def _names_differ(cls, tools: list[Tool] | None) -> list[Tool] | None:
+        names = [t.function.name for t in tools or ()]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice:
+            raise PydanticCustomError("invalid_value", f"two tools are named {twice!r}")
+        return tools
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_among_tools(cls, choice: ToolChoice | None, info: ValidationInfo) -> ToolChoice | None:
+        names = [t.function.name for t in info.data.get("tools") or ()]
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise PydanticCustomError("invalid_value", f"no tool named {choice.function.name!r} in tools")
+        if choice == "required" and not names:
+            raise PydanticCustomError("invalid_value", '"required" needs tools to call')
+        return choice
+
     def chat_messages(self) -> list[dict]:
-        """The messages as the chat template takes them."""
-        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
+        """The messages as the chat template takes them (transformers' convention): an earlier
+        call's arguments as an object where they are JSON (templates write them with `tojson`),
+        and a tool message named after the call it answers."""
+        called = {c.id: c.function.name for m in self.messages for c in m.tool_calls or ()}
+        out = []
+        for m in self.messages:
+            message: dict = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            if m.tool_calls:
+                message["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": arguments_value(c)},
+                    }
+                    for c in m.tool_calls
+                ]
+            if m.role == "tool":
+                message.update(tool_call_id=m.tool_call_id, name=m.name or called.get(m.tool_call_id or ""))
+            out.append(message)
+        return out
 
 
 class CompletionRequest(GenerationRequest):
@@ -250,15 +276,32 @@ class Metrics(BaseModel):
 
 class ChatMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None  # null when the reply is only tool calls
+    tool_calls: list[ToolCall] | None = _omitted_if_none()
+
+
+class FunctionDelta(BaseModel):
+    name: str | None = _omitted_if_none()
+    arguments: str
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of a streamed call: the first names it (index, id, type, name, arguments ""), the
+    rest carry only its index and more of its arguments, as OpenAI streams them."""
+
+    index: int
+    id: str | None = _omitted_if_none()
+    type: Literal["function"] | None = _omitted_if_none()
+    function: FunctionDelta
 
 
 class Delta(BaseModel):
     role: Literal["assistant"] | None = _omitted_if_none()
     content: str | None = _omitted_if_none()
+    tool_calls: list[ToolCallDelta] | None = _omitted_if_none()
 
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class ChatChoice(BaseModel):

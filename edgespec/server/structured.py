@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, grammar_of
+from edgespec.server.format_schemas import ResponseFormat
 from edgespec.server.openai_errors import APIError
-from edgespec.server.schemas import ResponseFormat
 
 # keywords whose value is a schema, a list of schemas, or a name -> schema map
 _ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
@@ -49,6 +49,20 @@ def response_constraint(fmt: ResponseFormat | None) -> ConstraintSpec | None:
     except ConstraintError as e:
         raise _refused(f"{what}: {e}") from None
     return spec
+
+
+def one_constraint(response: ConstraintSpec | None, tools: ConstraintSpec | None) -> ConstraintSpec | None:
+    """The one constraint a reply is decoded under. A `response_format` document and a call that
+    `tool_choice` requires (or a strict tool) cannot both be the reply: a 400, not one of them
+    silently dropped."""
+    if response is not None and tools is not None:
+        raise APIError(
+            400,
+            "response_format and tool_choice both constrain the reply (a document, or a call of the tools): "
+            "send one of them",
+            param="response_format",
+        )
+    return response or tools
 
 
 def strict_problem(schema: dict) -> str | None:
