@@ -8,30 +8,23 @@ pooled, p > 0.01), whatever was drafted. Positions are chosen where a verificati
 draft would show: where the draft model's distribution is far from the target's, and where the
 n-gram copy is neither certain nor impossible under the target.
 
-The rounds are the decoder's own (`SpeculativeDecoder._round`: the drafter samples, `verify_sampled`
-accepts or resamples, the caches roll back). What makes 12,000 of them fit in well under a minute
-is `MemoBackend`: a target pass or a draft step on tokens already seen from the same cache state
-returns the logits computed the first time, so each distinct draft costs one real evaluation and
-every other repeat runs only the sampling arithmetic.
+The rounds are the decoder's own, made cheap by memoised evaluations (tests/sampled_rounds.py):
+12,000 of them fit in well under a minute.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import pytest
-from scipy import stats
 
-from edgespec.decoding.backend import sync_cache
-from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, ModelDrafter
+from edgespec.decoding.drafters import ModelDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
-from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine.engine import GenerateSettings
+from tests.sampled_rounds import chi_square_p, repeat_round, total_variation
 
 pytestmark = pytest.mark.slow
 
@@ -39,39 +32,6 @@ PARAMS = SamplingParams(temperature=0.7, top_k=20, top_p=0.8)
 REPEATS = 2000
 K = 2
 PROMPT = "Write a Python function that counts the vowels in a string, then show how to call it."
-
-
-class MemoBackend:
-    """A backend that answers an evaluation it has seen (same cache contents, same tokens) from
-    memory; the real backend runs only on what is new. `last` is the latest logits returned."""
-
-    def __init__(self, backend):
-        self._b = backend
-        self.cached: list[int] = []
-        self._memo: dict[tuple, np.ndarray] = {}
-        self.last: np.ndarray | None = None
-
-    def __getattr__(self, name):
-        return getattr(self._b, name)
-
-    def eval(self, tokens, n_logits):
-        key = (tuple(self.cached), tuple(tokens), n_logits)
-        if key not in self._memo:  # the real backend reuses what it holds of this text
-            self._memo[key] = np.array(sync_cache(self._b, self.cached + list(tokens), n_logits))
-        self.cached.extend(tokens)
-        self.last = self._memo[key]
-        return self.last
-
-    def eval_tree(self, pending, ids, parents):
-        """The rounds here draft chains (FixedK): one memoised eval, cut back by keep_path."""
-        self._path_start = len(self.cached) + 1
-        return self.eval([pending, *ids], len(ids) + 1)
-
-    def keep_path(self, path):
-        del self.cached[self._path_start + len(path) :]
-
-    def truncate(self, n):
-        del self.cached[n:]
 
 
 @pytest.fixture(scope="module")
@@ -92,63 +52,11 @@ def text(real_pair_engine):
     return seq, range(len(prompt) + 1, len(seq)), dists["p"], dists["q"]
 
 
-def total_variation(p, q) -> float:
-    ids = np.union1d(p.ids, q.ids)
-    return 0.5 * float(np.abs(p.on(ids) - q.on(ids)).sum())
-
-
-def repeat_round(engine, drafter, context: list[int]) -> tuple[Counter, np.ndarray, Counter]:
-    """REPEATS rounds from the same cache state, seeds 0.. . Returns the first emitted token's
-    counts, the target's warped distribution each round verified with (their mean, over the
-    vocabulary), and how many drafted tokens were accepted per round."""
-    target = MemoBackend(engine.target)
-    if isinstance(drafter, ModelDrafter):
-        drafter = ModelDrafter(MemoBackend(drafter.backend))
-    decoder = SpeculativeDecoder(target, FixedK(K, DraftChoice(drafter.kind.value)), [drafter])
-    target.eval(context[:-1], 1)  # the decoder's invariant: all but the pending token are cached
-    first, accepted, verified = Counter(), Counter(), Counter()
-    rows = {}
-    for seed in range(REPEATS):
-        target.truncate(len(context) - 1)
-        step, new_ids = decoder._round(list(context), 16, PARAMS, np.random.default_rng(seed))
-        assert step.k > 0  # a drafted round, not a plain step
-        first[new_ids[0]] += 1
-        accepted[step.accepted] += 1
-        rows[id(target.last)] = target.last[0]  # the verify pass's row for the round's first token
-        verified[id(target.last)] += 1
-    expected = np.zeros(engine.target.n_vocab)
-    for key, n in verified.items():
-        p = warp(rows[key], PARAMS)
-        expected[p.ids] += n * p.probs
-    return first, expected, accepted
-
-
-def chi_square_p(observed: Counter, expected: np.ndarray) -> float:
-    """p-value of the observed first tokens against the expected counts; bins under 5 pooled."""
-    outside = {t: n for t, n in observed.items() if expected[t] == 0}
-    assert not outside, f"emitted tokens the target's warped distribution excludes: {outside}"
-    support = np.flatnonzero(expected)
-    exp = expected[support]
-    obs = np.array([observed[int(t)] for t in support], dtype=float)
-    small = exp < 5
-    if small.any():
-        exp = np.append(exp[~small], exp[small].sum())
-        obs = np.append(obs[~small], obs[small].sum())
-        if exp[-1] < 5 and len(exp) > 2:  # the pool itself too small: merge it into the smallest bin
-            i = int(np.argmin(exp[:-1]))
-            exp[i] += exp[-1]
-            obs[i] += obs[-1]
-            exp, obs = exp[:-1], obs[:-1]
-    if len(exp) < 2:
-        return 1.0  # a point mass: the support check above is the whole test
-    return float(stats.chisquare(obs, exp).pvalue)
-
-
 def check_rounds(engine, drafter, seq: list[int], where: list[int]) -> None:
     assert len(where) == 3, f"found only positions {where}"
     outcomes = Counter()
     for m in where:
-        first, expected, accepted = repeat_round(engine, drafter, seq[:m])
+        first, expected, accepted = repeat_round(engine, drafter, seq[:m], PARAMS, K, REPEATS)
         outcomes.update(accepted)
         pvalue = chi_square_p(first, expected)
         assert pvalue > 0.01, f"position {m}: p = {pvalue:.2g}, observed {dict(first)}"

@@ -332,6 +332,19 @@ def test_top_k_keeps_exactly_k(k: int) -> None:
     np.testing.assert_allclose(dense(d, 30), reference_warp(logits, SamplingParams(temperature=0.9, top_k=k)))
 
 
+@pytest.mark.parametrize("allowed", [3, 20, 500])
+def test_top_k_of_a_masked_row_keeps_only_allowed_tokens(allowed: int) -> None:
+    """A constraint's mask leaves a row mostly -inf: where it allows fewer than k tokens, top-k keeps
+    those alone (no zero-weight token joins the support), else the k likeliest of them."""
+    rng = np.random.default_rng(allowed)
+    logits = np.full(151936, -np.inf, dtype=np.float32)
+    ids = np.sort(rng.choice(len(logits), allowed, replace=False))
+    logits[ids] = rng.normal(size=allowed) * 40  # spread wider than the probes around the maximum
+    d = warp(logits, SamplingParams(temperature=0.7, top_k=20))
+    assert set(d.ids.tolist()) == set(ids[np.argsort(-logits[ids])[:20]].tolist())
+    assert np.all(d.probs > 0) and d.probs.sum() == pytest.approx(1.0)
+
+
 # (vocabulary size, logit scale, top_p, top_k, whether the nucleus is wider than the 1024 probe)
 NUCLEUS_CASES = [
     (12, 2.0, 0.5, 0, False),

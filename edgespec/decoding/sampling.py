@@ -145,16 +145,21 @@ def warp(logits: np.ndarray, params: SamplingParams) -> Dist:
 
 
 def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest logits. A partial sort of the whole 151936-token row costs about a
-    millisecond; the tokens within a few units of the maximum are a vectorised compare away, and
-    once there are at least k of them the top k are among them, so only they are partitioned."""
+    """Ids of the k largest logits (fewer where fewer are finite). A partial sort of the whole
+    151936-token row costs about a millisecond; the tokens within a few units of the maximum are a
+    vectorised compare away, and once there are at least k of them the top k are among them, so
+    only they are partitioned. A row masked by a constraint is mostly -inf, which numpy partitions
+    about twenty times slower (ten milliseconds a row): only its finite tokens are partitioned, and
+    where fewer than k are allowed they are the answer (a -inf token has no weight to keep)."""
     top = logits.max()
     for width in _PROBE_WIDTHS:
         ids = np.flatnonzero(logits >= top - width)
         if len(ids) >= k:
             return ids[np.argpartition(logits[ids], len(ids) - k)[len(ids) - k :]]
-    n = len(logits)
-    return np.argpartition(logits, n - k)[n - k :]
+    ids = np.flatnonzero(logits > -np.inf)
+    if len(ids) <= k:
+        return ids
+    return ids[np.argpartition(logits[ids], len(ids) - k)[len(ids) - k :]]
 
 
 def _nucleus(ids: np.ndarray, w: np.ndarray, total: float, top_p: float) -> tuple[np.ndarray, np.ndarray]:
