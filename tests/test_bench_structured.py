@@ -155,7 +155,9 @@ def test_every_mode_decodes_under_the_prompts_constraint_and_its_replies_are_che
     assert sum(r.accepted for r in rows if r.suite == "structured") > 0
     summary = {(s["suite"], s["mode"]): s for s in report.summarize(rows)}
     assert summary["structured", "auto"]["replies"] == {"valid": 2, "invalid": 0}
-    assert summary["plain", "auto"]["replies"] is None
+    assert summary["plain", "auto"]["replies"] is None and summary["plain", "auto"]["constraint_share"] is None
+    assert all(r.constraint_s > 0 for r in rows if r.suite == "structured")
+    assert all(0 < summary["structured", m]["constraint_share"] < 1 for m in ("ar", "auto"))
     assert strict_failure(rows) is None
 
 
@@ -178,6 +180,7 @@ def test_a_reply_that_does_not_validate_is_counted_named_and_fails_strict(tiny_e
     console.print(report.table(summary, rows=rows))
     text = console.export_text()
     assert "valid" in text and "0/1" in text and "INVALID pet/0 auto: not JSON (cut at max_tokens)" in text
+    assert "the constraint's matcher, share of those replies' time: ar structured " in text
     failure = strict_failure(rows)
     assert failure is not None and "2 replies do not match the response_format: pet/0 ar: not JSON" in str(failure)
 

@@ -85,9 +85,11 @@ class Row(WholeReply):
     target_read_s: float | None = None
     draft_read_s: float | None = None
     decode_s: float = 0.0
-    # Under a response_format: whether the reply parsed and validated, and if not why; None: no constraint.
+    # Under a response_format: whether the reply parsed and validated, and if not why (None: no
+    # constraint), and the seconds its matcher took (masks, following drafts), part of the times above.
     valid: bool | None = None
     invalid_reason: str | None = None
+    constraint_s: float = 0.0
 
 
 EXACT, UNCHECKED = "exact", "unchecked"
@@ -192,6 +194,7 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
         decode_s=summary.decode_s,
         valid=None if prompt.constraint is None else problem is None,
         invalid_reason=problem,
+        constraint_s=summary.constraint_s,
     )
 
 

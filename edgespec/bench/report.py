@@ -24,7 +24,8 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
     per-prompt speedups of both vs the pair's own ar (and, with several pairs, vs the first pair's
     ar), median times (first token, the target's and the draft model's reading, decoding, whole
     reply), acceptance, tokens per pass, K histogram, the share of outputs identical to ar, and of
-    replies under a response_format, how many parsed and validated against it (`replies`). A
+    replies under a response_format, how many parsed and validated against it (`replies`) and the
+    share of their time the constraint's matcher took (`constraint_share`). A
     prompt's figure in a mode is the median of its repeats; each median time is taken on its own, so
     they need not add up."""
     rows = list(rows)
@@ -48,7 +49,9 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
         drafting = sum(1 for r in group for k in r.k_trace if k)  # passes that verified a draft
         matched = [r.matches_ar for r in group if r.matches_ar is not None]
         verdicts = [r.vs_ar for r in group if r.vs_ar is not None]
-        checked = [r.valid for r in group if r.valid is not None]  # replies under a response_format
+        constrained = [r for r in group if r.valid is not None]  # replies under a response_format
+        checked = [r.valid for r in constrained]
+        constrained_s = sum(r.total_s for r in constrained)
         entry = {
             "pair": pair,
             "suite": suite,
@@ -68,6 +71,8 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "matches_ar": sum(matched) / len(matched) if matched else None,
             "vs_ar": {v: verdicts.count(v) for v in (EXACT, TIE, DIFF, UNCHECKED)} if verdicts else None,
             "replies": {"valid": sum(checked), "invalid": checked.count(False)} if checked else None,
+            # the constraint's matcher (masks, following drafts): its share of the constrained replies' time
+            "constraint_share": sum(r.constraint_s for r in constrained) / constrained_s if constrained_s else None,
         }
         if len(pairs) > 1:
             entry["total_speedup_vs_first_ar"] = _median_ratio(whole, pair, suite, ids, mode, pairs[0])
@@ -173,6 +178,10 @@ def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None
     structured = any(s["replies"] for s in summary)
     if structured:
         caption += "\nvalid: replies that parse and validate against their response_format / replies under one"
+        if shares := [s for s in summary if s["constraint_share"] is not None]:
+            caption += "\nthe constraint's matcher, share of those replies' time: " + ", ".join(
+                f"{s['mode']} {s['suite']} {s['constraint_share']:.1%}" for s in shares
+            )
         for r in (r for r in rows if r.valid is False):
             caption += f"\nINVALID {r.id} {r.mode}: {r.invalid_reason}"
     floors = floors or {}
