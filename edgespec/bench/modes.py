@@ -15,15 +15,18 @@ on either side of 1.0x).
 Every figure comes from the engine's own event stream, as in `edgespec run`, except
 those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
 prompts (hf backend only), the peer to beat, timed the same way (see `hf_assisted.assisted_generate`).
+A prompt with a `response_format` decodes under it in every mode, and each reply is checked against
+it (`structured.reply_problem`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edgespec.bench.hf_assisted import assisted_generate
+from edgespec.bench.structured import reply_problem
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token, WholeReply
@@ -82,6 +85,11 @@ class Row(WholeReply):
     target_read_s: float | None = None
     draft_read_s: float | None = None
     decode_s: float = 0.0
+    # Under a response_format: whether the reply parsed and validated, and if not why (None: no
+    # constraint), and the seconds its matcher took (masks, following drafts), part of the times above.
+    valid: bool | None = None
+    invalid_reason: str | None = None
+    constraint_s: float = 0.0
 
 
 EXACT, UNCHECKED = "exact", "unchecked"
@@ -158,7 +166,12 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
             ttft_s=r.ttft_s,
             decode_s=r.decode_s,
         )
-    summary, ids, rounds = generate(engine, prompt, GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k))
+    settings = GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k, prompt.constraint)
+    summary, ids, rounds = generate(engine, prompt, settings)
+    problem = None
+    if prompt.constraint is not None:
+        text = b"".join(engine.target.token_bytes(i) for i in ids).decode("utf-8", "replace")
+        problem = reply_problem(prompt.constraint, text, summary.stop_reason)
     return Row(
         prompt.id,
         prompt.suite,
@@ -179,6 +192,9 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
         target_read_s=summary.target_read_s,
         draft_read_s=summary.draft_read_s,
         decode_s=summary.decode_s,
+        valid=None if prompt.constraint is None else problem is None,
+        invalid_reason=problem,
+        constraint_s=summary.constraint_s,
     )
 
 
@@ -207,6 +223,16 @@ def check_modes(pair: PairConfig, modes: list[Mode], sampling: SamplingParams) -
             raise UsageError(f"bench mode {HF_ASSISTED} is greedy only: use --temperature 0")
 
 
+def check_prompts(modes: list[Mode], prompts: Sequence[BenchPrompt]) -> None:
+    """Refuse, before anything loads, a mode that cannot decode under a prompt's response_format."""
+    constrained = next((p for p in prompts if p.constraint is not None), None)
+    if constrained is not None and any(m.name == HF_ASSISTED for m in modes):
+        raise UsageError(
+            f"bench mode {HF_ASSISTED} cannot decode under a response_format (transformers' generate "
+            f"takes no constraint here), and prompt {constrained.id!r} has one"
+        )
+
+
 def run_bench(
     engines: Sequence[Engine],
     prompts: list[BenchPrompt],
@@ -219,12 +245,13 @@ def run_bench(
     parts from its `ar` is explained right after its run, while the target still holds that run's
     cache (see quality/divergence.py), against the target's noise floor (measured first, unless an earlier
     run did: measuring empties the cache)."""
+    check_prompts(modes, prompts)
     for engine in engines:
         check_modes(engine.pair, modes, sampling)
         if needs_noise_floor(modes, sampling):
             engine.noise_floor()
     rows = []
-    warm = BenchPrompt(**{**asdict(prompts[0]), "max_tokens": 8})
+    warm = replace(prompts[0], max_tokens=8)
     for engine in engines:
         for mode in modes:  # warm-up (calibration, first allocations): not measured
             measure(engine, warm, mode, sampling)
@@ -267,10 +294,12 @@ def compare_with_ar(engine: Engine, prompt: BenchPrompt, row: Row, ar_ids: list[
 
 
 def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
-    """`--strict`: one line naming the outputs that parted from ar beyond the noise floor, if any."""
+    """`--strict`: one line naming the outputs that parted from ar beyond the noise floor, or else
+    the replies that do not parse or validate against their response_format, if any."""
+    rows = list(rows)
     bad = [r for r in rows if r.vs_ar == DIFF]
     if not bad:
-        return None
+        return invalid_failure(rows)
     where = ", ".join(f"{r.id} {r.mode} at token {r.parting.position}" for r in bad[:3])
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
     floor = bad[0].parting.floor
@@ -278,3 +307,14 @@ def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
         f"{len(bad)} greedy output(s) parted from ar beyond the target's noise floor of {floor:.3g} "
         f"logits (DIFF, a bug): {where}{more}; --json has the gaps"
     )
+
+
+def invalid_failure(rows: list[Row]) -> EdgespecError | None:
+    """One line naming the replies that do not parse or validate against their response_format."""
+    bad = [r for r in rows if r.valid is False]
+    if not bad:
+        return None
+    where = "; ".join(f"{r.id} {r.mode}: {r.invalid_reason}" for r in bad[:2])
+    more = f" and {len(bad) - 2} more" if len(bad) > 2 else ""
+    replies = "1 reply does" if len(bad) == 1 else f"{len(bad)} replies do"
+    return EdgespecError(f"{replies} not match the response_format: {where}{more}; --json has every row")

@@ -23,7 +23,9 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
     """Per pair, suite and mode: median tokens/s of the decoding and of the whole reply, the median
     per-prompt speedups of both vs the pair's own ar (and, with several pairs, vs the first pair's
     ar), median times (first token, the target's and the draft model's reading, decoding, whole
-    reply), acceptance, tokens per pass, K histogram, and the share of outputs identical to ar. A
+    reply), acceptance, tokens per pass, K histogram, the share of outputs identical to ar, and of
+    replies under a response_format, how many parsed and validated against it (`replies`) and the
+    share of their time the constraint's matcher took (`constraint_share`). A
     prompt's figure in a mode is the median of its repeats; each median time is taken on its own, so
     they need not add up."""
     rows = list(rows)
@@ -47,6 +49,9 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
         drafting = sum(1 for r in group for k in r.k_trace if k)  # passes that verified a draft
         matched = [r.matches_ar for r in group if r.matches_ar is not None]
         verdicts = [r.vs_ar for r in group if r.vs_ar is not None]
+        constrained = [r for r in group if r.valid is not None]  # replies under a response_format
+        checked = [r.valid for r in constrained]
+        constrained_s = sum(r.total_s for r in constrained)
         entry = {
             "pair": pair,
             "suite": suite,
@@ -65,6 +70,9 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "k_histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
             "matches_ar": sum(matched) / len(matched) if matched else None,
             "vs_ar": {v: verdicts.count(v) for v in (EXACT, TIE, DIFF, UNCHECKED)} if verdicts else None,
+            "replies": {"valid": sum(checked), "invalid": checked.count(False)} if checked else None,
+            # the constraint's matcher (masks, following drafts): its share of the constrained replies' time
+            "constraint_share": sum(r.constraint_s for r in constrained) / constrained_s if constrained_s else None,
         }
         if len(pairs) > 1:
             entry["total_speedup_vs_first_ar"] = _median_ratio(whole, pair, suite, ids, mode, pairs[0])
@@ -119,10 +127,11 @@ def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
     }
 
 
-def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None) -> Group:
+def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None, rows: Iterable[Row] = ()) -> Group:
     """The summary as two tables, each narrow enough for an 80-column terminal (no outer edge): where
-    a reply's time went (`times_table`), then the speedups and how the drafting went (`speed_table`)."""
-    return Group(times_table(summary), speed_table(summary, floors))
+    a reply's time went (`times_table`), then the speedups and how the drafting went (`speed_table`),
+    which names the `rows` whose reply did not match its response_format."""
+    return Group(times_table(summary), speed_table(summary, floors, rows))
 
 
 def times_table(summary: list[dict]) -> Table:
@@ -158,13 +167,23 @@ def times_table(summary: list[dict]) -> Table:
     return t
 
 
-def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None) -> Table:
+def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None, rows: Iterable[Row] = ()) -> Table:
     """The speedups of the whole reply, then of decoding alone, and how the drafting went; `= ar`
     counts outputs equal to plain decoding's, parted at a tie, and parted beyond the target's noise
     floor (DIFF), in that order. The caption gives the auto modes' mean accepted path over their mean
     tree size (nodes) per drafting pass. With several pairs, a pair column and each pair's speedups
-    against the first pair's ar."""
+    against the first pair's ar. Where a suite has a response_format, a `valid` column counts the
+    replies that parse and validate, and the caption names each one that does not."""
     caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
+    structured = any(s["replies"] for s in summary)
+    if structured:
+        caption += "\nvalid: replies that parse and validate against their response_format / replies under one"
+        if shares := [s for s in summary if s["constraint_share"] is not None]:
+            caption += "\nthe constraint's matcher, share of those replies' time: " + ", ".join(
+                f"{s['mode']} {s['suite']} {s['constraint_share']:.1%}" for s in shares
+            )
+        for r in (r for r in rows if r.valid is False):
+            caption += f"\nINVALID {r.id} {r.mode}: {r.invalid_reason}"
     floors = floors or {}
     for pair, floor in floors.items():
         whose = "the target" if len(floors) == 1 else f"{pair}'s target"
@@ -183,6 +202,7 @@ def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None
         + ("decode tok/s", "decode vs ar")
         + ((f"decode vs {first} ar",) if several else ())
         + ("acceptance", "tokens/pass", "K histogram", "= ar")
+        + (("valid",) if structured else ())
     )
     t = Table(title="edgespec bench", caption=caption, show_edge=False)
     for col in columns:
@@ -195,11 +215,14 @@ def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None
         cells += [f"{s['decode_tokens_per_s']:.1f}", _ratio(s["speedup_vs_ar"])]
         cells += [_ratio(s["speedup_vs_first_ar"])] if several else []
         cells += [f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist, _vs_ar_text(s["vs_ar"])]
+        if structured:
+            replies = s["replies"]
+            cells.append("-" if replies is None else f"{replies['valid']}/{replies['valid'] + replies['invalid']}")
         t.add_row(*cells)
     return t
 
 
-_SQUEEZABLE = ("decode tok/s", "acceptance", "tokens/pass", "= ar")  # short figures beside long headers
+_SQUEEZABLE = ("decode tok/s", "acceptance", "tokens/pass", "= ar", "valid")  # short figures beside long headers
 
 
 def _add_column(t: Table, name: str) -> None:

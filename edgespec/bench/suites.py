@@ -1,5 +1,6 @@
-"""Bench suites: JSONL prompts (a completion or a chat, with a token budget), each line read and
-checked before any model loads, and the selection `--limit` / `--suites` make of them."""
+"""Bench suites: JSONL prompts (a completion or a chat, with a token budget, and optionally a
+`response_format` every mode decodes under, see structured.py), each line read and checked before
+any model loads, and the selection `--limit` / `--suites` make of them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from edgespec.bench.structured import ResponseFormat
+from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import context_bytes, text_problem
 
@@ -25,6 +28,7 @@ class BenchPrompt:
     max_tokens: int
     prompt: str | None = None
     messages: tuple[dict, ...] | None = None
+    constraint: ConstraintSpec | None = None  # what every mode's reply must match, and is checked against
 
 
 # A suite is read whole; the bound keeps a wrong file (a disk image, a log) from filling memory. A
@@ -122,6 +126,7 @@ class SuiteLine(BaseModel):
     max_tokens: int = Field(256, ge=1)
     prompt: Prompt | None = None
     messages: Annotated[list[SuiteMessage], Field(min_length=1)] | None = None
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
     def _has_its_modes_input(self) -> SuiteLine:
@@ -150,6 +155,7 @@ def _prompt(line: SuiteLine) -> BenchPrompt:
         line.max_tokens,
         prompt=line.prompt if line.mode == "completion" else None,
         messages=messages,
+        constraint=line.response_format.constraint() if line.response_format else None,
     )
 
 

@@ -64,7 +64,10 @@ from edgespec.util.stdout import write_or_defer
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 @click.option(
-    "--strict", is_flag=True, help="Exit 1 when a greedy output parts from ar beyond the target's noise floor (DIFF)."
+    "--strict",
+    is_flag=True,
+    help="Exit 1 when a greedy output parts from ar beyond the target's noise floor (DIFF), or a reply "
+    "does not match its prompt's response_format.",
 )
 @error_boundary
 def bench(
@@ -74,7 +77,9 @@ def bench(
 
     Where a greedy output parts from plain decoding (ar), the target's logits at the first differing
     token are taken again as the verify pass and as single steps computed them: a tie (numerical
-    noise) or DIFF (a bug); the `= ar` column counts exact / tie / DIFF outputs."""
+    noise) or DIFF (a bug); the `= ar` column counts exact / tie / DIFF outputs. Prompts with a
+    response_format decode under it in every mode; the `valid` column counts the replies that parse
+    and validate against it."""
     from rich.console import Console
     from rich.progress import Progress
 
@@ -98,6 +103,7 @@ def bench(
             find_pair(pair_config.name, config, mode.draft)
     # every prompt must fit every pair's context
     prompts = bench_suites.select(bench_suites.load_suite(path, min(p.context for p in pair_configs)), limit, suites)
+    bench_modes.check_prompts(mode_list, prompts)
     if json_path:
         check_writable(json_path, "--json")
     if plot_path:
@@ -134,7 +140,7 @@ def bench(
     closed = None
     if rows:
         summary = report.summarize(rows)
-        closed = write_or_defer(lambda: Console().print(report.table(summary, floors)))
+        closed = write_or_defer(lambda: Console().print(report.table(summary, floors, rows)))
         meta = {
             **provenance(),
             "pairs": [p.name for p in pair_configs],
