@@ -74,11 +74,15 @@ def test_a_response_format_becomes_the_prompts_constraint(tmp_path):
             {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}},
             "not a valid JSON schema: ",
         ),
-        ({"type": "json_schema"}, 'needs a "json_schema"'),
-        ({"type": "json_object", "json_schema": {"name": "x", "schema": {}}}, 'takes no "json_schema"'),
-        ({"type": "text"}, "'json_object' or 'json_schema'"),
+        ({"type": "json_schema"}, "needs the field 'json_schema'"),
+        ({"type": "json_object", "json_schema": {"name": "x", "schema": {}}}, "goes with type 'json_schema' only"),
+        ({"type": "yaml"}, "'text', 'json_object' or 'json_schema'"),
         ({"type": "json_object", "strict": True}, "strict"),  # a misplaced key is not ignored
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": False}}, "strict"),
+        # OpenAI's strict-mode rules, as serve applies them
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": True}},
+            "(strict): at the root, 'additionalProperties' must be given and be false",
+        ),
         ({"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}, "name"),
         ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema"),
         ("json", "response_format"),

@@ -1,6 +1,6 @@
 """Structured suite lines: a `response_format` in OpenAI's shape, so a suite line reads like the
-request an agent or an SDK sends, compiled and checked before any model loads; and the check of
-each reply against it after the run.
+request an agent or an SDK sends (read as `serve` reads it: edgespec.constraints.response_format),
+compiled and checked before any model loads; and the check of each reply against it after the run.
 
 Every mode of such a prompt decodes under the constraint (`ar` under it is the baseline), and each
 reply is parsed and validated with jsonschema: a validator independent of llguidance, which
@@ -11,58 +11,32 @@ being checked by the code that made it.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator
 
-from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, grammar_of
-
-
-class JsonSchemaFormat(BaseModel):
-    """`response_format.json_schema` as OpenAI's API takes it. `strict` may only be true: the bench
-    always decodes under the schema, and an unconstrained reply is not what a structured suite
-    measures."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
-
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-    description: str | None = None
-    schema_: Annotated[dict, Field(alias="schema")]
-    strict: Literal[True] | None = None
+from edgespec.constraints.guidance import ConstraintError, ConstraintSpec
+from edgespec.constraints.response_format import ResponseFormat, format_constraint
 
 
-class ResponseFormat(BaseModel):
-    """`{"type": "json_object"}` (any JSON object) or `{"type": "json_schema", "json_schema": {...}}`.
-    Unknown keys are refused: a misspelt key would otherwise leave a prompt unconstrained."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-    type: Literal["json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _enforceable(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError('type "json_schema" needs a "json_schema" object')
-        if self.type == "json_object" and self.json_schema is not None:
-            raise ValueError('type "json_object" takes no "json_schema" (use type "json_schema")')
-        if self.json_schema is not None:
-            schema = self.json_schema.schema_
-            try:  # a schema jsonschema cannot read could not check the replies afterwards
-                jsonschema.validators.validator_for(schema).check_schema(schema)
-            except jsonschema.SchemaError as e:
-                raise ValueError(f"not a valid JSON schema: {e.message}{_at(e.absolute_path)}") from None
+def _checked(fmt: ResponseFormat) -> ResponseFormat:
+    """A format read as the server reads it (edgespec.constraints.response_format), compiled; and a
+    schema jsonschema can read, or the replies could not be checked afterwards."""
+    if fmt.json_schema is not None:
+        schema = fmt.json_schema.schema_
         try:
-            grammar_of(self.constraint())
-        except ConstraintError as e:
-            raise ValueError(str(e)) from None
-        return self
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as e:
+            raise ValueError(f"not a valid JSON schema: {e.message}{_at(e.absolute_path)}") from None
+    try:
+        format_constraint(fmt)
+    except ConstraintError as e:
+        raise ValueError(str(e)) from None
+    return fmt
 
-    def constraint(self) -> ConstraintSpec:
-        if self.json_schema is None:
-            return ConstraintSpec("json_object")
-        return ConstraintSpec.json_schema(self.json_schema.schema_)
+
+CheckedFormat = Annotated[ResponseFormat, AfterValidator(_checked)]
 
 
 def reply_problem(spec: ConstraintSpec, text: str, stop_reason: str) -> str | None:

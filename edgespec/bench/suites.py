@@ -12,8 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from edgespec.bench.structured import ResponseFormat
+from edgespec.bench.structured import CheckedFormat
 from edgespec.constraints.guidance import ConstraintSpec
+from edgespec.constraints.response_format import format_constraint
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import context_bytes, text_problem
 
@@ -126,7 +127,7 @@ class SuiteLine(BaseModel):
     max_tokens: int = Field(256, ge=1)
     prompt: Prompt | None = None
     messages: Annotated[list[SuiteMessage], Field(min_length=1)] | None = None
-    response_format: ResponseFormat | None = None
+    response_format: CheckedFormat | None = None
 
     @model_validator(mode="after")
     def _has_its_modes_input(self) -> SuiteLine:
@@ -155,7 +156,7 @@ def _prompt(line: SuiteLine) -> BenchPrompt:
         line.max_tokens,
         prompt=line.prompt if line.mode == "completion" else None,
         messages=messages,
-        constraint=line.response_format.constraint() if line.response_format else None,
+        constraint=format_constraint(line.response_format),
     )
 
 
