@@ -21,7 +21,9 @@ from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError
+from edgespec.server.schemas import ChatCompletionRequest, Delta
 from edgespec.server.tool_calls import ToolCallParser
+from edgespec.server.tool_choice import tool_plan
 from tests.live_server import serving, serving_engine
 
 WEATHER = {
@@ -36,6 +38,7 @@ WEATHER = {
         },
     },
 }
+ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
 # small enough that the tiny model's random choices end soon
 TINY_TOOLS = [
     {
@@ -59,9 +62,12 @@ TINY_TOOLS = [
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": {"a": "}"}}}\n</tool_call>'
 
 
-def read(text: str, names=("get_weather",), parallel=True, seed: int | None = None, cuts: list[int] | None = None):
-    """The deltas a parser sends for `text` fed in pieces (cut at `cuts`, or at random places), and the parser."""
-    parser = ToolCallParser(HERMES, names, parallel)
+def read(
+    text: str, names=("get_weather",), parallel=True, seed: int | None = None, cuts: list[int] | None = None, plain=()
+):
+    """The deltas a parser sends for `text` fed in pieces (cut at `cuts`, or at random places), and
+    the parser; `plain`: the tools a call in plain JSON may name ("auto")."""
+    parser = ToolCallParser(HERMES, names, parallel, plain)
     if cuts is None:
         rnd = random.Random(seed)
         cuts = sorted(rnd.sample(range(1, len(text)), min(len(text) - 1, rnd.randint(0, 12))))
@@ -154,6 +160,117 @@ def test_a_call_cut_by_the_length_limit_is_sent_as_far_as_it_went():
     content, calls = accumulated(deltas)
     assert content == "" and calls[0]["arguments"] == CALL[49:70] == '{"city": "Paris", "un'
     assert parser.finish_reason("length") == "length"
+
+
+def test_text_after_a_call_keeps_its_break_however_it_is_cut():
+    text = "Looking.\n" + CALL + "\nDone, it rains."
+    for cut in range(1, len(text)):
+        deltas, parser = read(text, cuts=[cut])
+        assert accumulated(deltas)[0] == "Looking.\nDone, it rains." == parser.message().content, cut
+
+
+# -- calls in plain JSON, read under "auto" ----------------------------------------------------
+
+FENCED = '```json\n{"name": "get_weather", "arguments": {"city": "Paris", "note": "a```b <tool_call>"}}\n```'
+WEATHER_ONLY = ("get_weather",)
+
+
+def read_plain(text: str, **kw):
+    return read(text, plain=WEATHER_ONLY, **kw)
+
+
+@pytest.mark.parametrize("cut", range(1, len("Let me check.\n\n" + FENCED + "\n")))
+def test_a_fenced_call_cut_anywhere_is_read_as_the_whole_reply_is(cut):
+    text = "Let me check.\n\n" + FENCED + "\n"
+    deltas, parser = read_plain(text, cuts=[cut])
+    content, calls = accumulated(deltas)
+    assert content == "Let me check." and [c["name"] for c in calls] == ["get_weather"]
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris", "note": "a```b <tool_call>"}
+    assert parser.finish_reason("stop") == "tool_calls"
+    whole = read_plain(text, cuts=[])[1].message()
+    assert parser.message().content == whole.content == "Let me check."
+    assert parser.message().tool_calls[0].function == whole.tool_calls[0].function
+
+
+@pytest.mark.parametrize(
+    "text, cities",
+    [
+        (FENCED.replace("json", "") + "\n" + FENCED.replace("Paris", "Oslo"), ["Paris", "Oslo"]),
+        (  # a list in one block, closed on the line of its end
+            '```json\n[{"name": "get_weather", "arguments": {"city": "Paris"}},\n'
+            ' {"name": "get_weather", "arguments": {"city": "Oslo"}}]```',
+            ["Paris", "Oslo"],
+        ),
+        (' \n{"name": "get_weather", "arguments": {"city": "Rome"}}\n', ["Rome"]),  # bare, the whole reply
+    ],
+)
+def test_plain_json_calls_in_random_pieces(text, cities):
+    for seed in range(20):
+        deltas, parser = read_plain(text, seed=seed)
+        content, calls = accumulated(deltas)
+        assert content == "" and [json.loads(c["arguments"])["city"] for c in calls] == cities, seed
+        assert parser.message().content is None
+        _, single = accumulated(read_plain(text, seed=seed, parallel=False)[0])
+        assert [json.loads(c["arguments"])["city"] for c in single] == cities[:1]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Here:\n```python\nprint({'name': 1})\n```\nDone.",
+        '```json\n{"city": "Paris"}\n```',  # JSON, not a call
+        '```json\n{"name": "launch", "arguments": {}}\n```',  # a tool not offered
+        '```json\n{"name": "get_weather", "arguments": {}, "id": 3}\n```',  # another key
+        '```json\n{"name": "get_weather", "arguments": "Paris"}\n```',  # arguments not an object
+        '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}',  # never closed
+        'Use ```json\n{"name": "get_weather", "arguments": {}}\n```',  # no fence: not at a line's start
+        '{"name": "get_weather", "arguments": {"city": "Paris"}} is how to call it.',  # bare, with prose
+        'So:\n{"name": "get_weather", "arguments": {"city": "Paris"}}',  # bare, after prose
+        "```xml\n<tool_call>\nno call\n</tool_call>\n```",
+    ],
+)
+def test_plain_json_that_is_no_call_is_content_as_written(text):
+    for seed in range(10):
+        deltas, parser = read_plain(text, seed=seed)
+        assert accumulated(deltas) == (text, []), seed
+        assert parser.finish_reason("stop") == "stop" and parser.message().content == text
+
+
+def test_text_after_a_tag_that_opens_no_call_is_read_as_text_however_it_is_cut():
+    text = "<tool_call>\nLet me see.\n" + FENCED
+    for cut in range(1, len(text)):
+        content, calls = accumulated(read_plain(text, cuts=[cut])[0])
+        assert content == "<tool_call>\nLet me see." and [c["name"] for c in calls] == ["get_weather"], cut
+
+
+def test_a_code_block_streams_as_soon_as_it_cannot_be_a_call():
+    parser = ToolCallParser(HERMES, WEATHER_ONLY, True, WEATHER_ONLY)
+    assert parser.feed("Try:\n``") == [Delta(content="Try:")]
+    assert parser.feed("`py") == [Delta(content="\n```py")]
+    assert parser.feed("thon\nx = 1\n") == [Delta(content="thon\nx = 1")]
+    assert parser.feed('```\n\n```json\n{"na') == [Delta(content="\n```")]  # the next may open a call
+    assert parser.feed('me": "get_') == []
+    assert parser.feed('time"') == [Delta(content='\n\n```json\n{"name": "get_time"')]
+
+
+def test_plain_json_is_not_read_without_plain_names():
+    text = "```json\n" + json.dumps({"name": "get_weather", "arguments": {}}) + "\n```"
+    assert accumulated(read(text, seed=0)[0]) == (text, [])
+
+
+def test_auto_reads_plain_json_calls_of_tools_that_are_not_strict():
+    strict = {"type": "function", "function": {**WEATHER["function"], "name": "get_time", "strict": True}}
+    body = ChatCompletionRequest.model_validate({"model": "m", "messages": ASK, "tools": [WEATHER, strict]})
+    for name, read_as_call in [("get_weather", True), ("get_time", False)]:
+        parser = tool_plan(body, "m", "hermes").parser
+        text = "```json\n" + json.dumps({"name": name, "arguments": {"city": "Oslo"}}) + "\n```"
+        parser.feed(text)
+        parser.end()
+        assert (parser.message().tool_calls is not None) is read_as_call, name
+    required = tool_plan(body.model_copy(update={"tool_choice": "required"}), "m", "hermes").parser
+    required.feed(text)
+    required.end()
+    assert required.message().content == text
 
 
 # -- the grammar and the format's declaration ---------------------------------------------------
@@ -379,13 +496,9 @@ def real(real_pair_engine):
         yield openai.OpenAI(base_url=live.url, api_key="unused", max_retries=0, timeout=900), pair.name
 
 
-ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
-
-
 @pytest.mark.slow
 def test_real_pair_required_and_named_calls_validate_streamed_and_not(real):
-    """Under "auto" the 1.5B coder answers this with a fenced JSON block rather than its
-    template's markup (seen here), so the calls are asked for: decoding is then constrained."""
+    """Asked for, the calls are constrained: they come in the markup and validate."""
     client, model = real
     named = {"type": "function", "function": {"name": "get_weather"}}
     reply = client.chat.completions.create(
@@ -404,6 +517,25 @@ def test_real_pair_required_and_named_calls_validate_streamed_and_not(real):
     assert not content and [c["name"] for c in calls] == ["get_weather"]
     jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER["function"]["parameters"])
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.slow
+def test_real_pair_calls_under_auto_streamed_and_not(real):
+    """Unconstrained, the 1.5B coder writes its call as a fenced JSON block, not in its
+    template's markup (seen here): "auto" reads that as the call."""
+    client, model = real
+    reply = client.chat.completions.create(model=model, messages=ASK, tools=[WEATHER], max_tokens=48, temperature=0)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message.content
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] == "Paris"
+    stream = client.chat.completions.create(
+        model=model, messages=ASK, tools=[WEATHER], max_tokens=48, temperature=0, stream=True
+    )
+    chunks = list(stream)
+    content, calls = accumulated([c.choices[0].delta for c in chunks if c.choices])
+    assert (content or None) == choice.message.content and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", call.function.arguments)]
 
 
 @pytest.mark.slow

@@ -12,11 +12,16 @@ A call is taken as one once its head is read, `{"name": NAME, "arguments":` with
 request's tools; its arguments then stream as they come, up to the `}` and the closing tag that
 end the markup. Markup whose head is not that (prose after the tag, a name not offered) is a
 malformed call: its text goes to the client as content, as it was written, because an agent can
-show or retry a reply it can read, and a call edgespec made up from a guess could act wrongly. A
-head in another order (`{"arguments": ..., "name": ...}`) is read once the whole call is there.
-Under `tool_choice` "auto" the arguments follow the model alone, as OpenAI's non-strict calls do;
-"required" and a named tool constrain decoding (edgespec.constraints.tool_calls), so the calls
-they produce always parse and validate.
+show or retry a reply it can read, and a call edgespec made up from a guess could act wrongly
+(what follows such a tag is read again as text, calls included). A head in another order
+(`{"arguments": ..., "name": ...}`) is read once the whole call is there. Under `tool_choice`
+"auto" the arguments follow the model alone, as OpenAI's non-strict calls do; "required" and a
+named tool constrain decoding (edgespec.constraints.tool_calls), so the calls they produce always
+parse and validate.
+
+Under "auto" a call may also come as plain JSON without the markup, in a fenced block or as the
+whole reply (edgespec.server.json_calls says which and why); such a block is held until it closes,
+and its calls' arguments come in one delta.
 
 Without `parallel_tool_calls` the reply holds at most one call: what follows the first is dropped.
 """
@@ -30,6 +35,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from edgespec.constraints.tool_calls import ToolFormat
+from edgespec.server.json_calls import FENCE, Openings, call_of, fence_close, json_calls, json_value
 from edgespec.server.schemas import ChatMessage, Delta, FinishReason, FunctionDelta, ToolCallDelta
 from edgespec.server.tool_schemas import CalledFunction, ToolCall
 
@@ -54,13 +60,19 @@ def _partial_suffix(text: str, marker: str) -> int:
 
 class ToolCallParser:
     """Feed it the reply's text as it comes (`feed`), then `end`; each returns the deltas to send.
-    `message` and `finish_reason` give the whole reply's view of the same reading."""
+    `message` and `finish_reason` give the whole reply's view of the same reading. `names` are
+    the tools a call in the markup may name, `plain` those a call in plain JSON may."""
 
-    def __init__(self, fmt: ToolFormat, names: Collection[str], parallel: bool):
+    def __init__(self, fmt: ToolFormat, names: Collection[str], parallel: bool, plain: Collection[str] = ()):
         self._fmt, self._names, self._parallel = fmt, frozenset(names), parallel
+        self._plain, self._openings = frozenset(plain), Openings(sorted(plain))
         self._held = ""  # text read but not yet classified
         self._gap = ""  # whitespace dropped before the markup, given back if the markup is no call
-        self._state = "text"  # "text", "head" (after the opening tag), "arguments", "done"
+        # "text", "head" (after the opening tag), "arguments", "fenced" / "bare" (a call in plain
+        # JSON, held whole), "done"
+        self._state = "text"
+        self._line_start = True  # the held text starts a line
+        self._body_from = self._scan = 0  # in a fenced block: where its JSON starts, where to look for its end
         self.content: list[str] = []
         self.calls: list[_Call] = []
 
@@ -78,8 +90,6 @@ class ToolCallParser:
             pass
         if self._state == "arguments":
             self._arguments(out, self._last_arguments(self._held))
-        elif self._state == "head":
-            self._malformed(out, self._held)
         elif self._state == "text":  # whitespace after the last call is the markup's layout
             self._content(out, self._held.rstrip() if self.calls else self._held)
         self._held, self._state = "", "done"
@@ -100,52 +110,90 @@ class ToolCallParser:
 
     def _step(self, out: list[Delta], final: bool) -> bool:
         """Read as far as the held text allows; True when the state changed (read on)."""
-        fmt, held = self._fmt, self._held
         if self._state == "done":
             self._held = ""
             return False
         if self._state == "text":
-            start = held.find(fmt.open)
-            if start < 0:
-                if not final:  # keep what may begin the markup, and the whitespace before it
-                    keep = len(held[: len(held) - _partial_suffix(held, fmt.open)].rstrip())
-                    self._content(out, held[:keep])
-                    self._held = held[keep:]
-                return False
-            before = held[:start]
-            self._content(out, before.rstrip())
-            self._gap = before[len(before.rstrip()) :]
-            self._held, self._state = held[start + len(fmt.open) :], "head"
-            return True
+            return self._text(out, final)
         if self._state == "head":
             return self._head(out, final)
+        if self._state == "fenced":
+            return self._fenced(out, final)
+        if self._state == "bare":  # taken only as the whole reply
+            return final and self._plain_calls(out, self._held, self._held, rest="")
         return self._arguments_step(out)
+
+    def _text(self, out: list[Delta], final: bool) -> bool:
+        held, tag = self._held, self._fmt.open
+        start = held.find(tag)
+        plain = self._openings.find(held, self._line_start, bare=not self.content and not self.calls)
+        if plain is not None and plain.end is not None and (start < 0 or plain.start < start):
+            self._up_to(out, plain.start)
+            self._held, self._state = held[plain.start :], "fenced" if plain.fenced else "bare"
+            self._body_from, self._scan = self._held.find("\n") + 1, plain.end - plain.start
+            return True
+        if start >= 0:
+            self._up_to(out, start)
+            self._held, self._state = held[start + len(tag) :], "head"
+            return True
+        if not final:  # keep what may begin the markup or a call in JSON, and the whitespace before it
+            keep = len(held) - _partial_suffix(held, tag)
+            keep = len(held[: min(keep, plain.start) if plain is not None else keep].rstrip())
+            self._content(out, held[:keep])
+            self._held = held[keep:]
+        return False
+
+    def _up_to(self, out: list[Delta], start: int) -> None:
+        """Send the held text before `start`, where markup begins, but the whitespace before it."""
+        before = self._held[:start]
+        self._content(out, before.rstrip())
+        self._gap = before[len(before.rstrip()) :]
+
+    def _fenced(self, out: list[Delta], final: bool) -> bool:
+        held = self._held
+        close = fence_close(held, self._scan, self._body_from)
+        if close is not None:
+            return self._plain_calls(
+                out, held[: close + len(FENCE)], held[self._body_from : close], held[close + len(FENCE) :]
+            )
+        if final:  # never closed: no call
+            return self._given_back(out, held)
+        self._scan = max(self._scan, len(held) - len(FENCE) + 1)  # FENCEs before this were not the end
+        return False
+
+    def _plain_calls(self, out: list[Delta], block: str, body: str, rest: str) -> bool:
+        """Settle a block of plain JSON: its calls, or its text as content."""
+        calls = json_calls(body, self._plain)
+        if calls is None:
+            return self._given_back(out, block, rest)
+        for name, arguments in calls if self._parallel else calls[:1]:
+            self._open_call(out, name)
+            self._arguments(out, arguments)
+        self._held = rest
+        self._closed()
+        return True
 
     def _head(self, out: list[Delta], final: bool) -> bool:
         held, close = self._held, self._fmt.close
         head = _HEAD.match(held)
         if head is not None:
             if head.group(1) not in self._names:
-                return self._malformed(out, held)
-            call = _Call(_new_id(), head.group(1))
-            self.calls.append(call)
-            out.append(_opening(len(self.calls) - 1, call))
+                return self._malformed(out)
+            self._open_call(out, head.group(1))
             self._held, self._state = held[head.end() :], "arguments"
             return True
         end = held.find(close)
         if end >= 0:
-            whole = _whole_call(held[:end], self._names)
+            whole = call_of(json_value(held[:end]), self._names)
             if whole is None:
-                return self._malformed(out, held[: end + len(close)], rest=held[end + len(close) :])
-            call = _Call(_new_id(), whole[0])
-            self.calls.append(call)
-            out.append(_opening(len(self.calls) - 1, call))
+                return self._malformed(out)
+            self._open_call(out, whole[0])
             self._arguments(out, whole[1])
             self._held = held[end + len(close) :]
             self._closed()
             return True
-        if held.strip() and not held.lstrip().startswith("{"):
-            return self._malformed(out, held)
+        if final or (held.strip() and not held.lstrip().startswith("{")):
+            return self._malformed(out)
         return False
 
     def _arguments_step(self, out: list[Delta]) -> bool:
@@ -173,18 +221,31 @@ class ToolCallParser:
         return tail
 
     def _closed(self) -> None:
-        self._gap = ""
+        """A call ended. Whitespace after it stays held with what follows: the layout before a
+        next call, dropped, or the break before text, kept however the text was cut."""
+        self._gap, self._line_start = "", True
         self._state = "text" if self._parallel else "done"
-        self._held = self._held.lstrip()
 
-    def _malformed(self, out: list[Delta], markup: str, rest: str = "") -> bool:
-        self._content(out, self._gap + self._fmt.open + markup)
+    def _malformed(self, out: list[Delta]) -> bool:
+        """The opening tag began no call: it is content, and what follows it is read again as
+        text (however the reply was cut, the same text then reaches the same verdict)."""
+        return self._given_back(out, self._fmt.open, self._held)
+
+    def _given_back(self, out: list[Delta], text: str, rest: str = "") -> bool:
+        """Text held as a possible call that is none: content, with the whitespace before it."""
+        self._content(out, self._gap + text)
         self._gap, self._held, self._state = "", rest, "text"
         return True
+
+    def _open_call(self, out: list[Delta], name: str) -> None:
+        call = _Call(_new_id(), name)
+        self.calls.append(call)
+        out.append(_opening(len(self.calls) - 1, call))
 
     def _content(self, out: list[Delta], text: str) -> None:
         if text:
             self.content.append(text)
+            self._line_start = text.endswith("\n")
             out.append(Delta(content=text))
 
     def _arguments(self, out: list[Delta], text: str) -> None:
@@ -211,19 +272,6 @@ def _parses(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _whole_call(body: str, names: frozenset[str]) -> tuple[str, str] | None:
-    """(name, arguments as JSON) of a whole call written in another order, or None."""
-    try:
-        call = json.loads(body)
-    except ValueError:
-        return None
-    if not (isinstance(call, dict) and set(call) == {"name", "arguments"} and call["name"] in names):
-        return None
-    if not isinstance(call["arguments"], dict):
-        return None
-    return call["name"], json.dumps(call["arguments"], ensure_ascii=False)
 
 
 def _merged(deltas: list[Delta]) -> list[Delta]:

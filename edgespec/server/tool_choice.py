@@ -2,7 +2,8 @@
 which tools the chat template renders, the constraint decoding follows, and how the reply is read.
 
 - "auto" (the default with tools): the template renders the tools, the model decides, and the
-  reply is read for calls (edgespec.server.tool_calls). Decoding is free, unless a tool is
+  reply is read for calls (edgespec.server.tool_calls), in the format's markup or, for a tool
+  that is not strict, as plain JSON (edgespec.server.json_calls). Decoding is free, unless a tool is
   `strict`: then a call, once the model opens one, is constrained to the tools offered, a strict
   tool's arguments to its parameters and another's to a JSON object (OpenAI's strict promise),
   while the text before it stays free.
@@ -70,7 +71,9 @@ def tool_plan(body: ChatCompletionRequest, pair: str, tool_format: str | None) -
             constraint = None
     except ConstraintError as e:
         raise APIError(400, f"tools: {e}", param="tools", code="invalid_value") from None
-    return ToolPlan(rendered, constraint, ToolCallParser(fmt, schemas, parallel))
+    # under "auto" a call may come as plain JSON, unenforced: never one of a strict tool
+    plain = [name for name in schemas if name not in strict] if choice == "auto" else []
+    return ToolPlan(rendered, constraint, ToolCallParser(fmt, schemas, parallel, plain))
 
 
 def _no_format(pair: str, param: str) -> APIError:
