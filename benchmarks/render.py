@@ -24,6 +24,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 PAGES = ("README.md", "docs/benchmarks.md")
 PLOT = "assets/bench_cpu.png"  # the whole-reply speedups of the dev set and held-out edits
 BENCH_FILES = ("bench_dev.json", "bench_heldout.json")
+STRUCTURED_FILES = ("bench_structured.json", "bench_structured_heldout.json")
 
 _BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
 _OPENING = re.compile(r"<!-- results:([\w-]+) -->")
@@ -123,13 +124,18 @@ def prompt_cache_cost(folder: Path) -> list[str]:
     ]
 
 
-def bench(folder: Path) -> list[str]:
-    """`auto` against `ar` per suite, whole reply first: the dev set and the held-out edits."""
+def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES) -> list[str]:
+    """`auto` against `ar` per suite, whole reply first: the dev set and the held-out edits. Suites
+    under a response_format add the replies that validate (both modes) and the matcher's share of
+    `auto`'s time."""
+    docs = [(name, load(folder, name)) for name in files]
+    structured = any("replies" in s for _, doc in docs for s in doc["summary"])
+    extra = " valid (ar, auto) | matcher |" if structured else ""
     lines = [
-        "| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance | = ar (exact/tie/DIFF) |",
-        "|---|---|---|---|---|---|",
+        "| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance | = ar (exact/tie/DIFF) |"
+        + extra,
+        "|---|---|---|---|---|---|" + "---|" * extra.count("|"),
     ]
-    docs = [(name, load(folder, name)) for name in BENCH_FILES]
     for _, doc in docs:
         by = {(s["suite"], s["mode"]): s for s in doc["summary"]}
         for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
@@ -137,12 +143,21 @@ def bench(folder: Path) -> list[str]:
             if not (ar and auto):
                 continue
             v = auto["vs_ar"] or {}
-            lines.append(
+            row = (
                 f"| {suite} ({auto['prompts']}) | **{auto['total_speedup_vs_ar']:.2f}x** | "
                 f"{auto['speedup_vs_ar']:.2f}x | {ar['ttft_s']:.2f} / {auto['ttft_s']:.2f} s | "
                 f"{auto['acceptance']:.0%} | {v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} |"
             )
+            if structured:
+                valid = [f"{m['replies']['valid']}/{m['prompts']}" for m in (ar, auto)]
+                row += f" {valid[0]}, {valid[1]} | {auto['constraint_share']:.1%} |"
+            lines.append(row)
     return lines + [""] + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+def structured(folder: Path) -> list[str]:
+    """The structured suite and its held-out prompts, each mode under the prompt's response_format."""
+    return bench(folder, STRUCTURED_FILES)
 
 
 def before_code_edit(folder: Path) -> list[str]:
@@ -174,6 +189,7 @@ def draft_window(folder: Path) -> list[str]:
 
 BLOCKS = {
     "bench": bench,
+    "structured": structured,
     "whole-call": whole_call,
     "prompt-cache": prompt_cache,
     "prompt-cache-cost": prompt_cache_cost,

@@ -20,8 +20,10 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.cli import main as cli
 from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, grammar_of
 from edgespec.decoding.backend import sync_cache
-from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, ModelDrafter
+from edgespec.decoding.controller import AutoK
+from edgespec.decoding.costs import CostModel
+from edgespec.decoding.decoder import SpeculativeDecoder, after_forced
+from edgespec.decoding.drafters import Draft, DraftChoice, ModelDrafter
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
@@ -205,6 +207,22 @@ def test_the_draft_model_takes_forced_tokens_without_a_draft_step(tiny_engine):
     forced = matcher.forced()  # the matcher is back at the start, where '{"the_first_field_name": "' is forced
     assert len(forced) > 12 and proposal.ids == forced[:12]
     assert draft.evals <= 2  # the prompt's reading; then the first token is chosen, the rest taken as forced
+
+
+def test_forced_tokens_are_no_draft_steps_for_the_cost_curve_nor_drafts_for_the_controller():
+    """A round of 3 forced tokens then 2 drafted by the model, all accepted: the draft step is the
+    draft time over the 2 chosen tokens; the controller's live rate counts all 6 tokens of the pass,
+    its draft-model scores only the 2 drafted ones."""
+    step = Step(5, 5, (7, 8, 9, 1, 2), (), 0.02, 0.1, drafter="model", parents=(-1, 0, 1, 2, 3), forced=3)
+    own = Draft([1, 2], [None, None], [0.9, 0.8], steps=2)
+    costs = CostModel()
+    costs.observe_round(step, after_forced([7, 8, 9], own))
+    assert costs.draft_step == pytest.approx(0.01)
+    part = step.drafted_part()
+    assert (part.k, part.accepted, part.drafted_ids, part.tree()) == (2, 2, (1, 2), ([-1, 0], [0, 1]))
+    policy = AutoK("model", costs)
+    policy.observe(step, own)
+    assert policy._measured == pytest.approx(6 / 0.12)
 
 
 # -- sampling: the masked target's distribution, whatever drafts ------------------------------------

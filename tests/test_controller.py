@@ -186,6 +186,7 @@ class Sim:
             draft.dists.append(None)
             draft.confidence.append(conf)
             fates.append(bool(self.rng.random() < conf))
+        draft.steps = len(draft.ids)
         return draft, fates, evals
 
     # -- what happened

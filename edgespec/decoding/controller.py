@@ -231,12 +231,15 @@ class AutoK:
 
     def observe(self, step: Step, draft: Draft) -> None:
         """Learn from a round. Its timings are already in the cost curve (the decoder feeds it
-        every pass, whatever the policy)."""
+        every pass, whatever the policy). The live rate counts every token the pass gave, forced
+        ones too (what decoding gets without the draft model); the drafter's scores learn from
+        the part it drafted (`draft` is that part)."""
         tokens = step.accepted + 1
         seconds = step.draft_s + step.verify_s
         self._measured = (
             tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
         )
+        step = step.drafted_part()
         parents, path = step.tree()
         if step.drafter is not None:
             self._gates[DrafterKind(step.drafter)].observe(parents, path, self.costs, self._measured)

@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
 from edgespec.decoding.quiet_cost import QuietCost
-from edgespec.decoding.tree import first_branch
 
 # A catch-up of this many tokens or fewer (the rounds since the draft model last drafted) is part
 # of a draft step; a longer one is a read, timed and priced on its own.
@@ -86,20 +85,19 @@ class CostModel:
     def observe_round(self, step: Step, draft: Draft) -> None:
         """Learn from one round's timings (the decoder calls it after every pass, whatever the
         policy): the target's pass over the tokens it verified; then for a draft-model round its
-        draft steps (one per chain token: the alternatives beside them came free) and a long
+        draft steps (one per token it chose: alternatives and forced tokens came free) and a long
         catch-up as a read, for any other round the time before the pass as an n-gram lookup."""
         self.observe_verify(step.k + 1, step.verify_s)
         if step.drafter != DrafterKind.MODEL:
             self.observe_lookup(step.draft_s)
             return
-        chain = first_branch(step.tree()[0])
         if not draft.catch_up_s:
-            self.observe_draft(len(chain), step.draft_s)
+            self.observe_draft(draft.steps, step.draft_s)
             return
         if draft.catch_up_tokens > ROUTINE_CATCH_UP:
             self.observe_read(draft.catch_up_tokens, draft.catch_up_s)
-        if len(chain) > 1:
-            self.observe_draft(len(chain) - 1, step.draft_s - draft.catch_up_s)
+        if draft.steps > 1:
+            self.observe_draft(draft.steps - 1, step.draft_s - draft.catch_up_s)
 
     @property
     def calibrated(self) -> bool:

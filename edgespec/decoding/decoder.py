@@ -32,7 +32,6 @@ import codecs
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -47,7 +46,7 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
-from edgespec.decoding.tree import chain, first_branch
+from edgespec.decoding.tree import first_branch
 
 
 class IncrementalText:
@@ -73,22 +72,7 @@ def after_forced(forced: list[int], draft: Draft) -> Draft:
         draft.match_len,
         draft.catch_up_s,
         draft.catch_up_tokens,
-    )
-
-
-def own_part(step: Step, n_forced: int) -> Step:
-    """What the drafter (or plain decoding) did in a round that began with `n_forced` forced tokens,
-    all accepted: the policy learns from it as from any round."""
-    if not n_forced:
-        return step
-    k = step.k - n_forced
-    return replace(
-        step,
-        k=k,
-        accepted=step.accepted - n_forced,
-        drafted_ids=step.drafted_ids[n_forced:],
-        parents=tuple(chain(k)),
-        path=tuple(range(step.accepted - n_forced)),
+        steps=draft.steps,
     )
 
 
@@ -240,10 +224,11 @@ class SpeculativeDecoder:
             controller=plan.state if plan is not None else None,
             parents=tuple(parents),
             path=tuple(path),
+            forced=len(forced),
         )
         self.policy.costs.observe_round(step, draft)  # before observe: the policy learns at the new costs
-        if not forced or (own.ids and accepted >= len(forced)):  # forced tokens teach it nothing: its own part
-            self.policy.observe(own_part(step, len(forced)), own)
+        if accepted >= len(forced):  # else the drafted part was never verified
+            self.policy.observe(step, own)
         return step, new_ids
 
     @staticmethod

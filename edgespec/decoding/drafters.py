@@ -87,6 +87,7 @@ class Draft:
     catch_up_s: float = 0.0  # model drafter: seconds spent reading committed text it had not seen
     catch_up_tokens: int = 0  # ... and how many tokens that was
     parents: list[int] | None = None  # each node's parent (tree.ROOT for the root's children)
+    steps: int = 0  # model drafter: the tokens it chose, each a draft step (forced tokens cost none)
 
     def parent_list(self) -> list[int]:
         return chain(len(self.ids)) if self.parents is None else self.parents
@@ -119,6 +120,7 @@ class Draft:
             self.catch_up_s,
             self.catch_up_tokens,
             None if self.parents is None else subtree(self.parents, keep),
+            self.steps,
         )
 
 
@@ -229,6 +231,7 @@ class ModelDrafter:
             if stop is not None and stop(depth, conf):
                 break
             node = out.add(token, parent, dist, conf)
+            out.steps += 1
             if constraint is not None:
                 consumed = constraint.advance(token)
                 advanced += consumed

@@ -8,7 +8,7 @@ the bench measures cannot drift apart.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 
 from edgespec.decoding.tree import ROOT, chain, leaves, path_to
@@ -65,6 +65,24 @@ class Step:
     parents: tuple[int, ...] | None = None  # None: a chain
     path: tuple[int, ...] | None = None  # None: the chain's first `accepted` nodes
     read_s: float = 0.0
+    forced: int = 0  # leading drafted tokens a constraint forced: no drafter proposed them
+
+    def drafted_part(self) -> Step:
+        """The round as its drafter (or plain decoding) did it: without the forced tokens before its
+        draft, all of them accepted (a chain: drafts under a constraint are), for a policy to learn
+        from. The timings stay the whole pass's."""
+        if not self.forced:
+            return self
+        k, accepted = self.k - self.forced, self.accepted - self.forced
+        return replace(
+            self,
+            k=k,
+            accepted=accepted,
+            drafted_ids=self.drafted_ids[self.forced :],
+            parents=tuple(chain(k)),
+            path=tuple(range(accepted)),
+            forced=0,
+        )
 
     def tree(self) -> tuple[list[int], list[int]]:
         """(parents, path), a chain's spelled out."""

@@ -66,7 +66,10 @@ class Policy(Protocol):
 
     def plan(self, ctx: RoundContext) -> Plan: ...
 
-    def observe(self, step: Step, draft: Draft) -> None: ...
+    def observe(self, step: Step, draft: Draft) -> None:
+        """Learn from a round: `step` the whole pass (with `step.forced` tokens a constraint forced
+        before the draft), `draft` what the drafter proposed after them."""
+        ...
 
     def may_use(self, kind: DrafterKind) -> bool:
         """Whether this drafter may be asked to draft in this generation (a draft model then

@@ -60,6 +60,7 @@ class HeuristicK:
         return Plan(which, k, state=ControllerState("heuristic", k, which, 0.0, 0.0, 0.0))
 
     def observe(self, step: Step, draft: Draft) -> None:
+        step = step.drafted_part()  # forced tokens say nothing of how long a draft survives
         if step.k:
             self.k = min(self.max_k, self.k + 2) if step.accepted == step.k else max(1, self.k - 1)
 
