@@ -149,7 +149,9 @@ def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES) -> list[str]:
                 f"{auto['acceptance']:.0%} | {v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} |"
             )
             if structured:
-                valid = [f"{m['replies']['valid']}/{m['prompts']}" for m in (ar, auto)]
+                valid = [
+                    f"{m['replies']['valid']}/{m['replies']['valid'] + m['replies']['invalid']}" for m in (ar, auto)
+                ]
                 row += f" {valid[0]}, {valid[1]} | {auto['constraint_share']:.1%} |"
             lines.append(row)
     return lines + [""] + [source(doc, name) + "<br>" for name, doc in docs]
