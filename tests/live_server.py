@@ -8,10 +8,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgespec.cli.serve import base_url, listen, uvicorn_server
 from edgespec.engine.engine import GenerateSettings, open_engine
 from edgespec.engine.thread import EngineThread
+from edgespec.models.config import load_registry
 from edgespec.models.registry import PairConfig
 from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker
@@ -73,3 +75,16 @@ def serving_engine(engine, settings: GenerateSettings, queue_size: int = 8) -> I
             yield live
     finally:
         engine_thread.shutdown()
+
+
+def tiny_tool_pair(folder: Path, target: Path, draft: Path, context: int) -> PairConfig:
+    """The tiny GGUF pair (`target` drafted by `draft`) with the hermes tool-call format, from a
+    models.toml written in `folder`."""
+    path = folder / "models.toml"
+    path.write_text(
+        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{target}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{draft}"\n'
+        f'[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = {context}\n'
+        'tool_format = "hermes"\n'
+    )
+    return load_registry(path).pair("tiny")

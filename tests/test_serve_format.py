@@ -18,8 +18,7 @@ import pytest
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
-from edgespec.models.config import load_registry
-from tests.live_server import serving, serving_engine
+from tests.live_server import serving, serving_engine, tiny_tool_pair
 
 PET = {
     "type": "object",
@@ -46,14 +45,8 @@ def schema_format(schema: dict, strict: bool | None = True, name: str = "pet") -
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
-    config = tmp_path_factory.mktemp("serve-format") / "models.toml"
-    config.write_text(
-        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\ntool_format = "hermes"\n'
-    )
-    settings = GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
-    with serving(load_registry(config).pair("tiny"), settings) as live:
+    pair = tiny_tool_pair(tmp_path_factory.mktemp("serve-format"), tiny_gguf, tiny_draft_gguf, context=256)
+    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))) as live:
         yield live
 
 

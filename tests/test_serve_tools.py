@@ -24,7 +24,7 @@ from edgespec.models.registry import ConfigError
 from edgespec.server.schemas import ChatCompletionRequest, Delta
 from edgespec.server.tool_calls import ToolCallParser
 from edgespec.server.tool_choice import tool_plan
-from tests.live_server import serving, serving_engine
+from tests.live_server import serving, serving_engine, tiny_tool_pair
 
 WEATHER = {
     "type": "function",
@@ -314,15 +314,8 @@ def test_the_template_writes_tools_and_arguments_as_json_dumps_does():
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
-    path = tmp_path_factory.mktemp("tools") / "models.toml"
-    path.write_text(
-        f'default = "tiny"\n'
-        f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 512\ntool_format = "hermes"\n'
-    )
-    settings = GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
-    with serving(load_registry(path).pair("tiny"), settings) as live:
+    pair = tiny_tool_pair(tmp_path_factory.mktemp("tools"), tiny_gguf, tiny_draft_gguf, context=512)
+    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))) as live:
         yield live
 
 
