@@ -184,6 +184,18 @@ def test_a_round_drafts_after_the_forced_text_in_the_same_pass(tiny_engine):
     assert joined >= 1
 
 
+FLAG = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+
+
+def test_the_forced_text_is_spelled_to_its_end(tiny_engine):
+    """The forced text runs to the value: '{"ok": ' here. llguidance's own forced tokens stop
+    before the space (the tiny vocabulary merges " t" into one token, as `true` may follow);
+    spelled to its end, the space is drafted and the key's round ends on the value's first token."""
+    matcher = tiny_engine.constraint(ConstraintSpec.json_schema(FLAG))
+    spelled = b"".join(tiny_engine.target.token_bytes(t) for t in matcher.forced())
+    assert spelled == b'{"ok": '
+
+
 class CountingEvals:
     """A backend that counts its `eval` calls (each a draft step or a batch read)."""
 

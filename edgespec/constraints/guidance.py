@@ -124,6 +124,7 @@ class GuidanceMatcher:
 
     def __init__(self, tokenizer: Tokenizer, grammar: str):
         self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        self._tokenizer = tokenizer
         if self._matcher.is_error():
             raise ConstraintError(f"the constraint cannot be enforced: {_first_line(self._matcher.get_error())}")
         self._n = tokenizer.vocab_size
@@ -173,8 +174,15 @@ class GuidanceMatcher:
         return n
 
     def forced(self) -> list[int]:
+        """The forced text spelled whole. llguidance's own forced tokens stop short of the last token
+        the text's end could still merge into (`": "` stops at `":`, the ` "` may become ` "$`):
+        certain tokens, where a draft needs likely ones. Spelled whole, the text's last token is a
+        guess the target checks, and a value's first token comes out of the same pass."""
         start = time.perf_counter()
-        tokens = self._matcher.compute_ff_tokens()
+        certain = self._matcher.compute_ff_tokens()
+        text = self._matcher.compute_ff_bytes()
+        spelled = self._tokenizer.tokenize_bytes(text) if text else []
+        tokens = spelled if spelled[: len(certain)] == certain else certain
         tokens = tokens[: self._matcher.validate_tokens(tokens)] if tokens else []
         self.busy_s += time.perf_counter() - start
         return tokens

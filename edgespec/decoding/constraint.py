@@ -44,8 +44,10 @@ class Constraint(Protocol):
         ...
 
     def forced(self) -> list[int]:
-        """Tokens the constraint's forced text spells next (it allows nothing else to follow, up to
-        how that text is split into tokens); empty when it leaves a choice."""
+        """Tokens spelling the constraint's forced text (the only text it allows next); empty when
+        it leaves a choice. The text is certain, its split into tokens is not: the model may spell
+        the same text otherwise, or merge its end with what follows, so these are a draft the
+        target verifies, never committed unchecked."""
         ...
 
     def done(self) -> bool:
