@@ -388,6 +388,21 @@ def test_the_stop_rule_drafts_through_a_dip_and_alternatives_do_not_take_its_fre
 # -- the --k flag and the simple policies -----------------------------------------------------
 
 
+def test_a_draft_after_forced_text_is_weighed_at_what_it_adds_to_that_pass():
+    """On a steep curve (50 ms a pass plus 50 ms a token) a copy the target takes 7 times in 10 pays
+    in a round of its own, (1 + 0.7) / 0.15 s against 1 / 0.10 s, but not after 6 forced tokens in
+    the same pass: (7 + 0.7) / 0.45 s against 7 / 0.40 s. Priced as a round of its own there, it
+    was drafted into passes it slowed."""
+    costs = CostModel()
+    for n in range(1, 18):
+        costs.observe_verify(n, 0.05 + 0.05 * n)
+    policy = AutoK("ngram", costs)
+    copy = Draft([5], [None], [1.0], match_len=4)  # the 4-token matches' prior: 0.7 at the first position
+    assert policy._ngram.rates_for(copy.match_len)[0].mean == pytest.approx(0.7)
+    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3])).k == 1
+    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3], forced=6)).k == 0
+
+
 def test_k_setting_parses_the_k_flag_and_names_its_policy():
     costs = CostModel()
     assert KSetting.parse("auto") == KSetting("auto") and str(KSetting.parse(" 4 ")) == "4"

@@ -97,6 +97,9 @@ class NgramScores:
     # first tokens survive, the next ones are likelier still (the conditional rate rises with the
     # position). Live scores take over within a few dozen proposals.
     FIRST = (0.2, 0.4, 0.55, 0.7, 0.8, 0.9, 0.95, 0.98)  # per match bucket, first position
+    # A proposal that matched no token (match_len 0: a value's start drafted from the prompt's text,
+    # `source_copy.py`) has its own rates, from an even prior.
+    SOURCE = 0.5
     RISE = 0.85  # the miss rate shrinks by this factor per position
 
     # After the copies before it were wrong, another earlier occurrence's copy is right this often
@@ -105,13 +108,14 @@ class NgramScores:
 
     def __init__(self, max_k: int):
         self.rates = [
-            [Rate(1.0 - (1.0 - first) * self.RISE**i, prior_weight=3.0) for i in range(max_k)] for first in self.FIRST
+            [Rate(1.0 - (1.0 - first) * self.RISE**i, prior_weight=3.0) for i in range(max_k)]
+            for first in (self.SOURCE, *self.FIRST)
         ]
         self.others = [Rate(a, prior_weight=3.0) for a in self.OTHER]
         self._pending: list[tuple[int, Draft, list[Rate]]] = []  # (position, proposal, rates)
 
     def rates_for(self, match_len: int) -> list[Rate]:
-        return self.rates[_bucket(match_len, _MATCH_BUCKETS[1:])]
+        return self.rates[0 if match_len == 0 else 1 + _bucket(match_len, _MATCH_BUCKETS[1:])]
 
     def rate(self, rates: list[Rate], depth: int, rank: int) -> Rate | None:
         """The rate of a node at `depth` (1 for the root's children) and `rank` among its siblings:

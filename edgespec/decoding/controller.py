@@ -94,19 +94,21 @@ class AutoK:
 
     # -- choosing -------------------------------------------------------------------------
 
-    def _cost(self, kind: DrafterKind) -> Callable[[int], float]:
-        """Seconds for a round drafting k tokens with `kind`."""
+    def _cost(self, kind: DrafterKind, forced: int = 0) -> Callable[[int], float]:
+        """Seconds for a round drafting k tokens with `kind` after `forced` tokens in the same pass."""
         c = self.costs
         if kind == DrafterKind.NGRAM:
-            return lambda k: c.verify(k + 1) + c.ngram_lookup
+            return lambda k: c.verify(forced + k + 1) + c.ngram_lookup
         d = c.draft_step if c.draft_step is not None else c.verify(1)
-        return lambda k: k * d + c.verify(k + 1) + c.ngram_lookup
+        return lambda k: k * d + c.verify(forced + k + 1) + c.ngram_lookup
 
-    def _model_option(self, ctx: RoundContext) -> tuple[int, float]:
+    def _model_option(self, ctx: RoundContext, forced: int = 0) -> tuple[int, float]:
         acc = [r.mean for r in self._model.positions[: min(self.max_k_model, ctx.max_k)]]
-        return best_k(acc, self._cost(DrafterKind.MODEL))
+        return best_k(acc, self._cost(DrafterKind.MODEL, forced), base=forced + 1)
 
-    def _ngram_option(self, ngram: Draft, max_k: int, trees: bool) -> tuple[int, float, tuple[int, ...] | None]:
+    def _ngram_option(
+        self, ngram: Draft, max_k: int, trees: bool, forced: int = 0
+    ) -> tuple[int, float, tuple[int, ...] | None]:
         """(nodes to verify, at most `max_k`; tokens per second; which nodes of the proposal `ngram`,
         None for the first ones of its first branch). Each node's chance is its parent's times its
         own: by position for a first child, by rank for a later one, after the siblings before it
@@ -123,7 +125,7 @@ class AutoK:
             values.append((1.0 if parent == ROOT else values[parent]) * before * a)
             missed[parent] = before * (1.0 - a)
         order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: min(max_k, self.max_k_ngram)]
-        m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM))
+        m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM, forced), base=forced + 1)
         return m, rate, tuple(sorted(order[:m])) if trees else None
 
     def _trees_now(self, kind: DrafterKind) -> bool:
@@ -172,13 +174,16 @@ class AutoK:
             self._ngram.score(ctx.context)
             if ngram.ids:  # the whole trie is scored against the text, drafted or not
                 self._ngram.remember(len(ctx.context), ngram if self.trees else ngram.first_branch())
-        plain_rate = 1.0 / (self.costs.verify(1) + self.costs.ngram_lookup)
+        # A draft after forced text is weighed at what it adds to that pass, against that pass's rate.
+        plain_rate = (ctx.forced + 1) / (self.costs.verify(ctx.forced + 1) + self.costs.ngram_lookup)
         options: dict[DrafterKind | None, tuple[int, float, tuple[int, ...] | None]] = {None: (0, plain_rate, None)}
         if ctx.has_model and DrafterKind.MODEL in self.allowed:
-            k, rate = self._model_option(ctx)
-            options[DrafterKind.MODEL] = (k if self._catch_up_pays(ctx, rate) else 0, rate, None)
+            k, rate = self._model_option(ctx, ctx.forced)
+            alone = self._model_option(ctx)[1] if ctx.forced else rate  # its rate of its own tokens
+            options[DrafterKind.MODEL] = (k if self._catch_up_pays(ctx, alone) else 0, rate, None)
         if ngram is not None and ngram.ids:
-            options[DrafterKind.NGRAM] = self._ngram_option(ngram, ctx.max_k, self._trees_now(DrafterKind.NGRAM))
+            trees = self._trees_now(DrafterKind.NGRAM)
+            options[DrafterKind.NGRAM] = self._ngram_option(ngram, ctx.max_k, trees, ctx.forced)
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate, nodes = options[which]

@@ -239,17 +239,18 @@ class CostModel:
         return per_token
 
 
-def best_k(acceptance: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
+def best_k(acceptance: Sequence[float], cost: Callable[[int], float], base: float = 1.0) -> tuple[int, float]:
     """The K in 0..len(acceptance) maximising E(K)/cost(K) for a chain with per-position acceptance
-    `acceptance` (each given the ones before survived); returns (K, tokens per second)."""
+    `acceptance` (each given the ones before survived); returns (K, tokens per second). `base`: as
+    `best_tree`'s."""
     survive, values = 1.0, []
     for a in acceptance:
         survive *= a
         values.append(survive)
-    return best_tree(values, cost)
+    return best_tree(values, cost, base)
 
 
-def best_tree(values: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
+def best_tree(values: Sequence[float], cost: Callable[[int], float], base: float = 1.0) -> tuple[int, float]:
     """How many of a draft's candidate nodes to verify: `values` are the nodes' chances of being
     accepted (the path down to them survives), best first; the m best, verified in one pass, emit
     1 + sum(values[:m]) tokens on average (each accepted node, then the target's own). Returns the m
@@ -257,9 +258,13 @@ def best_tree(values: Sequence[float], cost: Callable[[int], float]) -> tuple[in
 
     Taking the best m nodes is taking a tree: a node is never likelier than its parent, so the
     parent of every node taken was taken before it (EAGLE-2's reranking). A chain's values are
-    the running products of its acceptances, already in order."""
-    best, rate = 0, 1.0 / cost(0)
-    expected = 1.0
+    the running products of its acceptances, already in order.
+
+    `base`: the tokens the pass emits whatever is drafted (1, the target's own; more when a
+    constraint's forced text comes first in the same pass, and `cost` then prices the pass with
+    it), so a draft is weighed at its extra cost in that pass, against that pass's rate."""
+    best, rate = 0, base / cost(0)
+    expected = base
     for m, v in enumerate(values, start=1):
         expected += v
         r = expected / cost(m)

@@ -183,7 +183,9 @@ class SpeculativeDecoder:
             drafter, own, plan = None, Draft(), None
             if len(forced) < max_k:
                 ahead, left = context + forced, max_k - len(forced)
-                drafter, own, plan = self._draft(ahead, left, params, rng, emitted + len(forced), constraint)
+                drafter, own, plan = self._draft(
+                    ahead, left, params, rng, emitted + len(forced), constraint, len(forced)
+                )
             constraint.rollback(len(forced))
             draft = after_forced(forced, own)
         else:
@@ -252,9 +254,11 @@ class SpeculativeDecoder:
         rng: np.random.Generator,
         emitted: int,
         constraint: Constraint | None,
+        forced: int = 0,
     ) -> tuple[Drafter | None, Draft, Plan]:
         """Ask the free drafters, let the policy plan, and draft: the drafter (None: plain decoding),
-        its draft and the plan."""
+        its draft and the plan. `forced`: tokens the pass verifies before this draft (they end
+        `context`), which the policy prices the draft with."""
         free = {
             kind: d.propose(context, min(max_k, self.policy.max_k), params, rng, constraint=constraint)
             for kind, d in self.drafters.items()
@@ -262,7 +266,9 @@ class SpeculativeDecoder:
         }
         model = self.drafters.get(DrafterKind.MODEL)
         behind = model.behind(context) if model is not None and max_k > 0 else 0
-        plan: Plan = self.policy.plan(RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted))
+        plan: Plan = self.policy.plan(
+            RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted, forced)
+        )
         k = max(0, min(plan.k, max_k))
         drafter = self.drafters.get(plan.drafter) if k and plan.drafter is not None else None
         if drafter is None:

@@ -9,6 +9,7 @@ import numpy as np
 from edgespec.decoding.constraint import Constraint
 from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
 from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.tree import ROOT
 
 
@@ -23,6 +24,10 @@ class NgramDrafter:
     branch is the most recent occurrence's copy (what a chain-only lookup drafts), then the copies
     after the other occurrences, longest match first, each adding the nodes where it parts from
     the ones before. All are point masses: the target chooses among them.
+
+    Under a constraint, at the start of a value, `source` (when given) proposes instead: the
+    prompt's next word where the reply's copies of it have got to (`source_copy.py`), which token
+    lookup cannot find there.
     """
 
     kind = DrafterKind.NGRAM
@@ -32,8 +37,9 @@ class NgramDrafter:
     MAX_MATCHES = 8  # earlier occurrences merged into one proposal
     MAX_NODES = 48  # the most nodes a proposal holds (the policy verifies some of them)
 
-    def __init__(self, min_n: int = 1, max_n: int = 4):
+    def __init__(self, min_n: int = 1, max_n: int = 4, source: SourceCopy | None = None):
         self.min_n, self.max_n = min_n, max_n
+        self.source = source
         self._tokens: list[int] = []
         self._ends: dict[tuple[int, ...], list[int]] = {}
         self._source: Sequence[int] | None = None  # the context list indexed last
@@ -54,7 +60,9 @@ class NgramDrafter:
                 self._ends.setdefault(tuple(toks[end - n + 1 : end + 1]), []).append(end)
 
     def begin(self, prompt: Sequence[int]) -> None:
-        pass  # the index catches up with the committed text at each proposal
+        # the index catches up with the committed text at each proposal
+        if self.source is not None:
+            self.source.begin(prompt)
 
     def behind(self, context: Sequence[int]) -> int:
         return 0  # reading the text is the lookup itself
@@ -74,9 +82,13 @@ class NgramDrafter:
     ) -> Draft:
         """A trie of what followed earlier occurrences of the longest matching suffix, each copy up
         to k tokens (a copy has no confidence to stop or branch on, so `stop` and `branch` do not
-        apply; nor do `params`: a copy is a point mass). Under `constraint`: the most recent copy
+        apply; nor do `params`: a copy is a point mass). Under `constraint`: at a value's start the
+        source's word if it has one (match_len 0: no token matched), else the most recent copy
         alone, up to its first token the constraint forbids."""
         if constraint is not None:
+            start = self.source.propose(context, k, constraint) if self.source is not None else Draft()
+            if start.ids:
+                return start
             copy = self._propose(context, k).first_branch()
             return copy.head(constraint.allowed_prefix(copy.ids))
         return self._propose(context, k)

@@ -43,6 +43,7 @@ class RoundContext:
     context: Sequence[int] = ()
     model_behind: int = 0  # tokens the draft model must read before its next draft (its catch-up)
     emitted: int = 0  # tokens this reply has emitted so far
+    forced: int = 0  # tokens a constraint forced before this draft, verified in the same pass
 
     @classmethod
     def of(
@@ -53,11 +54,12 @@ class RoundContext:
         context: Sequence[int],
         model_behind: int = 0,
         emitted: int = 0,
+        forced: int = 0,
     ) -> RoundContext:
         """From what the decoder has: the free drafters' proposals, the kinds loaded, and how far
         behind the text the draft model is."""
         ngram = free.get(DrafterKind.NGRAM, Draft()) if DrafterKind.NGRAM in loaded else None
-        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context, model_behind, emitted)
+        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context, model_behind, emitted, forced)
 
 
 class Policy(Protocol):

@@ -32,6 +32,7 @@ from edgespec.decoding.events import Event, Summary
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.source_copy import SourceCopy
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -73,7 +74,7 @@ class Engine:
     ):
         self.pair, self.target, self.draft, self.cache = pair, target, draft, cache
         self.n_ctx = target.n_ctx
-        self._drafters: list[Drafter] = [NgramDrafter()]
+        self._drafters: list[Drafter] = [NgramDrafter(source=SourceCopy(target))]
         if draft is not None:
             self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
