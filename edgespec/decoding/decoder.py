@@ -181,8 +181,9 @@ class SpeculativeDecoder:
         if constraint is not None:
             rows = self._masked_rows(rows, lead, constraint)
         parents = chain(len(lead))
+        path: list[int] = []
         if not lead:
-            path, next_id = [], choose(rows[0], params, rng)
+            next_id = choose(rows[0], params, rng)
         elif params.greedy:
             path, next_id = verify_greedy(rows, lead, parents)
         else:
