@@ -168,11 +168,9 @@ LONG_KEYS = {
 
 def test_a_round_drafts_after_the_forced_text_in_the_same_pass(tiny_engine):
     """Forced tokens start a round's draft and the draft model drafts on after them: one pass, not a
-    pass for the forced text and another for the draft. (The reply's opening text is read with the
-    prompt; the key after the first value is forced in a round.)"""
+    pass for the forced text and another for the draft."""
     prompt = tiny_engine.target.tokenize(PROMPTS[1], special=False)
-    schema = {**LONG_KEYS, "properties": {"ok": {"type": "boolean"}, **LONG_KEYS["properties"]}}
-    spec = ConstraintSpec.json_schema({**schema, "required": ["ok", *LONG_KEYS["required"]]})
+    spec = ConstraintSpec.json_schema(LONG_KEYS)
     settings = GenerateSettings(48, draft=DraftChoice.MODEL, k=KSetting("fixed", 8), constraint=spec)
     events = list(tiny_engine.generate_tokens(prompt, settings))
     replay, joined = tiny_engine.constraint(spec), 0
@@ -184,22 +182,6 @@ def test_a_round_drafts_after_the_forced_text_in_the_same_pass(tiny_engine):
         elif isinstance(event, Token):
             replay.advance(event.id)
     assert joined >= 1
-
-
-def test_the_fixed_text_a_reply_starts_with_is_read_with_the_prompt(tiny_engine):
-    """The schema's opening text is read in the prompt's batch and verified there: it comes out with
-    the first token, before any pass, and the reply is plain decoding's."""
-    prompt = tiny_engine.target.tokenize(PROMPTS[1], special=False)
-    spec = ConstraintSpec.json_schema(LONG_KEYS)
-    fixed = tiny_engine.constraint(spec).forced()
-    events = list(tiny_engine.generate_tokens(prompt, GenerateSettings(48, draft=DraftChoice.NGRAM, constraint=spec)))
-    first_pass = next(i for i, e in enumerate(events) if isinstance(e, Step))
-    before = [e.id for e in events[:first_pass] if isinstance(e, Token)]
-    assert len(fixed) > 10 and before[: len(fixed)] == fixed and len(before) == len(fixed) + 1
-    assert events[-1].read_tokens == len(before)
-    plain = GenerateSettings(48, draft=DraftChoice.NONE, k=KSetting("fixed", 0), constraint=spec)
-    plain_ids = [e.id for e in tiny_engine.generate_tokens(prompt, plain) if isinstance(e, Token)]
-    assert [e.id for e in events if isinstance(e, Token)] == plain_ids
 
 
 FLAG = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}

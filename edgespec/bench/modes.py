@@ -81,7 +81,6 @@ class Row(WholeReply):
     # inside its first pass).
     prompt_tokens: int = 0
     target_read_tokens: int = 0
-    read_tokens: int = 1  # reply tokens out with the first, before any pass (see Tally)
     ttft_s: float = 0.0
     target_read_s: float | None = None
     draft_read_s: float | None = None
@@ -189,7 +188,6 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
         rounds=rounds,
         prompt_tokens=summary.prompt_tokens,
         target_read_tokens=summary.target_read_tokens,
-        read_tokens=summary.read_tokens,
         ttft_s=summary.ttft_s,
         target_read_s=summary.target_read_s,
         draft_read_s=summary.draft_read_s,

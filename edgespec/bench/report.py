@@ -63,7 +63,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
             "speedup_vs_ar": _median_ratio(speed, pair, suite, ids, mode, pair),
             **{name: _median_of(t, pair, suite, ids, mode) for name, t in times.items()},
             "acceptance": sum(r.accepted for r in group) / drafted if drafted else 0.0,
-            "tokens_per_pass": sum(max(r.tokens - r.read_tokens, 0) for r in group) / passes if passes else 0.0,
+            "tokens_per_pass": sum(max(r.tokens - 1, 0) for r in group) / passes if passes else 0.0,
             # per pass that verified a draft: its nodes (a chain's K) and the accepted path's length
             "tree_size": sum(k for r in group for k in r.k_trace) / drafting if drafting else 0.0,
             "accepted_length": sum(r.accepted for r in group) / drafting if drafting else 0.0,

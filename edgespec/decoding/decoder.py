@@ -22,9 +22,8 @@ under the same mask, and the matcher follows the draft and rolls back to the com
 are then chains: a tree's branches would each need the matcher's own state, and the trees' gain on
 the machines measured (design.md, "The tree ceiling") does not pay for that yet. Where the
 constraint forces the next tokens (its fixed text: a key, a brace), the round takes them as the
-start of its draft, at no draft step, and the drafters draft after them for the same pass (the
-reply's opening text, in the prompt's own batch); verification keeps them lossless (the target's
-masked choice may spell the same text otherwise).
+start of its draft, at no draft step, and the drafters draft after them for the same pass;
+verification keeps them lossless (the target's masked choice may spell the same text otherwise).
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
-from edgespec.decoding.tree import chain, first_branch
+from edgespec.decoding.tree import first_branch
 
 
 class IncrementalText:
@@ -112,11 +111,15 @@ class SpeculativeDecoder:
 
         # The first token needs only the target's reading of the prompt: it goes out before any
         # drafter is asked to do anything (a draft model reads when it is first used, if ever).
-        firsts = self._read_prompt(prompt, max_tokens, params, rng, constraint)
+        logits = sync_cache(self.target, prompt, 1)[0]
         summary.target_read_s = time.perf_counter() - t_start
+        if constraint is not None:
+            logits = masked(logits, constraint.allowed())
+        first = choose(logits, params, rng)
+        if constraint is not None:
+            constraint.advance(first)
         summary.ttft_s = time.perf_counter() - t_start
-        summary.read_tokens = len(firsts)
-        context = list(prompt) + firsts
+        context = list(prompt) + [first]
         t_decode = time.perf_counter()
 
         def emit(token_id: int, source: Source) -> Token:
@@ -125,11 +128,10 @@ class SpeculativeDecoder:
             return token
 
         stop = ""
-        for i, token_id in enumerate(firsts):
-            if token_id in self.target.eos_ids:
-                stop = "eos"
-                break
-            yield emit(token_id, Source.TARGET if i == len(firsts) - 1 else Source.DRAFT)
+        if first in self.target.eos_ids:
+            stop = "eos"
+        else:
+            yield emit(first, Source.TARGET)
         for drafter in self.drafters.values():
             if self.policy.may_use(drafter.kind):
                 drafter.begin(prompt)
@@ -160,41 +162,6 @@ class SpeculativeDecoder:
             summary.constraint_s = constraint.busy_s
         summary.stop_reason = stop
         yield summary
-
-    def _read_prompt(
-        self,
-        prompt: Sequence[int],
-        max_tokens: int,
-        params: SamplingParams,
-        rng: np.random.Generator,
-        constraint: Constraint | None,
-    ) -> list[int]:
-        """Read the prompt into the target's cache; the reply's first tokens. Speculating under a
-        constraint whose text starts fixed (`{"name": "` of a schema, a tool call's opening), that
-        text is read with the prompt and verified as a draft, in the same batch: a prompt's batch
-        reads a token for less than a verify pass does. Else the target's first token alone."""
-        lead: list[int] = []
-        if constraint is not None and self.drafters:
-            room = min(max_tokens, self.target.n_ctx - len(prompt)) - 1
-            lead = constraint.forced()[: max(room, 0)]
-        rows = sync_cache(self.target, [*prompt, *lead], len(lead) + 1)
-        if constraint is not None:
-            rows = self._masked_rows(rows, lead, constraint)
-        parents = chain(len(lead))
-        path: list[int] = []
-        if not lead:
-            next_id = choose(rows[0], params, rng)
-        elif params.greedy:
-            path, next_id = verify_greedy(rows, lead, parents)
-        else:
-            path, next_id = verify_sampled(rows, lead, parents, [None] * len(lead), params, rng)
-        if len(path) < len(lead):
-            self.target.truncate(len(prompt) + len(path))  # the cache holds all but the last token
-        firsts = [*(lead[node] for node in path), next_id]
-        if constraint is not None:
-            for token_id in firsts:
-                constraint.advance(token_id)
-        return firsts
 
     def _round(
         self,

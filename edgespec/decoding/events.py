@@ -120,9 +120,6 @@ class Tally:
     stats line and the bench all read a Tally). Times are seconds."""
 
     tokens: int = 0
-    # of those, the ones the prompt's reading gave before any pass: the first, and a constraint's
-    # fixed text after it where the decoder read that with the prompt (the decoder's Summary says)
-    read_tokens: int = 1
     drafted: int = 0
     accepted: int = 0
     target_passes: int = 0
@@ -165,9 +162,9 @@ class Tally:
 
     @property
     def tokens_per_pass(self) -> float:
-        """Tokens per decoding pass of the target (1.0 for plain decoding); the first tokens come
-        from the prompt's reading, not from a decoding pass."""
-        return (self.tokens - self.read_tokens) / self.target_passes if self.target_passes else 0.0
+        """Tokens per decoding pass of the target (1.0 for plain decoding); the first token comes
+        from prefill, not from a decoding pass."""
+        return (self.tokens - 1) / self.target_passes if self.target_passes else 0.0
 
 
 class WholeReply:
@@ -215,9 +212,8 @@ class Summary(Tally, WholeReply):
 
     @property
     def decode_tokens_per_s(self) -> float:
-        """Tokens after the first ones (which the prompt's reading produced) per second of decoding."""
-        after = self.tokens - self.read_tokens
-        return after / self.decode_s if self.decode_s > 0 and after > 0 else 0.0
+        """Tokens after the first (which the prompt's reading produced) per second of decoding."""
+        return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
 
     @property
     def target_read_tokens(self) -> int:

@@ -46,7 +46,6 @@ class Reply:
         """Fold one engine event; returns the tokens to send now."""
         if isinstance(event, Summary):
             self.summary = event
-            self.sent.read_tokens = event.read_tokens
             out = self.cut.flush()
         elif isinstance(event, Step):
             self.sent.add(event)
