@@ -89,7 +89,9 @@ class MarkovBackend:
         where = range(n - n_logits, n)
         return self._rows([(seq[i - 1] if i >= 1 else 0, seq[i]) for i in where], where, len(tokens))
 
-    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+    def eval_tree(
+        self, pending: int, ids: Sequence[int], parents: Sequence[int], need: Sequence[bool] | None = None
+    ) -> np.ndarray:
         """Each node's row from the two tokens ending at it on its own branch; nodes sit at the
         position of their depth, so a chain gets exactly `eval`'s rows (batch noise included)."""
         self._spend(len(ids) + 1)
@@ -172,9 +174,9 @@ class ArgmaxRecorder:
             self.rows[first + j] = np.array(out[j])
         return out
 
-    def eval_tree(self, pending, ids, parents):
+    def eval_tree(self, pending, ids, parents, need=None):
         self._tree_start = len(self._b.cached)
-        self._tree_rows = np.array(self._b.eval_tree(pending, ids, parents))
+        self._tree_rows = np.array(self._b.eval_tree(pending, ids, parents, need))
         return self._tree_rows
 
     def keep_path(self, path):

@@ -47,7 +47,7 @@ class MemoBackend:
         self.last = self._memo[key]
         return self.last
 
-    def eval_tree(self, pending, ids, parents):
+    def eval_tree(self, pending, ids, parents, need=None):
         """The rounds here draft chains (FixedK): one memoised eval, cut back by keep_path."""
         self._path_start = len(self.cached) + 1
         return self.eval([pending, *ids], len(ids) + 1)

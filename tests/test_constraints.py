@@ -184,6 +184,28 @@ def test_a_round_drafts_after_the_forced_text_in_the_same_pass(tiny_engine):
     assert joined >= 1
 
 
+def test_rows_where_the_constraint_allows_one_token_are_verified_without_logits(tiny_engine, monkeypatch):
+    """A key's tokens are, at their rows, the only ones the schema allows: the pass asks no logits
+    for those rows (the output layer is much of a row's cost), and the reply is plain decoding's."""
+    prompt = tiny_engine.target.tokenize(PROMPTS[1], special=False)
+    spec = ConstraintSpec.json_schema(
+        {**LONG_KEYS, "properties": {"ok": {"type": "boolean"}, **LONG_KEYS["properties"]}}
+    )
+    plain = GenerateSettings(48, draft=DraftChoice.NONE, k=KSetting("fixed", 0), constraint=spec)
+    plain_ids = [e.id for e in tiny_engine.generate_tokens(prompt, plain) if isinstance(e, Token)]
+    needs, eval_tree = [], tiny_engine.target.eval_tree
+
+    def recording(pending, ids, parents, need=None):
+        needs.append(need)
+        return eval_tree(pending, ids, parents, need)
+
+    monkeypatch.setattr(tiny_engine.target, "eval_tree", recording)
+    spec_settings = GenerateSettings(48, draft=DraftChoice.NGRAM, k=KSetting("fixed", 8), constraint=spec)
+    assert [e.id for e in tiny_engine.generate_tokens(prompt, spec_settings) if isinstance(e, Token)] == plain_ids
+    skipped = [need.count(False) for need in needs if need is not None]
+    assert skipped and max(skipped) >= 10  # the 25-character key's tokens, each the only one allowed
+
+
 FLAG = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
 
 
@@ -294,7 +316,7 @@ def test_speculative_sampling_under_a_schema_follows_the_masked_target(tiny_engi
     assert fit_p_value(replies, exact) > 1e-3
 
     # verification without the mask: the same drafts, checked against the unmasked target
-    monkeypatch.setattr(SpeculativeDecoder, "_masked_rows", staticmethod(lambda logits, chain, constraint: logits))
+    monkeypatch.setattr(SpeculativeDecoder, "_masked_rows", staticmethod(lambda logits, masks: logits))
     assert fit_p_value(sampled_replies(tiny_engine, prompt, spec, 300), exact) < 1e-3
 
 

@@ -203,6 +203,23 @@ def test_a_tree_pass_gives_each_node_the_logits_of_its_own_branch(target, tiny_g
     assert target.cached == ids
 
 
+@pytest.mark.parametrize("need", [[False, True, True, False, True, False, False], [False] * 7])
+def test_rows_not_needed_come_back_zero_and_the_others_unchanged(target, need):
+    """Rows `need` leaves out skip llama.cpp's output layer: zero here, the rest as a pass with every
+    row's logits gives them, and the cache is the same."""
+    ids = target.tokenize(PROMPT_TEXT)
+    target.eval(ids[:-1], 1)
+    every = np.array(target.eval_tree(ids[-1], TREE_IDS, TREE))
+    target.keep_path([])
+    target.truncate(len(ids) - 1)
+    rows = np.array(target.eval_tree(ids[-1], TREE_IDS, TREE, need))
+    target.keep_path([3, 4])
+    assert target.cached == ids + [TREE_IDS[3], TREE_IDS[4]]
+    wanted = np.array(need)
+    assert not rows[~wanted].any()
+    np.testing.assert_allclose(rows[wanted], every[wanted], atol=5e-3)
+
+
 @pytest.mark.parametrize("path", [[3, 4], [5], [0, 1], []])
 def test_after_a_branch_wins_the_cache_holds_exactly_the_committed_text(target, tiny_gguf, path):
     """The next pass reads the committed text and the accepted path only: it gives a fresh

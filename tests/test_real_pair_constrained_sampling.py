@@ -171,7 +171,7 @@ def test_rounds_under_a_schema_emit_the_masked_target_and_do_not_without_the_mas
         outcomes.update(accepted)
         # verification without the mask (the drafts still under it), from the same cache state
         with monkeypatch.context() as patch:
-            patch.setattr(SpeculativeDecoder, "_masked_rows", staticmethod(lambda logits, chain, constraint: logits))
+            patch.setattr(SpeculativeDecoder, "_masked_rows", staticmethod(lambda logits, masks: logits))
             pvalue, forbidden, _ = first_tokens(real_engine, drafter, x, REPEATS_UNMASKED)
         assert pvalue < 1e-3 and forbidden > 0, f"position {len(x.context)} unmasked: p = {pvalue:.2g}"
     assert outcomes[0] and outcomes.total() > outcomes[0]  # both rejections and acceptances ran

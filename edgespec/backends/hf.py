@@ -86,9 +86,12 @@ class HFBackend:
         self.cached.extend(tokens)
         return logits[len(logits) - n_logits :] if n_logits else logits[:0]
 
-    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+    def eval_tree(
+        self, pending: int, ids: Sequence[int], parents: Sequence[int], need: Sequence[bool] | None = None
+    ) -> np.ndarray:
         """Evaluate the pending token and a draft tree in one forward (module docstring); float32
-        logits (n + 1, n_vocab), row i + 1 after node i. `keep_path` must follow."""
+        logits (n + 1, n_vocab), row i + 1 after node i, every row whatever `need` says. `keep_path`
+        must follow."""
         torch = self._torch
         start, n = len(self.cached), len(ids) + 1
         if start + n > self.n_ctx:

@@ -177,9 +177,12 @@ class LlamaCppBackend:
             raise ValueError("n_logits larger than the last batch chunk")
         return self._logits(n_out)[n_out - n_logits :]
 
-    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+    def eval_tree(
+        self, pending: int, ids: Sequence[int], parents: Sequence[int], need: Sequence[bool] | None = None
+    ) -> np.ndarray:
         """Evaluate the pending token and a draft tree in one batch, one sequence per branch (module
-        docstring); logits for every token. `keep_path` must follow."""
+        docstring); logits for every token, or for those `need` marks (the rest zero: llama.cpp runs
+        its output layer only on the rows flagged for logits). `keep_path` must follow."""
         n, start = len(ids), len(self.cached)
         if start + n + 1 > self.n_ctx:
             raise ContextOverflow(f"{start + n + 1} tokens do not fit the {self.n_ctx}-token context")
@@ -189,15 +192,21 @@ class LlamaCppBackend:
             raise ValueError(f"a tree of {n} nodes and {n_branches} branches is too large to verify in one pass")
         for branch in range(1, n_branches):
             self._lc.llama_memory_seq_cp(self._mem, 0, branch, -1, -1)
-        self._put(0, pending, start, range(n_branches), True)
+        want = [True] * (n + 1) if need is None else list(need)
+        self._put(0, pending, start, range(n_branches), want[0])
         for i, (tok, depth, branches) in enumerate(zip(ids, depths(parents), on, strict=True), start=1):
-            self._put(i, tok, start + depth, branches, True)
+            self._put(i, tok, start + depth, branches, want[i])
         rc = self._run(n + 1, n_branches)
         if rc == 0:
             self.cached.append(pending)
             self._tree = (on, list(ids), n_branches)
         self._raise_on(rc)
-        return self._logits(n + 1)
+        if all(want):
+            return self._logits(n + 1)
+        rows = np.zeros((n + 1, self.n_vocab), dtype=np.float32)
+        for i in (i for i, w in enumerate(want) if w):  # llama.cpp keeps the flagged rows only
+            rows[i] = np.ctypeslib.as_array(self._lc.llama_get_logits_ith(self._ctx, i), shape=(self.n_vocab,))
+        return rows
 
     def keep_path(self, path: Sequence[int]) -> None:
         """After `eval_tree`: keep the pending token and the nodes of `path` (root to leaf) as

@@ -86,10 +86,14 @@ class Backend(Protocol):
         """Drop everything in the cache after the first `n` tokens."""
         ...
 
-    def eval_tree(self, pending: int, ids: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+    def eval_tree(
+        self, pending: int, ids: Sequence[int], parents: Sequence[int], need: Sequence[bool] | None = None
+    ) -> np.ndarray:
         """Evaluate `pending` and a draft tree after it in one pass (`decoding/tree.py`: node i is
         `ids[i]` under `parents[i]`); logits (n + 1, n_vocab), row 0 after `pending`, row i + 1 after
         node i, each as if the tokens from `pending` down to it were all that followed the cache.
+        `need`: the rows whose logits are wanted (None: all); a runtime may leave the others zero
+        and skip computing them (the output layer is a large share of a row's cost on a CPU).
         `cached` then ends in `pending`; `keep_path` must come next."""
         ...
 

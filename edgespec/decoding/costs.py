@@ -82,12 +82,14 @@ class CostModel:
     def observe_lookup(self, seconds: float) -> None:
         self.ngram_lookup = self._ema(self.ngram_lookup, seconds)
 
-    def observe_round(self, step: Step, draft: Draft) -> None:
+    def observe_round(self, step: Step, draft: Draft, whole_rows: bool = True) -> None:
         """Learn from one round's timings (the decoder calls it after every pass, whatever the
-        policy): the target's pass over the tokens it verified; then for a draft-model round its
-        draft steps (one per token it chose: alternatives and forced tokens came free) and a long
-        catch-up as a read, for any other round the time before the pass as an n-gram lookup."""
-        self.observe_verify(step.k + 1, step.verify_s)
+        policy): the target's pass over the tokens it verified (if `whole_rows`: every row's logits
+        computed, as the curve prices them); then for a draft-model round its draft steps (one per
+        token it chose: alternatives and forced tokens came free) and a long catch-up as a read,
+        for any other round the time before the pass as an n-gram lookup."""
+        if whole_rows:
+            self.observe_verify(step.k + 1, step.verify_s)
         if step.drafter != DrafterKind.MODEL:
             self.observe_lookup(step.draft_s)
             return

@@ -195,9 +195,14 @@ class SpeculativeDecoder:
 
         n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
         parents = draft.parent_list()
-        logits = self.target.eval_tree(context[-1], draft.ids, parents)
-        if constraint is not None:
-            logits = self._masked_rows(logits, draft.ids, constraint)
+        masks = self._row_masks(draft.ids, constraint) if constraint is not None else None
+        # a row where the constraint allows one token needs no logits: that token is the choice
+        need = None if masks is None else [int(np.count_nonzero(m)) != 1 for m in masks]
+        if need is not None and all(need):
+            need = None
+        logits = self.target.eval_tree(context[-1], draft.ids, parents, need)
+        if masks is not None:
+            logits = self._masked_rows(logits, masks)
         if params.greedy:
             path, next_id = verify_greedy(logits, draft.ids, parents)
         else:
@@ -228,22 +233,32 @@ class SpeculativeDecoder:
             path=tuple(path),
             forced=len(forced),
         )
-        self.policy.costs.observe_round(step, draft)  # before observe: the policy learns at the new costs
+        # before observe: the policy learns at the new costs; a pass that skipped rows' logits is
+        # cheaper than the curve it would be read into (one per tokens verified, every row's logits)
+        self.policy.costs.observe_round(step, draft, whole_rows=need is None)
         if accepted >= len(forced):  # else the drafted part was never verified
             self.policy.observe(step, own)
         return step, new_ids
 
     @staticmethod
-    def _masked_rows(logits: np.ndarray, chain: Sequence[int], constraint: Constraint) -> np.ndarray:
-        """The verify pass's rows, each masked by the constraint's state after the committed text and
-        the chain's tokens before it (every drafted token is allowed where it stands: drafts are
-        drafted under the mask). The matcher is left where it was."""
-        rows = np.empty_like(logits)
-        for i, token_id in enumerate(chain):
-            rows[i] = masked(logits[i], constraint.allowed())
+    def _row_masks(chain: Sequence[int], constraint: Constraint) -> list[np.ndarray]:
+        """The allowed tokens at each row of the verify pass: the constraint's state after the
+        committed text and the chain's tokens before the row (every drafted token is allowed where
+        it stands: drafts are drafted under the mask). The matcher is left where it was."""
+        masks = []
+        for token_id in chain:
+            masks.append(constraint.allowed())
             constraint.advance(token_id)
-        rows[len(chain)] = masked(logits[len(chain)], constraint.allowed())
+        masks.append(constraint.allowed())
         constraint.rollback(len(chain))
+        return masks
+
+    @staticmethod
+    def _masked_rows(logits: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
+        """The verify pass's rows, each masked by its row's allowed tokens."""
+        rows = np.empty_like(logits)
+        for i, allowed in enumerate(masks):
+            rows[i] = masked(logits[i], allowed)
         return rows
 
     def _draft(
