@@ -206,6 +206,30 @@ def test_rows_where_the_constraint_allows_one_token_are_verified_without_logits(
     assert skipped and max(skipped) >= 10  # the 25-character key's tokens, each the only one allowed
 
 
+def test_a_forced_tail_the_target_spelled_otherwise_is_not_offered_again(tiny_engine):
+    """The forced text's last token is a guess at how the target splits the text's end: here the
+    space after a comma, which the tiny target merges into " t" of " true". Once refused it is not
+    drafted again in the reply, and the reply is plain decoding's."""
+    spec = ConstraintSpec.json_schema({"type": "array", "items": {"type": "boolean"}, "minItems": 8, "maxItems": 8})
+    refusals = 0
+    for text in PROMPTS:
+        prompt = tiny_engine.target.tokenize(text, special=False)
+        settings = GenerateSettings(64, draft=DraftChoice.NGRAM, k=KSetting("fixed", 4), constraint=spec)
+        events = list(tiny_engine.generate_tokens(prompt, settings))
+        refused: set[int] = set()
+        for step in (e for e in events if isinstance(e, Step)):
+            forced = step.drafted_ids[: step.forced]
+            assert not (forced and forced[-1] in refused)
+            if step.accepted < step.forced:
+                refused.add(forced[step.accepted])
+        refusals += len(refused)
+        plain = GenerateSettings(64, draft=DraftChoice.NONE, k=KSetting("fixed", 0), constraint=spec)
+        assert [e.id for e in events if isinstance(e, Token)] == [
+            e.id for e in tiny_engine.generate_tokens(prompt, plain) if isinstance(e, Token)
+        ]
+    assert refusals
+
+
 FLAG = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
 
 

@@ -135,6 +135,7 @@ class SpeculativeDecoder:
         for drafter in self.drafters.values():
             if self.policy.may_use(drafter.kind):
                 drafter.begin(prompt)
+        refused: set[int] = set()  # forced text's last tokens the target spelled otherwise, this reply
         while not stop:
             if constraint is not None and constraint.done():
                 stop = "eos"  # nothing but the end may follow: no pass is needed to learn it
@@ -146,7 +147,7 @@ class SpeculativeDecoder:
             if room <= 0:
                 stop = "length" if summary.tokens >= max_tokens else "context"
                 break
-            step, new_ids = self._round(context, room - 1, params, rng, summary.tokens, constraint)
+            step, new_ids = self._round(context, room - 1, params, rng, summary.tokens, constraint, refused)
             summary.add(step)
             yield step
             for token_id, source in zip(new_ids, step.sources(), strict=True):
@@ -171,11 +172,17 @@ class SpeculativeDecoder:
         rng: np.random.Generator,
         emitted: int = 0,
         constraint: Constraint | None = None,
+        refused: set[int] | None = None,
     ) -> tuple[Step, list[int]]:
         """One draft/verify pass. Extends `context` with the accepted tokens and the target's
-        token, and returns the Step with the new ids in order (and `constraint` with them)."""
+        token, and returns the Step with the new ids in order (and `constraint` with them).
+        `refused`: the forced text's last token is a guess at how the target splits the text's end
+        (`Constraint.forced`); one the target spelled otherwise is added here and not offered
+        again in the reply (a bare space before a value a model writes as ` "`, say)."""
         t0 = time.perf_counter()
         forced = constraint.forced()[:max_k] if constraint is not None and self.drafters and max_k > 0 else []
+        if forced and refused and forced[-1] in refused:
+            forced.pop()
         if forced:  # the drafters draft after the forced text, for the same pass
             assert constraint is not None
             for token_id in forced:
@@ -213,6 +220,8 @@ class SpeculativeDecoder:
             drafter.accept(n_committed + accepted)
         t2 = time.perf_counter()
 
+        if refused is not None and accepted < len(forced):
+            refused.add(forced[accepted])
         new_ids = [*(draft.ids[node] for node in path), next_id]
         context.extend(new_ids)
         if constraint is not None:
