@@ -22,7 +22,8 @@ from edgespec.decoding.constraint import Constraint
 from edgespec.decoding.drafters import Draft
 
 # where a value starts in JSON written as the constraints lay it out (`": "`, `", "`, `[`)
-_VALUE_START = re.compile(r'(?:": "?|\[ ?"?|, ")\Z')
+_VALUE_STARTS = ('": "', '": ', "[", '["', "[ ", '[ "', ', "')
+_TAIL = 4  # tokens that hold any of those
 # the reply, piece by piece: a closed string, or the syntax (and bare numbers) up to the next quote
 _PIECE = re.compile(r'"(?:[^"\\]|\\.)*"|[^"]+')
 _BARE = re.compile(r"-?[0-9][0-9.eE+-]*|true|false")
@@ -51,9 +52,9 @@ class SourceCopy:
         (the context after the prompt) is at a value's start; else nothing."""
         if k <= 0 or len(context) < self._prompt_len or not self._source:
             return Draft()
-        reply = self._text(context[self._prompt_len :])
-        if not _VALUE_START.search(reply):
+        if not self._text(context[max(self._prompt_len, len(context) - _TAIL) :]).endswith(_VALUE_STARTS):
             return Draft()
+        reply = self._text(context[self._prompt_len :])
         cursor = self._cursor(reply)
         if cursor is None:
             return Draft()
