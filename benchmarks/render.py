@@ -154,7 +154,26 @@ def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES) -> list[str]:
                 ]
                 row += f" {valid[0]}, {valid[1]} | {auto['constraint_share']:.1%} |"
             lines.append(row)
-    return lines + [""] + [source(doc, name) + "<br>" for name, doc in docs]
+    curves = [line for _, doc in docs if (line := verify_curve(doc))]
+    return lines + [""] + curves + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+CURVE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def verify_curve(doc: dict) -> str | None:
+    """What a target pass cost by the tokens it verified on the machine of a run (the bound on what
+    drafting can gain there), with `ar`'s decoding speed; None for a run that did not record it."""
+    curves = doc["meta"].get("verify_ms") or {}
+    if len(curves) != 1:
+        return None
+    (curve,) = curves.values()
+    ar = next(s for s in doc["summary"] if s["mode"] == "ar")
+    sizes = " · ".join(f"{n}: {curve[str(n)]:.0f}" for n in CURVE_SIZES if str(n) in curve)
+    return (
+        f"{ar['suite']}: `ar` decoded {ar['decode_tokens_per_s']:.1f} tok/s; a target pass cost, in ms by "
+        f"tokens verified, {sizes}.<br>"
+    )
 
 
 def structured(folder: Path) -> list[str]:

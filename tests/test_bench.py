@@ -21,6 +21,7 @@ from edgespec.bench import report, suites
 from edgespec.bench.modes import Mode, Row, parse_modes, run_bench
 from edgespec.bench.report import summarize, to_json
 from edgespec.bench.suites import BenchPrompt, load_suite
+from edgespec.decoding.controller import LONGEST_DRAFT
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
@@ -647,6 +648,9 @@ def test_bench_command_writes_json_and_plot(cli_env):
     assert doc["meta"]["repeats"] == 2
     # what made the figures: the command, the code and the machine
     assert {"command", "version", "machine", "date"} <= set(doc["meta"]) and doc["meta"]["machine"]["cpus"] >= 1
+    # and what a verify pass cost there, by its length: auto measured it (every size it may draft)
+    (curve,) = doc["meta"]["verify_ms"].values()
+    assert set(curve) == {str(n) for n in range(1, LONGEST_DRAFT + 2)} and all(ms > 0 for ms in curve.values())
     checkout = Path(cli.__file__).resolve().parents[2]
     if (checkout / ".git").exists():
         head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)

@@ -67,6 +67,18 @@ def test_the_source_line_names_the_command_commit_and_machine():
     )
 
 
+def test_the_verify_curve_line_names_the_machine_s_pass_costs():
+    doc = {
+        "meta": {"verify_ms": {"pair": {str(n): 20.0 + 10 * n for n in range(1, 18)}}},
+        "summary": [{"suite": "s", "mode": "ar", "decode_tokens_per_s": 31.25}, {"suite": "s", "mode": "auto"}],
+    }
+    assert render.verify_curve(doc) == (
+        "s: `ar` decoded 31.2 tok/s; a target pass cost, in ms by tokens verified, "
+        "1: 30 · 2: 40 · 3: 50 · 4: 60 · 6: 80 · 8: 100 · 12: 140 · 16: 180.<br>"
+    )
+    assert render.verify_curve({"meta": {}, "summary": doc["summary"]}) is None  # a run that did not record it
+
+
 @pytest.mark.parametrize(
     "text, problem",
     [

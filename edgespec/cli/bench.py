@@ -151,6 +151,8 @@ def bench(
             "repeats": repeats,
             "interrupted": interrupted,
             "noise_floors": {pair: floor.to_dict() for pair, floor in floors.items()},
+            # what a verify pass costs by its length on this machine: what bounds auto's ratios
+            "verify_ms": {e.pair.name: _milliseconds(e.costs.quiet_curve()) for e in engines if e.costs.calibrated},
         }
         if json_path:
             data = json.dumps(report.to_json(rows, summary, meta), indent=1) + "\n"
@@ -164,3 +166,7 @@ def bench(
     failure = bench_modes.strict_failure(rows) if strict else None
     if failure:
         raise failure
+
+
+def _milliseconds(curve: dict[int, float]) -> dict[str, float]:
+    return {str(n): round(seconds * 1000, 1) for n, seconds in sorted(curve.items())}

@@ -119,17 +119,18 @@ class CostModel:
         no contradiction: busy moments only ever add time, and the quiet curve rises by itself
         when the machine really is slower."""
         fell = [
-            n for n, now in self._quiet_curve().items() if n in self._start and now < (1 - self.MARGIN) * self._start[n]
+            n for n, now in self.quiet_curve().items() if n in self._start and now < (1 - self.MARGIN) * self._start[n]
         ]
         return len(fell) >= self.SEVERAL
 
-    def _quiet_curve(self) -> dict[int, float]:
+    def quiet_curve(self) -> dict[int, float]:
+        """Seconds per target pass by tokens verified, when nothing else runs (what is saved)."""
         return {n: s for n, q in self._quiet_verify.items() if (s := q.seconds) is not None}
 
     def to_dict(self) -> dict:
         """The quiet curve, as `restore` takes it: per size, and for the draft step and a token the
         draft model reads, the recent sessions' figures in seconds, oldest first."""
-        verify = {str(n): self._quiet_verify[n].to_list() for n in sorted(self._quiet_curve())}
+        verify = {str(n): self._quiet_verify[n].to_list() for n in sorted(self.quiet_curve())}
         return {
             "verify": verify,
             "draft_step": self._quiet_draft.to_list() or None,
@@ -152,7 +153,7 @@ class CostModel:
 
     def _start_from_quiet(self) -> None:
         """Live estimates and the contradiction check start from the quiet curve as it is now."""
-        self._start = self._quiet_curve()
+        self._start = self.quiet_curve()
         self._verify = dict(self._start)
         self._curve.clear()
         self.draft_step = self._quiet_draft.seconds
