@@ -208,6 +208,21 @@ def draft_window(folder: Path) -> list[str]:
     return lines + ["", source(doc, "draft_window.json")]
 
 
+def drafting_ceiling(folder: Path) -> list[str]:
+    """`auto` against drafts that are the target's own reply: the most any drafter could gain there."""
+    doc = load(folder, "drafting_ceiling.json")
+    lines = ["| suite (prompts) | `auto` vs ar | perfect drafts vs ar | = ar (auto, perfect) |", "|---|---|---|---|"]
+    for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
+        auto, perfect = (
+            next(s for s in doc["summary"] if (s["suite"], s["mode"]) == (suite, m)) for m in ("auto", "ceiling")
+        )
+        cells = [f"{suite} ({auto['prompts']})"]
+        cells += [f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" for m in (auto, perfect)]
+        cells.append(f"{auto['exact']}/{auto['replies']}, {perfect['exact']}/{perfect['replies']}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + ["", source(doc, "drafting_ceiling.json")]
+
+
 BLOCKS = {
     "bench": bench,
     "structured": structured,
@@ -216,6 +231,7 @@ BLOCKS = {
     "prompt-cache-cost": prompt_cache_cost,
     "before-code-edit": before_code_edit,
     "draft-window": draft_window,
+    "drafting-ceiling": drafting_ceiling,
 }
 
 

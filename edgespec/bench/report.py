@@ -127,6 +127,12 @@ def to_json(rows: list[Row], summary: list[dict], meta: dict) -> dict:
     }
 
 
+def verify_ms(curve: dict[int, float]) -> dict[str, float]:
+    """A quiet verify curve (`CostModel.quiet_curve`) as result files record it: ms by tokens
+    verified, to three significant figures (a tiny model's pass takes well under a tenth of a ms)."""
+    return {str(n): float(f"{seconds * 1000:.3g}") for n, seconds in sorted(curve.items())}
+
+
 def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None, rows: Iterable[Row] = ()) -> Group:
     """The summary as two tables, each narrow enough for an 80-column terminal (no outer edge): where
     a reply's time went (`times_table`), then the speedups and how the drafting went (`speed_table`),

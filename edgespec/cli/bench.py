@@ -152,7 +152,7 @@ def bench(
             "interrupted": interrupted,
             "noise_floors": {pair: floor.to_dict() for pair, floor in floors.items()},
             # what a verify pass costs by its length on this machine: what bounds auto's ratios
-            "verify_ms": {e.pair.name: _milliseconds(e.costs.quiet_curve()) for e in engines if e.costs.calibrated},
+            "verify_ms": {e.pair.name: report.verify_ms(e.costs.quiet_curve()) for e in engines if e.costs.calibrated},
         }
         if json_path:
             data = json.dumps(report.to_json(rows, summary, meta), indent=1) + "\n"
@@ -166,8 +166,3 @@ def bench(
     failure = bench_modes.strict_failure(rows) if strict else None
     if failure:
         raise failure
-
-
-def _milliseconds(curve: dict[int, float]) -> dict[str, float]:
-    """Three significant figures: a tiny model's pass takes well under a tenth of a millisecond."""
-    return {str(n): float(f"{seconds * 1000:.3g}") for n, seconds in sorted(curve.items())}

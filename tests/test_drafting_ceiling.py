@@ -1,0 +1,61 @@
+"""benchmarks/drafting_ceiling.py measures what perfect drafts would gain: drafts of the target's own
+reply must then be taken whole, under a constraint too, and change nothing in the reply; and its
+summary must compare each mode with plain decoding of the same prompts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.bench.suites import BenchPrompt
+from edgespec.constraints.guidance import ConstraintSpec
+from edgespec.decoding.controller import make_policy
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.plan import KSetting
+from edgespec.engine.engine import Engine
+from edgespec.models.registry import ModelSpec, PairConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("drafting_ceiling", ROOT / "benchmarks" / "drafting_ceiling.py")
+ceiling = sys.modules["drafting_ceiling"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ceiling)
+
+WORDS = {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 3, "maxItems": 3}
+PROMPTS = [
+    BenchPrompt("t/0", "t", "completion", 40, prompt="hello there the"),
+    BenchPrompt("t/1", "t", "completion", 40, prompt="in the", constraint=ConstraintSpec.json_schema(WORDS)),
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_gguf_factory) -> Iterator[Engine]:
+    pair = PairConfig("tiny", "llamacpp", ModelSpec("t", "gguf"), None, "ngram", 512)
+    engine = Engine(pair, LlamaCppBackend(tiny_gguf_factory(seed=0), 512, threads=1))
+    yield engine
+    engine.close()
+
+
+def test_drafts_of_the_target_s_own_reply_are_taken_whole_and_change_nothing(engine):
+    policy = make_policy(KSetting("auto"), DraftChoice.NGRAM, engine.costs)
+    rows = []
+    for prompt in PROMPTS:
+        ar = ceiling.run(engine, prompt, "ar", None, policy)
+        perfect = ceiling.run(engine, prompt, ceiling.CEILING, ar["tokens"], policy)
+        assert perfect["tokens"] == ar["tokens"] and len(ar["tokens"]) > 8
+        # a text that has parted from the reply gets no drafts: the drafter knows no more than that
+        drafter, ids = ceiling.ReplyDrafter(3, ar["tokens"]), [0, 0, 0]
+        assert drafter.propose(ids + ar["tokens"][:2], 4).ids == ar["tokens"][2:6]
+        assert drafter.propose(ids + [ar["tokens"][0] + 1], 4).ids == []
+        assert perfect["target_passes"] < ar["target_passes"] / 2
+        rows += [ar, perfect, ceiling.run(engine, prompt, "auto", None, policy)]
+    summary = ceiling.summarise(rows)
+    assert [(s["suite"], s["mode"], s["prompts"], s["replies"]) for s in summary] == [
+        ("t", "auto", 2, 2),
+        ("t", ceiling.CEILING, 2, 2),
+    ]
+    assert summary[1]["exact"] == 2 and all(s["whole_vs_ar"] > 0 and s["decode_vs_ar"] > 0 for s in summary)
