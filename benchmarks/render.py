@@ -4,8 +4,11 @@ from the JSON files under benchmarks/results/.
 Results are data: a page never holds a figure typed by hand. Each table sits between two marker
 comments, `<!-- results:NAME -->` and `<!-- /results:NAME -->`, and this script replaces what is
 between them with the block NAME rendered from the result files, each followed by the command,
-commit and machine that made it. tests/test_render_results.py renders the committed files and
-fails when a page differs, so a table cannot drift from the run behind it.
+commit and machine that made it. Where a machine changes what a run shows (the structured suite's
+gain follows the machine's verify curve), the same runs from another machine sit in a sub-folder
+named after its CPU (`results/intel-xeon/`), and those blocks give a row per machine.
+tests/test_render_results.py renders the committed files and fails when a page differs, so a table
+cannot drift from the run behind it.
 
     make results        # = .venv/bin/python benchmarks/render.py
 """
@@ -32,6 +35,20 @@ _OPENING = re.compile(r"<!-- results:([\w-]+) -->")
 
 def load(folder: Path, name: str) -> dict:
     return json.loads((folder / name).read_text())
+
+
+def on_every_machine(folder: Path, name: str) -> list[str]:
+    """`name` and its namesakes in the other machines' sub-folders, as paths under `folder`: the
+    machine of record first."""
+    others = sorted(p.relative_to(folder).as_posix() for p in folder.glob(f"*/{name}"))
+    return [name, *others]
+
+
+def machine(doc: dict) -> str:
+    """The CPU a run was made on, as a table cell: its model without trademark signs or the word
+    "Processor"."""
+    model = doc["meta"].get("machine", {}).get("cpu_model") or "?"
+    return re.sub(r"\s*(\((R|TM)\)|\bProcessor\b)", "", model).strip()
 
 
 def source(doc: dict, name: str) -> str:
@@ -124,17 +141,19 @@ def prompt_cache_cost(folder: Path) -> list[str]:
     ]
 
 
-def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES) -> list[str]:
+def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES, by_machine: bool = False) -> list[str]:
     """`auto` against `ar` per suite, whole reply first: the dev set and the held-out edits. Suites
     under a response_format add the replies that validate (both modes) and the matcher's share of
-    `auto`'s time."""
+    `auto`'s time. `by_machine`: a column names the CPU each row ran on."""
     docs = [(name, load(folder, name)) for name in files]
     structured = any("replies" in s for _, doc in docs for s in doc["summary"])
     extra = " valid (ar, auto) | matcher |" if structured else ""
     lines = [
-        "| suite (prompts) | whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance | = ar (exact/tie/DIFF) |"
+        "| suite (prompts) |"
+        + (" machine |" if by_machine else "")
+        + " whole reply vs ar | decode vs ar | TTFT ar / auto | acceptance | = ar (exact/tie/DIFF) |"
         + extra,
-        "|---|---|---|---|---|---|" + "---|" * extra.count("|"),
+        "|---|---|---|---|---|---|" + "---|" * (extra.count("|") + by_machine),
     ]
     for _, doc in docs:
         by = {(s["suite"], s["mode"]): s for s in doc["summary"]}
@@ -144,7 +163,9 @@ def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES) -> list[str]:
                 continue
             v = auto["vs_ar"] or {}
             row = (
-                f"| {suite} ({auto['prompts']}) | **{auto['total_speedup_vs_ar']:.2f}x** | "
+                f"| {suite} ({auto['prompts']}) |"
+                + (f" {machine(doc)} |" if by_machine else "")
+                + f" **{auto['total_speedup_vs_ar']:.2f}x** | "
                 f"{auto['speedup_vs_ar']:.2f}x | {ar['ttft_s']:.2f} / {auto['ttft_s']:.2f} s | "
                 f"{auto['acceptance']:.0%} | {v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} |"
             )
@@ -154,31 +175,34 @@ def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES) -> list[str]:
                 ]
                 row += f" {valid[0]}, {valid[1]} | {auto['constraint_share']:.1%} |"
             lines.append(row)
-    curves = [line for _, doc in docs if (line := verify_curve(doc))]
+    curves = [line for _, doc in docs if (line := verify_curve(doc, by_machine))]
     return lines + [""] + curves + [source(doc, name) + "<br>" for name, doc in docs]
 
 
 CURVE_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
-def verify_curve(doc: dict) -> str | None:
+def verify_curve(doc: dict, by_machine: bool = False) -> str | None:
     """What a target pass cost by the tokens it verified on the machine of a run (the bound on what
-    drafting can gain there), with `ar`'s decoding speed; None for a run that did not record it."""
+    drafting can gain there), with `ar`'s decoding speed; None for a run that did not record it.
+    `by_machine`: the line names the CPU too."""
     curves = doc["meta"].get("verify_ms") or {}
     if len(curves) != 1:
         return None
     (curve,) = curves.values()
     ar = next(s for s in doc["summary"] if s["mode"] == "ar")
     sizes = " · ".join(f"{n}: {curve[str(n)]:.0f}" for n in CURVE_SIZES if str(n) in curve)
+    where = f" on {machine(doc)}" if by_machine else ""
     return (
-        f"{ar['suite']}: `ar` decoded {ar['decode_tokens_per_s']:.1f} tok/s; a target pass cost, in ms by "
+        f"{ar['suite']}{where}: `ar` decoded {ar['decode_tokens_per_s']:.1f} tok/s; a target pass cost, in ms by "
         f"tokens verified, {sizes}.<br>"
     )
 
 
 def structured(folder: Path) -> list[str]:
-    """The structured suite and its held-out prompts, each mode under the prompt's response_format."""
-    return bench(folder, STRUCTURED_FILES)
+    """The structured suite and its held-out prompts, each mode under the prompt's response_format,
+    on every machine that ran them."""
+    return bench(folder, tuple(path for name in STRUCTURED_FILES for path in on_every_machine(folder, name)), True)
 
 
 def before_code_edit(folder: Path) -> list[str]:
@@ -209,18 +233,25 @@ def draft_window(folder: Path) -> list[str]:
 
 
 def drafting_ceiling(folder: Path) -> list[str]:
-    """`auto` against drafts that are the target's own reply: the most any drafter could gain there."""
-    doc = load(folder, "drafting_ceiling.json")
-    lines = ["| suite (prompts) | `auto` vs ar | perfect drafts vs ar | = ar (auto, perfect) |", "|---|---|---|---|"]
-    for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
-        auto, perfect = (
-            next(s for s in doc["summary"] if (s["suite"], s["mode"]) == (suite, m)) for m in ("auto", "ceiling")
-        )
-        cells = [f"{suite} ({auto['prompts']})"]
-        cells += [f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" for m in (auto, perfect)]
-        cells.append(f"{auto['exact']}/{auto['replies']}, {perfect['exact']}/{perfect['replies']}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines + ["", source(doc, "drafting_ceiling.json")]
+    """`auto` against drafts that are the target's own reply: the most any drafter could gain there,
+    on every machine that ran it."""
+    lines = [
+        "| suite (prompts) | machine | `auto` vs ar | perfect drafts vs ar | = ar (auto, perfect) |",
+        "|---|---|---|---|---|",
+    ]
+    sources = []
+    for name in on_every_machine(folder, "drafting_ceiling.json"):
+        doc = load(folder, name)
+        for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
+            auto, perfect = (
+                next(s for s in doc["summary"] if (s["suite"], s["mode"]) == (suite, m)) for m in ("auto", "ceiling")
+            )
+            cells = [f"{suite} ({auto['prompts']})", machine(doc)]
+            cells += [f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" for m in (auto, perfect)]
+            cells.append(f"{auto['exact']}/{auto['replies']}, {perfect['exact']}/{perfect['replies']}")
+            lines.append("| " + " | ".join(cells) + " |")
+        sources.append(source(doc, name) + "<br>")
+    return lines + [""] + sources
 
 
 BLOCKS = {

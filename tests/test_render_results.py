@@ -26,7 +26,7 @@ def test_the_committed_page_is_what_the_committed_results_render(page):
 def test_every_result_file_is_rendered_on_some_page():
     used = {name for page in render.PAGES for name in render._OPENING.findall((ROOT / page).read_text())}
     assert used == set(render.BLOCKS)
-    committed = {p.name for p in render.RESULTS.glob("*.json")}
+    committed = {p.relative_to(render.RESULTS).as_posix() for p in render.RESULTS.rglob("*.json")}
     sources = render.render_page("".join(f"<!-- results:{n} -->\n<!-- /results:{n} -->\n" for n in used))
     assert {name for name in committed if f"benchmarks/results/{name}" in sources} == committed
 
@@ -48,6 +48,23 @@ def test_a_changed_figure_changes_the_page(tmp_path):
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     rendered = render.render_page(page, folder)
     assert rendered != page and f"| {auto['suite']} ({auto['prompts']}) | **2.50x** |" in rendered
+
+
+def test_another_machine_s_run_is_a_row_of_its_own(tmp_path):
+    folder = tmp_path / "results"
+    shutil.copytree(render.RESULTS, folder)
+    other = folder / "other-cpu"
+    other.mkdir(exist_ok=True)
+    doc = json.loads((folder / "bench_structured.json").read_text())
+    doc["meta"]["machine"]["cpu_model"] = "Other(R) CPU(TM) 9000"
+    auto = next(s for s in doc["summary"] if s["mode"] == "auto")
+    auto["total_speedup_vs_ar"] = 3.25
+    (other / "bench_structured.json").write_text(json.dumps(doc))
+    rows = render.structured(folder)
+    mine = [row for row in rows if "| Other CPU 9000 |" in row]
+    assert len(mine) == 1 and mine[0].startswith(f"| {auto['suite']} ({auto['prompts']}) |") and "**3.25x**" in mine[0]
+    assert any(line.startswith(f"{auto['suite']} on Other CPU 9000: `ar` decoded") for line in rows)
+    assert any("`benchmarks/results/other-cpu/bench_structured.json`" in line for line in rows)
 
 
 def test_the_source_line_names_the_command_commit_and_machine():
