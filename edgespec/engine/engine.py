@@ -19,7 +19,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
@@ -35,6 +35,7 @@ from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.models.config import load_registry
+from edgespec.models.machine_layout import machine_target
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store
 from edgespec.models.vocab import check_loaded_pair, check_pair, read_vocabulary
@@ -352,7 +353,8 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: 
     read from and save to (none: every reply reads cold)."""
     store = Store()
     t0 = time.perf_counter()
-    target_path = store.ensure(pair.target, pair.name)
+    target_model, target_path, _ = machine_target(store, pair, store.ensure(pair.target, pair.name))
+    pair = replace(pair, target=target_model)
     use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
     draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
     t1 = time.perf_counter()

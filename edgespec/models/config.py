@@ -75,6 +75,7 @@ _PAIR_KEYS = (
     "device_map",
     "description",
     "tool_format",
+    "layout",
 )
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -350,6 +351,7 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
         device_map=t.get("device_map", str, "auto"),
         description=t.get("description", str, ""),
         tool_format=t.get("tool_format", str, None, choices=tuple(TOOL_FORMATS)),
+        layout=t.get("layout", str, "machine", choices=("machine", "published")),
     )
 
 

@@ -62,6 +62,8 @@ CANDIDATES = (
     Layout("q6k-as-q4_0", convert=(("q6_k", "q4_0"),)),
     Layout("q6k-as-iq4_nl", convert=(("q6_k", "iq4_nl"),)),
     Layout("output-as-q4_0", convert=(("q6_k", "q4_0"),), only=r"output\.weight"),
+    Layout("output-as-q4k", convert=(("q6_k", "q4_k"),), only=r"output\.weight"),
+    Layout("output-as-iq4_nl", convert=(("q6_k", "iq4_nl"),), only=r"output\.weight"),
     Layout("q4_0", whole="q4_0"),
     Layout("q4_0-pure", whole="q4_0", pure=True),
     Layout("iq4_nl", whole="iq4_nl"),

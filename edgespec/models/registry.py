@@ -97,6 +97,9 @@ class PairConfig:
     # how the target writes a tool call (a name in edgespec.constraints.tool_calls.FORMATS); None:
     # the server refuses requests with tools
     tool_format: str | None = None
+    # llamacpp: "machine" reads the target in the layout `models pull` chose for this machine
+    # (models/machine_layout.py); "published" keeps the published file byte for byte
+    layout: str = "machine"
 
 
 @dataclass(frozen=True)
