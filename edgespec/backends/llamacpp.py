@@ -119,7 +119,8 @@ class LlamaCppBackend:
         # what llama.cpp reported while loading: tensors moved into GEMM-friendly layouts, by layout
         self.repacked: dict[str, int] = dict(Counter(runtime.repacked))
         n_threads = threads or runtime.default_threads()
-        self.placement = runtime.placement_of(runtime.layer_devices, n_threads)
+        self._layer_devices = list(runtime.layer_devices)
+        self.placement = runtime.placement_of(self._layer_devices, n_threads)
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         n_train = lc.llama_model_n_ctx_train(self._model)
@@ -317,6 +318,22 @@ class LlamaCppBackend:
         tokens = tuple(lc.llama_vocab_get_text(self._vocab, t) or b"" for t in range(self.n_vocab))
         bos = lc.llama_vocab_bos(self._vocab)
         return Vocabulary(self.n_vocab, tokens, self.eos_ids, bos if bos >= 0 else None)
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def set_threads(self, n: int) -> None:
+        """Run the next passes on `n` threads (`ThreadedBackend`): prompt batches too, so a prompt
+        is read at the count chosen for the machine as it is. `placement` follows; the cache's
+        identity does not (a state's bytes do not depend on the thread count)."""
+        if n < 1:
+            raise ValueError(f"{n} threads")
+        self._lc.llama_set_n_threads(self._ctx, n, n)
+        self.placement = runtime.placement_of(self._layer_devices, self.threads)
+
+    @property
+    def threads(self) -> int:
+        """The threads llama.cpp runs this context's single-token passes on, as it reports them."""
+        return self._lc.llama_n_threads(self._ctx)
 
     # -- saved states (the prompt cache) ------------------------------------------------------
 

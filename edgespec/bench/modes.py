@@ -90,6 +90,8 @@ class Row(WholeReply):
     valid: bool | None = None
     invalid_reason: str | None = None
     constraint_s: float = 0.0
+    # target passes per CPU thread count, where the engine chose the count per pass (empty: it did not)
+    threads: dict[int, int] = field(default_factory=dict)
 
 
 EXACT, UNCHECKED = "exact", "unchecked"
@@ -195,6 +197,7 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
         valid=None if prompt.constraint is None else problem is None,
         invalid_reason=problem,
         constraint_s=summary.constraint_s,
+        threads=summary.threads,
     )
 
 

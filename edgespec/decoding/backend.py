@@ -125,6 +125,17 @@ class StatefulBackend(Backend, Protocol):
         ...
 
 
+class ThreadedBackend(Backend, Protocol):
+    """A backend whose CPU thread count can change between passes (the thread policy,
+    `decoding/threads.py`, measures which count is fastest on the machine as it is). Optional:
+    callers test for `set_threads`. llama.cpp's backend has it; the transformers backend does not,
+    and a model whose passes do not run on the CPU is not tuned whatever its backend."""
+
+    def set_threads(self, n: int) -> None:
+        """Run the next passes (single tokens and batches alike) on `n` threads; `placement` says so."""
+        ...
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest shared prefix of two token lists."""
     n = min(len(a), len(b))

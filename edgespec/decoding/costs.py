@@ -166,6 +166,18 @@ class CostModel:
             t = self._curve[n] = self._interpolate(n)
         return t
 
+    def shape(self, n: int) -> float:
+        """verify(n) / verify(1): what a pass over n tokens costs in one-token passes, so that
+        passes of any length compare (the thread policy's timings). Read off the quiet curve where
+        it has both sizes: the shape belongs to the model and its layout, and the live curve also
+        moves with the load and the thread count being measured; else off the live one."""
+        if n == 1:
+            return 1.0
+        quiet = self.quiet_curve()
+        if 1 in quiet and n in quiet:
+            return quiet[n] / quiet[1]
+        return self.verify(n) / self.verify(1)
+
     def verify_at_least(self, n: int) -> float:
         """Seconds for the cheapest pass over n tokens or more, up to the longest measured: where
         the curve dips, n tokens cost no more than the cheaper longer pass they can grow into."""

@@ -46,6 +46,7 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
+from edgespec.decoding.threads import ThreadPolicy
 from edgespec.decoding.tree import first_branch
 
 
@@ -79,10 +80,14 @@ def after_forced(forced: list[int], draft: Draft) -> Draft:
 class SpeculativeDecoder:
     """Generates from `target`, drafting with any of `drafters` (at most one of each kind) as
     `policy` decides. Every pass's timings go into the policy's cost curve (`policy.costs`),
-    whatever the policy, so every policy sharing that curve prices the same current machine."""
+    whatever the policy, so every policy sharing that curve prices the same current machine.
+    `threads`: the CPU thread count's policy, when the models' thread count is chosen per pass
+    (None: they keep theirs); it sees every pass's timing too."""
 
-    def __init__(self, target: Backend, policy: Policy, drafters: Sequence[Drafter] = ()):
-        self.target, self.policy = target, policy
+    def __init__(
+        self, target: Backend, policy: Policy, drafters: Sequence[Drafter] = (), threads: ThreadPolicy | None = None
+    ):
+        self.target, self.policy, self.threads = target, policy, threads
         self.drafters = {d.kind: d for d in drafters}
 
     def generate(
@@ -108,6 +113,8 @@ class SpeculativeDecoder:
         text = IncrementalText(self.target)
         summary = Summary(prompt_tokens=len(prompt), prompt_cached=reused_prefix(self.target, prompt))
         t_start = time.perf_counter()
+        if self.threads is not None:  # the prompt is read at the count the machine's load suggests
+            self.threads.begin()
 
         # The first token needs only the target's reading of the prompt: it goes out before any
         # drafter is asked to do anything (a draft model reads when it is first used, if ever).
@@ -180,6 +187,7 @@ class SpeculativeDecoder:
         (`Constraint.forced`); one the target spelled otherwise is added here and not offered
         again in the reply (a bare space before a value a model writes as ` "`, say)."""
         t0 = time.perf_counter()
+        threads = self.threads.count if self.threads is not None else 0
         forced = constraint.forced()[:max_k] if constraint is not None and self.drafters and max_k > 0 else []
         if forced and refused and forced[-1] in refused:
             forced.pop()
@@ -241,10 +249,13 @@ class SpeculativeDecoder:
             parents=tuple(parents),
             path=tuple(path),
             forced=len(forced),
+            threads=threads,
         )
         # before observe: the policy learns at the new costs; a pass that skipped rows' logits is
         # cheaper than the curve it would be read into (one per tokens verified, every row's logits)
         self.policy.costs.observe_round(step, draft, whole_rows=need is None)
+        if self.threads is not None and need is None:  # timings comparable with the verify curve's
+            self.threads.observe(step.k + 1, step.verify_s)
         if accepted >= len(forced):  # else the drafted part was never verified
             self.policy.observe(step, own)
         return step, new_ids

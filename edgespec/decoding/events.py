@@ -66,6 +66,7 @@ class Step:
     path: tuple[int, ...] | None = None  # None: the chain's first `accepted` nodes
     read_s: float = 0.0
     forced: int = 0  # leading drafted tokens a constraint forced: no drafter proposed them
+    threads: int = 0  # CPU threads the pass ran on, when the engine chooses them (0: it does not)
 
     def drafted_part(self) -> Step:
         """The round as its drafter (or plain decoding) did it: without the forced tokens before its
@@ -132,6 +133,7 @@ class Tally:
     sources: dict[str, int] = field(default_factory=dict)  # emitted tokens per Source value
     k_series: list[int] = field(default_factory=list)  # K of each pass, in order
     acceptance_series: list[float] = field(default_factory=list)  # accepted / K of each pass with K > 0
+    threads: dict[int, int] = field(default_factory=dict)  # target passes per CPU thread count, where chosen
     controller: ControllerState | None = None  # the controller's state at the latest pass
 
     def add(self, event: Token | Step) -> None:
@@ -147,6 +149,8 @@ class Tally:
         self.draft_read_s += event.read_s
         self.k_histogram[event.k] = self.k_histogram.get(event.k, 0) + 1
         self.k_series.append(event.k)
+        if event.threads:
+            self.threads[event.threads] = self.threads.get(event.threads, 0) + 1
         if event.k:
             self.acceptance_series.append(event.accepted / event.k)
         else:
@@ -224,6 +228,7 @@ class Summary(Tally, WholeReply):
         """JSON-ready: the fields, plus the derived rates for readers of the file."""
         d = asdict(self)
         d["k_histogram"] = {str(k): v for k, v in sorted(self.k_histogram.items())}
+        d["threads"] = {str(n): v for n, v in sorted(self.threads.items())}
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
         d["target_read_tokens"] = self.target_read_tokens
         d["total_s"] = self.total_s
@@ -244,8 +249,9 @@ class Summary(Tally, WholeReply):
             if missing:
                 raise TypeError(f"controller has no {', '.join(missing)}")
             values["controller"] = ControllerState(**state)
-        if "k_histogram" in values:
-            values["k_histogram"] = {int(k): v for k, v in values["k_histogram"].items()}
+        for histogram in ("k_histogram", "threads"):
+            if histogram in values:
+                values[histogram] = {int(k): v for k, v in values[histogram].items()}
         return cls(**values)
 
 

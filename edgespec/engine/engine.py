@@ -21,9 +21,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import cast
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
-from edgespec.decoding.backend import Backend, BackendError, Placement
+from edgespec.decoding.backend import Backend, BackendError, Placement, ThreadedBackend
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
@@ -33,6 +34,7 @@ from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
+from edgespec.decoding.threads import ThreadPolicy
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import machine_target
@@ -43,6 +45,7 @@ from edgespec.quality.noise_floor import NoiseFloor, calibration_tokens, measure
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import EdgespecError, SettingError
+from edgespec.util.hardware import OtherLoad, physical_cores
 from edgespec.util.paths import home
 
 
@@ -80,6 +83,9 @@ class Engine:
             self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
         self.costs = CostModel()  # shared by every policy, and every pass refines it: the hardware does not change
+        # where each model ran at load: what measurements are keyed by, while the thread count moves
+        self._loaded_placements = self.placements()
+        self.threads = thread_policy(pair, target, draft, self.costs)
         self._costs_loaded = False  # measured or restored: only then is what live passes teach it saved
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
         self._noise_floor: NoiseFloor | None = None
@@ -115,7 +121,7 @@ class Engine:
         if self._measure_again and settings.k.cost_aware:
             self.measure_costs()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
-        decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters)
+        decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters, self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
         return self._keeping_costs(events if self.cache is None else self._cached(prompt, events))
 
@@ -171,8 +177,9 @@ class Engine:
         return {role: backend.placement for role, backend in loaded.items() if backend is not None}
 
     def decoding_threads(self) -> int:
-        """CPU threads decoding keeps busy: the most any loaded model's passes use, and at least
-        one, the engine's own thread, which runs the decode loop between passes."""
+        """CPU threads decoding keeps busy: the most any loaded model's passes use now (the thread
+        policy may change it between passes), and at least one, the engine's own thread, which runs
+        the decode loop between passes."""
         return max([1] + [p.cpu_threads for p in self.placements().values()])
 
     def _policy(self, settings: GenerateSettings) -> Policy:
@@ -193,7 +200,7 @@ class Engine:
         """What a measurement on these backends depends on: the runtime, how it is run (where each
         model runs), and each model file (path and size)."""
         parts = [self.pair.backend, str(self.pair.threads), self.pair.device_map]
-        parts += [f"{p.device} {p.detail}" for p in self.placements().values()]
+        parts += [f"{p.device} {p.detail}" for p in self._loaded_placements.values()]
         for backend in backends:
             path = getattr(backend, "path", None)
             if path is not None:
@@ -321,6 +328,26 @@ def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
         write_text_atomic(path, json.dumps(data, indent=1))
     except OSError as e:
         unsaved.cannot_save(what, path.parent, e)
+
+
+def thread_policy(pair: PairConfig, target: Backend, draft: Backend | None, costs: CostModel) -> ThreadPolicy | None:
+    """The thread count's policy for a pair whose models all run on the CPU on a runtime that can
+    change it between passes (`ThreadedBackend`), on a machine with more than one core to choose
+    from; None where the count stays as loaded: a pair whose `threads` pins it, a model on a GPU or
+    whose placement its runtime did not report, a runtime without the call (transformers). The
+    draft model follows the target's count."""
+    models = [m for m in (target, draft) if m is not None]
+    on_cpu = all(hasattr(m, "set_threads") and m.placement.device == "cpu" for m in models)
+    cores = physical_cores()
+    if pair.threads is not None or not on_cpu or cores < 2:
+        return None
+    threaded = cast(list[ThreadedBackend], models)
+
+    def apply(n: int) -> None:
+        for model in threaded:
+            model.set_threads(n)
+
+    return ThreadPolicy(cores, apply, costs, OtherLoad())
 
 
 def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:

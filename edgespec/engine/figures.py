@@ -52,7 +52,7 @@ def figure_parts(s: Summary, compact: bool = False) -> FigureParts:
 
 
 def histogram_text(histogram: dict[int, int]) -> str:
-    """'0:183 1:1 16:4': target passes per draft length, shortest first."""
+    """'0:183 1:1 16:4': target passes per draft length (or thread count), smallest first."""
     return " ".join(f"{k}:{v}" for k, v in sorted(histogram.items())) or "-"
 
 
@@ -64,9 +64,11 @@ def load_text(load_s: Mapping[str, float]) -> str:
 
 def stats_line(s: Summary, load_s: Mapping[str, float] | None = None) -> str:
     """The one line `edgespec run --stats` prints on stderr: in the order the user waited, the load
-    (when given), the first token, decoding, the whole reply, then how the drafting went."""
+    (when given), the first token, decoding, the whole reply, then how the drafting went, and the
+    CPU threads the passes ran on where edgespec chose them ('threads 2:180 1:12': passes per count)."""
     p = figure_parts(s)
     load = [load_text(load_s)] if load_s else []
+    threads = [f"threads {histogram_text(s.threads)}"] if s.threads else []
     return ", ".join(
         [
             *load,
@@ -78,6 +80,7 @@ def stats_line(s: Summary, load_s: Mapping[str, float] | None = None) -> str:
             p.acceptance,
             p.per_pass,
             f"K histogram {histogram_text(s.k_histogram)}",
+            *threads,
             f"stop: {s.stop_reason}",
         ]
     )
