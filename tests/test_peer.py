@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("peer", ROOT / "benchmarks" / "peer.py")
 peer = sys.modules["peer"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(peer)
+_spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
+render = sys.modules["render"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render)
 
 SUITE = [
     {"id": "c/0", "suite": "chat", "mode": "chat", "max_tokens": 12, "messages": [{"role": "user", "content": "hi"}]},
@@ -77,6 +80,10 @@ def test_both_sides_read_the_same_prompt_and_give_the_same_greedy_tokens(tiny_re
     assert meta["edgespec"]["target_layout"] == meta["peer"]["layout"] and meta["edgespec"]["prompt_cache"] is False
     assert meta["peer"]["threads"] == meta["edgespec"]["threads"] == 1 and meta["rounds"] == 2
     assert out.splitlines()[0].startswith("suite (prompts) |") and out.splitlines()[1].startswith("chat (2) | call |")
+    # what the page's block renders of it
+    rows = render.peer(tmp_path, ("peer.json",))
+    assert rows[2].startswith("| chat (2) | call |") and rows[2].endswith("| 2/2 |")
+    assert any(line.startswith("peer.json: edgespec pair `tiny`, `--draft none`") for line in rows)
 
 
 def test_the_default_path_drafts_and_still_reports_against_the_peer(tiny_registry, suite, tmp_path, capsys):
@@ -142,6 +149,47 @@ def test_the_summary_is_medians_per_prompt_and_the_peer_s_time_over_edgespec_s()
     assert (s["edgespec_tokens"], s["peer_tokens"]) == (18, 19)
     assert (s["equal"], s["equal_share"], s["first_differences"]) == (1, 0.5, [4])
     assert "1.75x (1.75x)" in peer.table([s])[1]
+
+
+def test_the_page_block_gives_a_row_per_suite_of_each_run(tmp_path):
+    meta = {
+        "command": "benchmarks/peer.py --suite dev:humaneval --json peer.json",
+        "commit": "0123456789abcdef",
+        "machine": {"cpus": 2, "cpu_model": "AMD EPYC 7B13"},
+        "date": "2027-01-02 03:04:05 +0000",
+        "rounds": 3,
+        "edgespec": {"pair": "p", "draft": "auto", "target": "/m/tuned.gguf", "target_layout": "q4_K_M (q4_Kx2)"},
+        "peer": {"path": "/m/published.gguf", "layout": "q4_K_M (q4_Kx1 q6_Kx1)", "threads": 2},
+    }
+    suite = {
+        "suite": "humaneval",
+        "timed": "call",
+        "prompts": 20,
+        "edgespec_whole_s": 100.0,
+        "peer_whole_s": 125.0,
+        "whole_ratio": 1.25,
+        "whole_ratio_median": 1.2,
+        "ttft_ratio": 1.0,
+        "decode_ratio": None,
+        "edgespec_tokens": 2000,
+        "peer_tokens": 1990,
+        "equal": 17,
+    }
+    files = {**suite, "suite": "files", "timed": "process", "prompts": 3, "equal": 3}
+    (tmp_path / "peer.json").write_text(json.dumps({"meta": meta, "summary": [suite]}))
+    (tmp_path / "peer_files.json").write_text(json.dumps({"meta": meta, "summary": [files]}))
+    rows = render.peer(tmp_path)
+    assert rows[2:4] == [
+        "| humaneval (20) | call | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - | 2000 / 1990 | 17/20 |",
+        "| files (3) | whole process | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - | 2000 / 1990 | 3/3 |",
+    ]
+    assert rows[5] == (
+        "peer.json: edgespec pair `p`, `--draft auto`, target `tuned.gguf` (q4_K_M (q4_Kx2)); llama.cpp alone "
+        "`published.gguf` (q4_K_M (q4_Kx1 q6_Kx1)); 2 threads each, medians of 3 rounds.<br>"
+    )
+    assert rows[-1].startswith("<sub>`benchmarks/results/peer_files.json`: `benchmarks/peer.py --suite")
+    (tmp_path / "peer.json").unlink()
+    assert render.peer(tmp_path)[2].startswith("| files (3) |")  # a run of the files alone
 
 
 @pytest.mark.parametrize(
