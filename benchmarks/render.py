@@ -254,6 +254,44 @@ def drafting_ceiling(folder: Path) -> list[str]:
     return lines + [""] + sources
 
 
+PEER_FILES = ("peer.json", "peer_files.json")  # benchmarks/peer.py: the suites in process, files as processes
+
+
+def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
+    """edgespec's default path against llama.cpp alone on the published target (benchmarks/peer.py),
+    a row per suite of each of `files` that a run wrote: whole-reply times summed per side and
+    their ratio, the peer's over edgespec's (above 1: edgespec is faster). To be listed in BLOCKS
+    as "peer", with its marker on a page, once such a file is committed."""
+    docs = [(name, load(folder, name)) for name in files if (folder / name).exists()]
+    if not docs:
+        raise FileNotFoundError(f"none of {', '.join(files)} in {folder}")
+    lines = [
+        "| suite (prompts) | timed | whole reply edgespec / llama.cpp | llama.cpp / edgespec (median) "
+        "| TTFT | decode | tokens | equal outputs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    setups = []
+    for name, doc in docs:
+        for s in doc["summary"]:
+
+            def ratio(key: str, s: dict = s) -> str:
+                return "-" if s[key] is None else f"{s[key]:.2f}x"
+
+            lines.append(
+                f"| {s['suite']} ({s['prompts']}) | {'whole process' if s['timed'] == 'process' else 'call'} | "
+                f"{s['edgespec_whole_s']:.1f} / {s['peer_whole_s']:.1f} s | **{ratio('whole_ratio')}** "
+                f"({ratio('whole_ratio_median')}) | {ratio('ttft_ratio')} | {ratio('decode_ratio')} | "
+                f"{s['edgespec_tokens']:g} / {s['peer_tokens']:g} | {s['equal']}/{s['prompts']} |"
+            )
+        mine, theirs = doc["meta"]["edgespec"], doc["meta"]["peer"]
+        setups.append(
+            f"{name}: edgespec pair `{mine['pair']}`, `--draft {mine['draft']}`, target "
+            f"`{Path(mine['target']).name}` ({mine['target_layout']}); llama.cpp alone `{Path(theirs['path']).name}` "
+            f"({theirs['layout']}); {theirs['threads']} threads each, medians of {doc['meta']['rounds']} rounds.<br>"
+        )
+    return lines + [""] + setups + [source(doc, name) + "<br>" for name, doc in docs]
+
+
 BLOCKS = {
     "bench": bench,
     "structured": structured,
