@@ -51,7 +51,7 @@ def machine(doc: dict) -> str:
     return re.sub(r"\s*(\((R|TM)\)|\bProcessor\b)", "", model).strip()
 
 
-def source(doc: dict, name: str) -> str:
+def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
     """One line saying what made a file's figures: the command, commit, machine and date."""
     meta = doc.get("meta", doc)
     commit = (meta.get("commit") or "")[:7] or meta.get("version", "?")
@@ -68,7 +68,7 @@ def source(doc: dict, name: str) -> str:
     command = meta.get("command", "?")
     command = shlex.join(command) if isinstance(command, list) else command
     date = f", {meta['date'][:10]}" if meta.get("date") else ""
-    return f"<sub>`benchmarks/results/{name}`: `{command}` at {commit}, {where}{date}</sub>"
+    return f"<sub>`{where_kept}/{name}`: `{command}` at {commit}, {where}{date}</sub>"
 
 
 def whole_call(folder: Path) -> list[str]:
@@ -290,6 +290,59 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
             f"({theirs['layout']}); {theirs['threads']} threads each, medians of {doc['meta']['rounds']} rounds.<br>"
         )
     return lines + [""] + setups + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+def busy_machine(folder: Path) -> list[str]:
+    """Decoding with cores kept busy by another process (benchmarks/busy_machine.py): each setup's
+    ms per token quiet and busy, its busy speed over its quiet speed, and over llama.cpp alone's
+    under the same load."""
+    name = "busy_machine.json"
+    doc = load(folder, name)
+
+    def ratio(entry: dict, key: str) -> str:
+        return f"{entry[key]:.2f}x" if key in entry else "-"
+
+    lines = [
+        "| setup | ms/token quiet | ms/token busy | busy speed / quiet | busy speed / llama.cpp alone busy |",
+        "|---|---|---|---|---|",
+    ]
+    for setup, e in doc["summary"].items():
+        lines.append(
+            f"| {setup} | {e['quiet_ms_per_token']:.0f} | {e['busy_ms_per_token']:.0f} | "
+            f"**{ratio(e, 'busy_speed_over_quiet')}** | {ratio(e, 'busy_speed_over_llama_cpp')} |"
+        )
+    busy = doc["meta"]["busy_cores"]
+    lines += ["", f"{busy} core{'s' if busy > 1 else ''} kept busy; {doc['meta']['tokens']} tokens a reply.<br>"]
+    return lines + [source(doc, name) + "<br>"]
+
+
+QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped with the package
+
+
+def layout_quality(folder: Path) -> list[str]:
+    """The quality table edgespec ships for the built-in target's layouts (benchmarks/layout_quality.py):
+    each against the published file on held-out text, best first. It is the package's data, not a
+    machine's result, so it is read from the package whatever `folder` is."""
+    doc = json.loads(QUALITY_TABLE.read_text())
+    lines = [
+        "| layout | weights | perplexity ratio (95% interval) | KL mean / p99 | top-1 vs published | qualifies |",
+        "|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for entry in doc["files"].values():
+        rows = sorted(entry["layouts"].items(), key=lambda kv: kv[1]["ratio_high"])
+        for name, q in rows:
+            lines.append(
+                f"| {name} | {q['what']} | {q['ratio']:.3f} ({q['ratio_low']:.3f}-{q['ratio_high']:.3f}) | "
+                f"{q['mean_kl']:.3f} / {q['p99_kl']:.3f} | {q['agreement']:.1%} | {'**yes**' if q['qualifies'] else 'no'} |"
+            )
+        reference = rows[0][1]["reference_perplexity"]
+        notes.append(
+            f"{entry['model']}: the published file's perplexity is {reference:.3f} on the "
+            f"{doc['text']['tokens']} tokens of `{doc['text']['file']}`.<br>"
+        )
+        notes += [source({"meta": run}, QUALITY_TABLE.name, "edgespec/data") + "<br>" for run in entry["meta"]]
+    return lines + ["", f"The rule: {doc['rule']}.<br>", *notes]
 
 
 BLOCKS = {

@@ -231,6 +231,7 @@ def test_pull_builds_a_derived_draft_after_its_base_then_finds_it_verified(run, 
         "draft's base fast",
         "draft top",
         "draft top",
+        "target layout",  # t's layout for this machine, chosen when tiny was pulled
         "pair tiny2 is ready",
     ]
 
