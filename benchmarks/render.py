@@ -334,7 +334,8 @@ def layout_quality(folder: Path) -> list[str]:
         for name, q in rows:
             lines.append(
                 f"| {name} | {q['what']} | {q['ratio']:.3f} ({q['ratio_low']:.3f}-{q['ratio_high']:.3f}) | "
-                f"{q['mean_kl']:.3f} / {q['p99_kl']:.3f} | {q['agreement']:.1%} | {'**yes**' if q['qualifies'] else 'no'} |"
+                f"{q['mean_kl']:.3f} / {q['p99_kl']:.3f} | {q['agreement']:.1%} | "
+                f"{'**yes**' if q['qualifies'] else 'no'} |"
             )
         reference = rows[0][1]["reference_perplexity"]
         notes.append(
