@@ -355,6 +355,7 @@ BLOCKS = {
     "before-code-edit": before_code_edit,
     "draft-window": draft_window,
     "drafting-ceiling": drafting_ceiling,
+    "layout-quality": layout_quality,
 }
 
 

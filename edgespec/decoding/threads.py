@@ -51,7 +51,11 @@ class ThreadPolicy:
     PROBE_PASSES = 2  # passes at another count per probe; the current count is judged on as many
     BASE, MAX = 32, 512  # passes between probes: after a probe that won, and at most
     MARGIN = 0.05  # a probed count must be this much faster to replace the current one
-    RISE = 0.3  # the current count's timings rising this much above their low since settling: probe now
+    # the current count's timings rising this much above their low since settling: probe now. A core
+    # taken by another program makes a 2-thread pass 2-3x slower; a virtual machine's own noise
+    # moves passes by a third, and probing on that cost quiet replies several percent.
+    RISE = 0.6
+    BUSY = 0.75  # a core counts as taken when other programs keep it this busy on average
     CHECK = 16  # passes between readings of the other programs' load
 
     def __init__(self, most: int, apply: Callable[[int], None], costs: CostModel, load: Load):
@@ -71,8 +75,8 @@ class ThreadPolicy:
         self._upward = False  # which neighbour the next probe tries
 
     def from_load(self, busy: float) -> int:
-        """The count the cores left free by `busy` other cores suggest."""
-        return max(1, min(self.most, int(self.most - busy + 0.5)))
+        """The count the cores left free by `busy` other cores suggest (a core counts when BUSY of it is)."""
+        return max(1, min(self.most, int(self.most - busy + 1 - self.BUSY)))
 
     def begin(self) -> int:
         """At the start of a reply: the count the load now suggests (what the last reply learnt

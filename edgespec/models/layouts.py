@@ -52,7 +52,8 @@ class Layout:
         if self.whole:
             return f"all {self.whole}" + (" (every tensor)" if self.pure else " (llama.cpp's choices)")
         what = ", ".join(f"{a}->{b}" for a, b in self.convert)
-        return f"kept, {what}" + (f" in {self.only}" if self.only else "")
+        where = " in " + re.sub(r"\\(.)", r"\1", self.only) if self.only else ""  # the regex, unescaped
+        return f"kept, {what}{where}"
 
 
 # The candidates `models tune` measures. Whole-model requantizations to the types llama.cpp repacks,
