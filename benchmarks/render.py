@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = ("README.md", "docs/benchmarks.md")
 PLOT = "assets/bench_cpu.png"  # the whole-reply speedups of the dev set and held-out edits
-BENCH_FILES = ("bench_dev.json", "bench_heldout.json")
+BENCH_FILES = ("bench_dev.json", "bench_heldout.json", "bench_mtbench.json")
 STRUCTURED_FILES = ("bench_structured.json", "bench_structured_heldout.json")
 
 _BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
@@ -162,8 +162,10 @@ def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES, by_machine: bool =
             if not (ar and auto):
                 continue
             v = auto["vs_ar"] or {}
+            rounds = doc["meta"].get("repeats", 1)
+            prompts = f"{auto['prompts']}" + (f", {rounds} rounds" if rounds > 1 else "")
             row = (
-                f"| {suite} ({auto['prompts']}) |"
+                f"| {suite} ({prompts}) |"
                 + (f" {machine(doc)} |" if by_machine else "")
                 + f" **{auto['total_speedup_vs_ar']:.2f}x** | "
                 f"{auto['speedup_vs_ar']:.2f}x | {ar['ttft_s']:.2f} / {auto['ttft_s']:.2f} s | "
@@ -176,6 +178,11 @@ def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES, by_machine: bool =
                 row += f" {valid[0]}, {valid[1]} | {auto['constraint_share']:.1%} |"
             lines.append(row)
     curves = [line for _, doc in docs if (line := verify_curve(doc, by_machine))]
+    curves += [
+        f"{name}: the target read as `{target}`.<br>"
+        for name, doc in docs
+        for target in doc["meta"].get("targets", {}).values()
+    ]
     return lines + [""] + curves + [source(doc, name) + "<br>" for name, doc in docs]
 
 
@@ -260,8 +267,7 @@ PEER_FILES = ("peer.json", "peer_files.json")  # benchmarks/peer.py: the suites 
 def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
     """edgespec's default path against llama.cpp alone on the published target (benchmarks/peer.py),
     a row per suite of each of `files` that a run wrote: whole-reply times summed per side and
-    their ratio, the peer's over edgespec's (above 1: edgespec is faster). To be listed in BLOCKS
-    as "peer", with its marker on a page, once such a file is committed."""
+    their ratio, the peer's over edgespec's (above 1: edgespec is faster)."""
     docs = [(name, load(folder, name)) for name in files if (folder / name).exists()]
     if not docs:
         raise FileNotFoundError(f"none of {', '.join(files)} in {folder}")
@@ -356,6 +362,8 @@ BLOCKS = {
     "draft-window": draft_window,
     "drafting-ceiling": drafting_ceiling,
     "layout-quality": layout_quality,
+    "peer": peer,
+    "busy-machine": busy_machine,
 }
 
 

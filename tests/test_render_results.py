@@ -62,7 +62,7 @@ def test_another_machine_s_run_is_a_row_of_its_own(tmp_path):
     (other / "bench_structured.json").write_text(json.dumps(doc))
     rows = render.structured(folder)
     mine = [row for row in rows if "| Other CPU 9000 |" in row]
-    assert len(mine) == 1 and mine[0].startswith(f"| {auto['suite']} ({auto['prompts']}) |") and "**3.25x**" in mine[0]
+    assert len(mine) == 1 and mine[0].startswith(f"| {auto['suite']} ({auto['prompts']}") and "**3.25x**" in mine[0]
     assert any(line.startswith(f"{auto['suite']} on Other CPU 9000: `ar` decoded") for line in rows)
     assert any("`benchmarks/results/other-cpu/bench_structured.json`" in line for line in rows)
 

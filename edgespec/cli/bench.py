@@ -144,6 +144,8 @@ def bench(
         meta = {
             **provenance(),
             "pairs": [p.name for p in pair_configs],
+            # the model each pair's target was read from: a layout chosen for this machine is another file
+            "targets": {e.pair.name: e.pair.target.name for e in engines},
             "suite": str(path),
             "modes": [m.name for m in mode_list],
             "temperature": temperature,
