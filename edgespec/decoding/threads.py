@@ -8,7 +8,8 @@ Which count is fastest depends on the load, and the load comes and goes, so noth
 it; the policy measures:
 
 - at the start of a reply it starts from the machine as it is: the cores other programs keep busy
-  (`Load.sample`, a few tens of milliseconds) leave the rest to decoding;
+  (`Load.sample`, a few tens of milliseconds, confirmed by up to CONFIRM readings before it takes
+  a core away) leave the rest to decoding;
 - every target pass is timed anyway; a pass over n tokens is divided by the verify curve's shape
   (`CostModel.shape`: verify(n) / verify(1)), so passes of every length compare as one-token passes;
 - now and then it runs PROBE_PASSES passes at a neighbouring count and keeps whichever count's
@@ -56,6 +57,9 @@ class ThreadPolicy:
     # moves passes by a third, and probing on that cost quiet replies several percent.
     RISE = 0.6
     BUSY = 0.75  # a core counts as taken when other programs keep it this busy on average
+    # readings that must all find a core taken before a reply starts on fewer threads: one short
+    # reading caught a process's exit and read a 2k-token prompt at half speed
+    CONFIRM = 3
     CHECK = 16  # passes between readings of the other programs' load
 
     def __init__(self, most: int, apply: Callable[[int], None], costs: CostModel, load: Load):
@@ -82,6 +86,10 @@ class ThreadPolicy:
         """At the start of a reply: the count the load now suggests (what the last reply learnt
         is kept while the load suggests the count it settled on). Applied; returned."""
         start = self.from_load(self._load.sample())
+        for _ in range(self.CONFIRM - 1):  # a blip (a process exiting) must not halve the prompt's reading
+            if start == self.most:
+                break
+            start = max(start, self.from_load(self._load.sample()))
         self._suggested = start
         if start != self.best:
             self.best = start
