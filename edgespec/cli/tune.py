@@ -179,6 +179,7 @@ def tune(pair, names, prompts, measure_quality_here, min_agreement, apply_, pick
                 finally:
                     candidate.close()
             tuner.measure(layout.name, layout.describe(), path, quality, fidelity=quality is None)
+        tuner.retime()
         rows_done = [0]
 
         def on_row(row):
