@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,8 +128,11 @@ def endless_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def real_pair() -> PairConfig:
-    """The built-in pair; the test is skipped where its files are not in the store (`make test` pulls them)."""
-    pair = find_pair()
+    """The built-in pair with its published target file, whatever layout `models pull` chose for this
+    machine: the in-process tests find positions and replies in that file's distributions, which must
+    not depend on the machine the suite runs on. Skipped where its files are not in the store (`make
+    test` pulls them)."""
+    pair = replace(find_pair(), layout="published")
     store = Store()
     if not all(store.state(m).present for m in (pair.target, pair.draft)):
         pytest.skip("default pair not pulled (`make test` pulls it)")
