@@ -25,6 +25,7 @@ the derived models of `models.machine_layout.derived_model`, so a pull or a tune
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -99,10 +100,16 @@ class Measured:
         return d
 
 
+@functools.cache
+def _typical_rounds() -> dict:
+    """The development set's `auto` rounds, read once: every row's predicted call prices them."""
+    return json.loads(ROUNDS.read_text())
+
+
 def typical_call_s(verify_ms: dict[int, float], read_tok_s: float) -> float:
     """Reading PROMPT_TOKENS at `read_tok_s`, then REPLY_TOKENS decoded in the development set's
     `auto` rounds, each priced at the curve's cost of its pass (k drafted tokens: a pass over k+1)."""
-    rounds = json.loads(ROUNDS.read_text())
+    rounds = _typical_rounds()
     longest = max(verify_ms)
     passes_s = sum(n * verify_ms[min(int(k) + 1, longest)] / 1000 for k, n in rounds["passes_by_k"].items())
     return PROMPT_TOKENS / read_tok_s + passes_s * REPLY_TOKENS / rounds["tokens"]
@@ -170,14 +177,15 @@ class Tuner:
         tuned_draft_path: Path | None = None,
     ):
         self.pair, self.source, self.on_step = pair, target_path, on_step
-        self.original = self._load(target_path)
-        self.draft = self._load(draft_path) if draft_path is not None else None
+        self.original = self.load(target_path)
+        self.draft = self.load(draft_path) if draft_path is not None else None
         self.tuned_draft_path = tuned_draft_path
-        self.tuned_draft = self._load(tuned_draft_path) if tuned_draft_path is not None else None
+        self.tuned_draft = self.load(tuned_draft_path) if tuned_draft_path is not None else None
         self.engines: list[Engine] = []
         self.rows: list[Measured] = []
 
-    def _load(self, path: Path) -> LlamaCppBackend:
+    def load(self, path: Path) -> LlamaCppBackend:
+        """A model file of this pair, loaded as the pair loads its target."""
         return LlamaCppBackend(path, self.pair.context, n_gpu_layers=self.pair.n_gpu_layers, threads=self.pair.threads)
 
     def measure(
@@ -186,7 +194,7 @@ class Tuner:
         """Load `path` (the original target's file: the loaded original), time its curve and its
         prompt reading; with `fidelity`, compare it with the original on the calibration text."""
         self.on_step(f"{layout}: loading")
-        target = self.original if path == self.source else self._load(path)
+        target = self.original if path == self.source else self.load(path)
         tuned = self.tuned_draft is not None and layout != ORIGINAL
         spec = ModelSpec(name=f"{self.pair.target.name}-{layout}", format="gguf", path=path)
         engine = Engine(
@@ -280,15 +288,15 @@ def _read_rate(target: LlamaCppBackend) -> float:
     return n / best
 
 
+_CANDIDATE_NAMES = {c.name for c in layouts.CANDIDATES}
+
+
 def qualifying_layouts(source_sha256: str) -> tuple[list[tuple[layouts.Layout, Quality]], int]:
     """The candidates the shipped quality table qualifies for this source file, best quality first,
     and how many it knows of (0: the file is not in the table)."""
     table = shipped_quality(source_sha256)
     ok = [(layouts.candidate(name), q) for name, q in table.items() if q.qualifies and name in _CANDIDATE_NAMES]
     return sorted(ok, key=lambda lq: lq[1].ratio_high), len(table)
-
-
-_CANDIDATE_NAMES = {c.name for c in layouts.CANDIDATES}
 
 
 def choose_for_machine(pair: PairConfig, store: Store, say: Callable[[str], None]) -> Choice:

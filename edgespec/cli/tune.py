@@ -105,6 +105,7 @@ def tune(pair, names, prompts, measure_quality_here, min_agreement, apply_, pick
         Tuner,
         build_candidate,
         check_tunable,
+        qualifying_layouts,
         recommend,
         tuned_path,
         why_chosen,
@@ -128,7 +129,7 @@ def tune(pair, names, prompts, measure_quality_here, min_agreement, apply_, pick
     if names is not None:
         chosen_layouts = [layouts.candidate(name) for name in names]
     elif known:
-        chosen_layouts = [c for c in layouts.CANDIDATES if c.name in known and known[c.name].qualifies]
+        chosen_layouts = [layout for layout, _ in qualifying_layouts(sha)[0]]
     else:
         chosen_layouts = list(layouts.CANDIDATES)
     if pick is not None and pick not in {c.name for c in chosen_layouts} | {DRAFT_ONLY}:
@@ -173,7 +174,7 @@ def tune(pair, names, prompts, measure_quality_here, min_agreement, apply_, pick
             quality = known.get(layout.name)
             if quality is None and reference is not None:
                 say(f"{layout.name}: perplexity on held-out text against the original")
-                candidate = tuner._load(path)
+                candidate = tuner.load(path)
                 try:
                     quality = measure_quality(reference, candidate)
                 finally:
