@@ -228,3 +228,22 @@ def test_the_machine_choice_times_only_qualifying_layouts_and_keeps_one_build_at
         assert loaded == q4 and "faster on this machine" in choice.why and "perplexity" in choice.why
     else:
         assert choice.layout == PUBLISHED and loaded == tiny_gguf and not q4.exists()
+
+
+@pytest.mark.parametrize(
+    "env_value, config_text, needle, code",
+    [
+        ("pubished", None, "EDGESPEC_LAYOUT='pubished': use 'published'", 2),  # a usage error
+        ("", 'layout = "fastest"\n', '"fastest" is not one of machine, published', 1),  # a file's, as the others
+    ],
+)
+def test_a_bad_layout_setting_is_one_line_and_an_error(env, monkeypatch, env_value, config_text, needle, code):
+    if env_value:
+        monkeypatch.setenv("EDGESPEC_LAYOUT", env_value)
+    if config_text:
+        config = env / "models.toml"
+        config.write_text(config.read_text().replace('layout = "published"\n', config_text))
+    r = CliRunner().invoke(cli.main, ["run", "-m", "tiny", "hi", "--raw", "--max-tokens", "2"])
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.exit_code == code and "Traceback" not in r.stderr
+    assert len(lines) == 1 and needle in lines[0], r.stderr

@@ -24,6 +24,7 @@ from pathlib import Path
 from edgespec.models.registry import Derived, ModelSpec, PairConfig
 from edgespec.models.store import Store
 from edgespec.util.atomic_file import write_text_atomic
+from edgespec.util.errors import UsageError
 from edgespec.util.hardware import physical_cores
 
 PUBLISHED = "published"  # the layout name of the file as published
@@ -60,12 +61,11 @@ def _cpu_model() -> str | None:
 def wants_machine_layout(pair: PairConfig) -> bool:
     """Whether the pair's target may be read in the layout chosen for this machine: a GGUF target
     on llama.cpp whose pair and environment do not ask for the published file."""
-    return (
-        pair.backend == "llamacpp"
-        and pair.target.format == "gguf"
-        and pair.layout != PUBLISHED
-        and os.environ.get(LAYOUT_ENV, "").strip().lower() != PUBLISHED
-    )
+    setting = os.environ.get(LAYOUT_ENV, "").strip().lower()
+    if setting not in ("", "machine", PUBLISHED):
+        raise UsageError(f"{LAYOUT_ENV}={setting!r}: use {PUBLISHED!r} (the published file) or 'machine'")
+    on_llamacpp = pair.backend == "llamacpp" and pair.target.format == "gguf"
+    return on_llamacpp and pair.layout != PUBLISHED and setting != PUBLISHED
 
 
 def derived_model(target: ModelSpec, source_sha256: str, layout: str) -> ModelSpec:
