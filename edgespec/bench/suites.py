@@ -4,7 +4,6 @@ any model loads, and the selection `--limit` / `--suites` make of them."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from edgespec.bench.jsonl import first_problem, json_objects
 from edgespec.bench.structured import CheckedFormat
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.constraints.response_format import format_constraint
@@ -41,36 +41,12 @@ def load_suite(path: Path, context: int | None = None) -> list[BenchPrompt]:
     """Read and check a JSONL suite, every line before any model loads; a bad line is a one-line
     error naming the file, the line and the field. `context`: the smallest context (tokens) of the
     pairs to run, which every prompt must be able to fit (`text_check.context_bytes`)."""
-    if not path.is_file():
-        raise UsageError(f"suite file {path} {'is not a regular file' if path.exists() else 'does not exist'}")
-    try:
-        with path.open("rb") as f:
-            data = f.read(SUITE_BYTES + 1)
-    except OSError as e:
-        raise UsageError(f"suite file {path}: cannot read ({e.strerror or e})") from None
-    if len(data) > SUITE_BYTES:
-        raise UsageError(f"suite file {path} is over {SUITE_BYTES:,} bytes; split it")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not UTF-8 text (invalid byte at offset {e.start})") from None
     prompts = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            fields = json.loads(line)
-        except ValueError as e:
-            raise UsageError(f"{path}:{n}: not JSON ({e})") from None
-        except RecursionError:  # json's decoder recurses once per level of nesting
-            raise UsageError(f"{path}:{n}: not JSON (nested too deeply)") from None
-        if not isinstance(fields, dict):
-            raise UsageError(f"{path}:{n}: not a JSON object")
+    for n, fields in json_objects(path, SUITE_BYTES):
         try:
             prompt = _prompt(SuiteLine.model_validate(fields))
         except ValidationError as e:
-            raise UsageError(f"{path}:{n}: {_first_problem(e)}") from None
+            raise UsageError(f"{path}:{n}: {first_problem(e)}") from None
         if context is not None and (size := _text_bytes(prompt)) > context_bytes(context):
             raise UsageError(
                 f"{path}:{n}: the {prompt.mode} text is {size:,} bytes, more than the pair's context "
@@ -136,15 +112,6 @@ class SuiteLine(BaseModel):
         if self.mode == "chat" and self.messages is None:
             raise ValueError('mode "chat" needs "messages"')
         return self
-
-
-def _first_problem(e: ValidationError) -> str:
-    """The first error pydantic found, as `messages[0].content: <what is wrong>`."""
-    error = e.errors(include_url=False)[0]
-    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
-    cause = error.get("ctx", {}).get("error")
-    message = str(cause) if error["type"] == "value_error" and cause is not None else error["msg"]
-    return f"{where}: {message}" if where else message
 
 
 def _prompt(line: SuiteLine) -> BenchPrompt:
