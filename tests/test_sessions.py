@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.bench import suites
-from edgespec.bench.sessions import Call, Message, ReplyOf, Session, load_sessions
+from edgespec.bench.sessions import KINDS, PARTS, SESSION_SUITE, Call, Message, ReplyOf, Session, load_sessions
 from edgespec.util.errors import UsageError
 
 FIRST = {"messages": [{"role": "user", "content": "add type hints"}], "max_tokens": 16}
@@ -165,3 +165,61 @@ def test_the_file_is_read_as_a_suite_is(tmp_path, monkeypatch):
 def test_an_unknown_part_is_refused(tmp_path):
     with pytest.raises(UsageError, match=r"^no part named test in a session suite \(parts: dev, heldout\)$"):
         load_sessions(write(tmp_path, line()), parts=["dev", "test"])
+
+
+# -- the shipped suite ------------------------------------------------------------------------
+
+
+def texts(session: Session) -> list[str]:
+    """The text a session's file gives (the replies it quotes are the model's, not the file's)."""
+    return [p for c in session.calls for m in c.messages for p in m.content if isinstance(p, str)]
+
+
+def test_the_shipped_suite_has_one_session_of_every_kind_in_each_part():
+    shipped = load_sessions(SESSION_SUITE)
+    assert sorted((s.part, s.kind) for s in shipped) == sorted((p, k) for p in PARTS for k in KINDS)
+    assert all(s.id.startswith(f"{s.part}/") and 2 <= len(s.calls) <= 4 for s in shipped)
+    assert [s.id for s in load_sessions(SESSION_SUITE, parts=["heldout"])] == [
+        s.id for s in shipped if s.part == "heldout"
+    ]
+
+
+def test_each_call_of_the_shipped_suite_fits_its_budget():
+    """At most ~1,600 tokens of prompt (3.5 characters a token, each quoted reply at its full
+    max_tokens), and 160 to 256 tokens of reply."""
+    for s in load_sessions(SESSION_SUITE):
+        for i in range(len(s.calls)):
+            replies = ["x" * round(3.5 * s.max_tokens(j)) for j in range(i)]
+            size = sum(len(m["content"]) for m in s.messages(i, replies)) / 3.5
+            assert size <= 1600 and 160 <= s.max_tokens(i) <= 256, (s.id, i, size)
+
+
+def test_the_kinds_are_what_they_say():
+    by_kind = {(s.part, s.kind): s for s in load_sessions(SESSION_SUITE)}
+    for part in PARTS:
+        regenerate = by_kind[part, "regenerate"]
+        assert len({c.messages for c in regenerate.calls}) == 1
+        retry, loop, quote = by_kind[part, "retry"], by_kind[part, "tool-loop"], by_kind[part, "chat-quote"]
+        for session in (retry, loop, quote):  # each call repeats the last one's messages and its reply
+            for i in range(1, len(session.calls)):
+                before, now = session.calls[i - 1].messages, session.calls[i].messages
+                assert now[: len(before)] == before
+                assert now[len(before)] == Message("assistant", (ReplyOf(i - 1),))
+        assert ReplyOf(0) in quote.calls[1].messages[-1].content
+        # followup: one file, as `edgespec run` sends it (the file, a blank line, the instruction),
+        # with three instructions; same-edit: three files
+        asks = [c.messages[-1].content for c in by_kind[part, "followup"].calls]
+        assert all(len(ask) == 1 and isinstance(ask[0], str) for ask in asks)
+        assert len({str(ask[0]).rpartition("\n\n")[0] for ask in asks}) == 1
+        assert len({str(ask[0]).rpartition("\n\n")[2] for ask in asks}) == len(asks)
+        assert len({c.messages[-1].content for c in by_kind[part, "same-edit"].calls}) == 3
+
+
+def test_dev_and_heldout_share_no_line():
+    """The held-out part judges what was tuned on dev: no line of code or instruction longer than
+    30 characters (past `if __name__ == "__main__":` and the like) is in both."""
+    lines = {part: set() for part in PARTS}
+    for s in load_sessions(SESSION_SUITE):
+        lines[s.part] |= {line.strip() for text in texts(s) for line in text.splitlines() if len(line.strip()) > 30}
+    assert lines["dev"] and lines["heldout"]
+    assert lines["dev"] & lines["heldout"] == set()
