@@ -1,0 +1,470 @@
+"""The reply history: every prompt and reply of `run`, `chat` and `serve`, kept on disk per
+tokenizer and shared by all processes, and the suffix index over it (`decoding/suffix_index.py`).
+
+What a user asks again (a regenerated answer, an agent's retry, the same edit another day) was often
+answered before: the index finds what followed the text's last tokens in every earlier prompt and
+reply, for a drafter to copy, and `earlier_replies` the whole replies of the earlier calls whose
+prompt this one repeats or extends.
+
+On disk, in `history_folder(tokenizer id)` = `home()/history/<tokenizer id>`, the folders 0700 and
+the files 0600 (it holds the user's code):
+- `log`: LOG_MAGIC, a random 16-byte generation (new whenever the log is rewritten), then records:
+  a header (`RECORD`: magic, version, prompt length, reply length, CRC-32 of the payload) and the
+  payload, the prompt's then the reply's token ids (int32, little endian). An append is one `write`
+  to the log opened with O_APPEND, under an exclusive `flock` of `lock`, so processes append at
+  once and a reader (who takes the lock too) never sees half a record.
+- `index-<generation>-<records>.npy`: the suffix index (a 2 x n int32 array: the corpus and its
+  suffix array) over the first <records> records of that generation's log, a record one document
+  (the prompt, then the reply that continues it). Opening memory-maps it and indexes the records
+  appended since in memory; past REBUILD_TOKENS of those, the opening process sorts the whole log
+  again and saves the result (0.7 s at 3M tokens on 2 cores, once per REBUILD_TOKENS appended;
+  sorting the records since costs every opening 15 ms at most).
+- `log.damaged-<time>`: a log that failed its checks (a record's magic, length or checksum), set
+  aside with one line said; the records before the damage go on in a new log.
+
+The log keeps at most `budget_tokens` tokens (default 4M: a 16 MB log and a 32 MB index;
+EDGESPEC_HISTORY_BUDGET); past it the oldest records go, down to KEEP_AFTER_TRIM of it, so the
+rewrite and the index's rebuild come once per quarter budget appended, not at every append.
+
+A folder that cannot be read or written costs only the history: said in one line, and the history
+is off for the rest of the process. The methods are for one thread at a time (the engine's).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.decoding.suffix_index import SegmentedIndex, SuffixIndex
+from edgespec.models.config import parse_size
+from edgespec.util.atomic_file import write_atomic
+from edgespec.util.errors import UsageError
+from edgespec.util.paths import display_path, home
+
+LOG_MAGIC = b"edgespec reply history 1\n"  # a new format changes the number
+_GENERATION = 16
+_LOG_HEADER = len(LOG_MAGIC) + _GENERATION
+RECORD = struct.Struct("<4sHHIII")  # magic, version, reserved (0), prompt tokens, reply tokens, CRC-32
+RECORD_MAGIC = b"EShr"
+RECORD_VERSION = 1
+DEFAULT_BUDGET = 4_000_000
+BUDGET_ENV = "EDGESPEC_HISTORY_BUDGET"
+KEEP_AFTER_TRIM = 0.75
+REBUILD_TOKENS = 131_072
+RECENT_RECORDS = 1000  # the records `earlier_replies` looks through, the newest
+EARLIER_REPLIES = 4
+_TOKEN = np.dtype("<i4")
+_MAX_TOKEN = 2**31 - 1
+_STALE_PARTIAL_S = 3600  # a temporary file this old was left by a killed writer
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """Where one record is in the log, and what `earlier_replies` compares before reading it."""
+
+    offset: int  # of its header
+    prompt_len: int
+    reply_len: int
+    crc: int
+    prompt_hash: bytes
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_len + self.reply_len
+
+    @property
+    def end(self) -> int:
+        return self.offset + RECORD.size + 4 * self.tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _Log:
+    """A log as read (under the lock), whole. No log on disk: an empty generation."""
+
+    generation: bytes = b""
+    records: tuple[_Record, ...] = ()
+    data: bytes = b""
+
+
+class ReplyHistory:
+    """The prompts and replies in `folder` (module docstring), at most `budget_tokens` tokens, and
+    their suffix index (`index`). `say` gets the one-line warnings (default: stderr)."""
+
+    def __init__(self, folder: Path, budget_tokens: int = DEFAULT_BUDGET, say: Callable[[str], None] | None = None):
+        """Nothing is read here: `open` does."""
+        self.folder, self.budget_tokens = folder, budget_tokens
+        self.say = say if say is not None else _to_stderr
+        self.index = SegmentedIndex()
+        # the log as this process knows it: what it read on opening, and its own appends since
+        self._generation, self._tokens = b"", 0
+        self._records: list[_Record] = []
+        self._off = False
+
+    @classmethod
+    def open(
+        cls, folder: Path, budget_tokens: int = DEFAULT_BUDGET, say: Callable[[str], None] | None = None
+    ) -> ReplyHistory:
+        """The history in `folder` (made if missing), its index loaded or rebuilt; off (said in one
+        line) when the folder cannot be used."""
+        history = cls(folder, budget_tokens, say)
+        try:
+            _private_folder(folder)
+            with history._locked():
+                log = history._trimmed(history._read_log())
+                saved = history._saved_index(log)
+            history._adopt(log, saved)
+        except OSError as e:
+            history._turn_off(e)
+        return history
+
+    def append(self, prompt: Sequence[int], reply: Sequence[int]) -> None:
+        """Keep one call's prompt and reply, and index them (one document) in this process. A record
+        larger than the whole budget is not kept. Token ids must be in 0..2**31-1 (ValueError)."""
+        ids = np.asarray([*prompt, *reply], dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() > _MAX_TOKEN):
+            raise ValueError("token ids must be in 0..2**31-1")
+        if self._off or not ids.size or ids.size > self.budget_tokens:
+            return
+        payload = ids.astype(_TOKEN).tobytes()
+        crc = zlib.crc32(payload)
+        try:
+            with self._locked():
+                if not self._generation or _generation_of(self._log_path) != self._generation:
+                    # none yet, or rewritten or cleared by another process since: as it is now
+                    log = self._read_log()
+                    self._set_log(log if log.generation else self._write_log(b""))
+                header = RECORD.pack(RECORD_MAGIC, RECORD_VERSION, 0, len(prompt), len(reply), crc)
+                offset = _append(self._log_path, header + payload)
+        except OSError as e:
+            self._turn_off(e)
+            return
+        self._records.append(_Record(offset, len(prompt), len(reply), crc, _digest(payload[: 4 * len(prompt)])))
+        self._tokens += ids.size
+        self.index.add(ids)
+        if self._tokens > self.budget_tokens:
+            try:
+                with self._locked():
+                    log = self._trimmed(self._read_log())
+                self._adopt(log, None)
+            except OSError as e:
+                self._turn_off(e)
+
+    def earlier_replies(self, prompt: Sequence[int]) -> list[list[int]]:
+        """The replies of earlier records whose prompt equals `prompt` or is a prefix of it (a
+        regeneration, or a retry that extends the conversation), newest first, at most
+        EARLIER_REPLIES, among the last RECENT_RECORDS records. A record is compared by the hash of
+        its prompt, then read and compared whole."""
+        recent = self._records[-RECENT_RECORDS:]
+        lengths = sorted({r.prompt_len for r in recent if 0 < r.prompt_len <= len(prompt)})
+        if not lengths:
+            return []
+        raw = np.asarray(prompt[: lengths[-1]], dtype=_TOKEN).tobytes()
+        hashes, hasher, done = {}, hashlib.blake2b(digest_size=16), 0
+        for n in lengths:  # one pass over the prompt, a hash at each length an earlier prompt has
+            hasher.update(raw[4 * done : 4 * n])
+            hashes[n], done = hasher.copy().digest(), n
+        out: list[list[int]] = []
+        try:
+            with open(self._log_path, "rb") as f:
+                for record in reversed(recent):
+                    if record.reply_len and hashes.get(record.prompt_len) == record.prompt_hash:
+                        tokens = _read_record(f.fileno(), record)
+                        if tokens is not None and tokens[: record.prompt_len].tobytes() == raw[: 4 * record.prompt_len]:
+                            out.append(tokens[record.prompt_len :].tolist())
+                            if len(out) == EARLIER_REPLIES:
+                                break
+        except OSError:
+            pass  # rewritten or removed since by another process: nothing found this time
+        return out
+
+    def size(self) -> tuple[int, int, int]:
+        """(records, tokens) as this process knows them, and the folder's bytes on disk."""
+        try:
+            on_disk = sum(p.stat().st_size for p in self.folder.iterdir() if p.is_file())
+        except OSError:
+            on_disk = 0
+        return len(self._records), self._tokens, on_disk
+
+    def clear(self) -> None:
+        """Remove every prompt and reply kept (the log, the index, damaged logs set aside)."""
+        try:
+            with self._locked():
+                for pattern in ("log", "log.damaged-*", "index-*.npy", ".*.partial"):
+                    for path in self.folder.glob(pattern):
+                        path.unlink(missing_ok=True)
+        except OSError as e:
+            self._turn_off(e)
+        self._set_log(_Log())
+        self.index = SegmentedIndex()
+
+    # -- the log ------------------------------------------------------------------------------
+
+    @property
+    def _log_path(self) -> Path:
+        return self.folder / "log"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the folder's lock: every read and write of the log and the index is under it."""
+        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _read_log(self) -> _Log:
+        """The log on disk (under the lock). A damaged one is set aside, its records before the
+        damage kept in a new log, and said in one line."""
+        try:
+            data = self._log_path.read_bytes()
+        except FileNotFoundError:
+            return _Log()
+        if not data:  # created and never written: a writer killed at once
+            return _Log()
+        log, damage = _parse(data)
+        if damage is None:
+            return log
+        aside = self._log_path.with_name(f"log.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(self._log_path, aside)
+        kept = self._write_log(data[_LOG_HEADER : log.records[-1].end] if log.records else b"")
+        self.say(
+            f"history: {display_path(self._log_path)} was damaged ({damage}); set it aside as {aside.name}, "
+            f"kept the {len(kept.records)} records before the damage"
+        )
+        return kept
+
+    def _write_log(self, records: bytes) -> _Log:
+        """A new log (a new generation) of `records` (whole records, as on disk), replacing the old."""
+        data = LOG_MAGIC + os.urandom(_GENERATION) + records
+        write_atomic(self._log_path, lambda tmp: _write_private(tmp, data))
+        log, _ = _parse(data)
+        return log
+
+    def _trimmed(self, log: _Log) -> _Log:
+        """`log` within the budget (under the lock): over it, a new log of the newest records that
+        fill KEEP_AFTER_TRIM of it."""
+        if sum(r.tokens for r in log.records) <= self.budget_tokens:
+            return log
+        keep, total = 0, 0
+        for record in reversed(log.records):
+            if total + record.tokens > KEEP_AFTER_TRIM * self.budget_tokens:
+                break
+            keep, total = keep + 1, total + record.tokens
+        first = log.records[len(log.records) - keep].offset if keep else len(log.data)
+        return self._write_log(log.data[first:])
+
+    def _set_log(self, log: _Log) -> None:
+        self._generation, self._records = log.generation, list(log.records)
+        self._tokens = sum(r.tokens for r in log.records)
+
+    def _turn_off(self, error: OSError) -> None:
+        if not self._off:
+            self._off = True
+            self.say(
+                f"history: cannot use {display_path(self.folder)} ({error.strerror or error}); "
+                "going on without the reply history this run"
+            )
+
+    # -- the index ----------------------------------------------------------------------------
+
+    def _saved_index(self, log: _Log) -> tuple[SuffixIndex, int] | None:
+        """The saved index of the most records of `log` (and how many), memory-mapped; None if
+        none fits it. Indexes of other generations describe logs rewritten since."""
+        best: tuple[SuffixIndex, int] | None = None
+        if not log.generation:
+            return None
+        for path in self.folder.glob(f"index-{log.generation.hex()}-*.npy"):
+            covered = path.stem.rpartition("-")[2]
+            if not covered.isdigit() or int(covered) > len(log.records) or (best and best[1] >= int(covered)):
+                continue
+            try:
+                both = np.load(path, mmap_mode="r")
+                base = SuffixIndex(both[0], both[1])
+            except (OSError, ValueError, IndexError):
+                continue  # damaged or half-written: rebuilt
+            if base.size == 1 + sum(r.tokens + 1 for r in log.records[: int(covered)]):
+                best = base, int(covered)
+        return best
+
+    def _adopt(self, log: _Log, saved: tuple[SuffixIndex, int] | None) -> None:
+        """Take `log` as this process's view, indexed: the saved index and the records after it, or
+        (none, or too many after it) all of it sorted again and saved."""
+        self._set_log(log)
+        base, covered = saved if saved is not None else (None, 0)
+        rest = log.records[covered:]
+        try:
+            if base is not None and sum(r.tokens for r in rest) <= REBUILD_TOKENS:
+                self.index = SegmentedIndex(base, _documents(log.data, rest))
+                return
+            base = SuffixIndex.build(_documents(log.data, log.records))
+        except ValueError as e:  # token ids the index cannot take: written by something else
+            self._turn_off(OSError(errno.EINVAL, f"the log holds what is not token ids ({e})"))
+            return
+        self.index = SegmentedIndex(base)
+        if log.records:
+            self._save_index(base, log.generation, len(log.records))
+
+    def _save_index(self, base: SuffixIndex, generation: bytes, covered: int) -> None:
+        """Save `base` (the index of the first `covered` records of `generation`'s log) for the next
+        process, unless the log was rewritten while it was sorted; older indexes go."""
+        name = f"index-{generation.hex()}-{covered}.npy"
+        try:
+            with self._locked():
+                if _generation_of(self._log_path) != generation:
+                    return
+                write_atomic(self.folder / name, lambda tmp: _save_array(tmp, np.stack([base.tokens, base.sa])))
+                for path in self.folder.glob("index-*.npy"):
+                    if path.name != name:
+                        path.unlink(missing_ok=True)
+                _remove_stale_partials(self.folder)
+        except OSError as e:
+            self._turn_off(e)
+
+
+def history_folder(tokenizer_id: str) -> Path:
+    """Where the history of one tokenizer's ids is kept (`tokenizer_id`: a name safe in a path)."""
+    return home() / "history" / tokenizer_id
+
+
+def history_budget(from_config: int | None) -> int:
+    """The budget in tokens: EDGESPEC_HISTORY_BUDGET, else the configured one, else 4M."""
+    raw = os.environ.get(BUDGET_ENV)
+    if raw is None or not raw.strip():
+        return from_config if from_config is not None else DEFAULT_BUDGET
+    tokens = parse_size(raw)
+    if tokens is None:
+        raise UsageError(f'{BUDGET_ENV}: "{raw}" is not a number of tokens (e.g. 4M or 4000000)')
+    return tokens
+
+
+def _parse(data: bytes) -> tuple[_Log, str | None]:
+    """The records of a log's bytes, and what is wrong from the first bad one on (None: nothing)."""
+    if len(data) < _LOG_HEADER or not data.startswith(LOG_MAGIC):
+        return _Log(), "not a history log of this version"
+    records: list[_Record] = []
+    view, at, damage = memoryview(data), _LOG_HEADER, None
+    while at < len(data) and damage is None:
+        magic, version, prompt_len, reply_len, crc = b"", 0, 0, 0, 0
+        if len(data) - at >= RECORD.size:
+            magic, version, _, prompt_len, reply_len, crc = RECORD.unpack_from(data, at)
+        end = at + RECORD.size + 4 * (prompt_len + reply_len)
+        if len(data) - at < RECORD.size or end > len(data):
+            damage = "truncated"
+        elif magic != RECORD_MAGIC or version != RECORD_VERSION:
+            damage = "not a record where one should start"
+        elif zlib.crc32(view[at + RECORD.size : end]) != crc:
+            damage = "a record does not match its checksum"
+        else:
+            records.append(
+                _Record(
+                    at, prompt_len, reply_len, crc, _digest(view[at + RECORD.size : at + RECORD.size + 4 * prompt_len])
+                )
+            )
+            at = end
+    return _Log(data[len(LOG_MAGIC) : _LOG_HEADER], tuple(records), data), damage
+
+
+def _documents(data: bytes, records: Sequence[_Record]) -> list[np.ndarray]:
+    """Each record's prompt and reply, one document, read in place."""
+    return [np.frombuffer(data, _TOKEN, r.tokens, r.offset + RECORD.size) for r in records]
+
+
+def _read_record(fd: int, record: _Record) -> np.ndarray | None:
+    """A record's tokens read back from the log, None if the log no longer holds it there."""
+    raw = os.pread(fd, record.end - record.offset, record.offset)
+    if len(raw) != record.end - record.offset:
+        return None
+    magic, version, _, prompt_len, reply_len, crc = RECORD.unpack_from(raw)
+    if (magic, version, prompt_len, reply_len, crc) != (
+        RECORD_MAGIC,
+        RECORD_VERSION,
+        record.prompt_len,
+        record.reply_len,
+        record.crc,
+    ) or zlib.crc32(memoryview(raw)[RECORD.size :]) != crc:
+        return None
+    return np.frombuffer(raw, _TOKEN, record.tokens, RECORD.size)
+
+
+def _append(path: Path, record: bytes) -> int:
+    """Write `record` at the end of the log in one write (under the lock); its offset. A short
+    write (a full disk) is undone, so the log never ends in half a record."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        offset = os.fstat(fd).st_size
+        if os.write(fd, record) != len(record):
+            os.ftruncate(fd, offset)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return offset
+    finally:
+        os.close(fd)
+
+
+def _generation_of(path: Path) -> bytes:
+    """The generation in a log's header; empty for no log (or not one)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_LOG_HEADER)
+    except FileNotFoundError:
+        return b""
+    return head[len(LOG_MAGIC) :] if len(head) == _LOG_HEADER and head.startswith(LOG_MAGIC) else b""
+
+
+def _digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    os.chmod(path, 0o600)  # whatever the umask: it holds the user's code
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:  # a file, not a name: np.save would add ".npy" to the temporary name
+        np.save(f, array)
+    os.chmod(path, 0o600)
+
+
+def _private_folder(folder: Path) -> None:
+    """Make `folder` and any missing parent 0700 (whatever the umask); an existing parent is left as
+    it is."""
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+    missing = []
+    at = folder
+    while not at.exists():
+        missing.append(at)
+        at = at.parent
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+        os.chmod(path, 0o700)
+    os.chmod(folder, 0o700)
+
+
+def _remove_stale_partials(folder: Path) -> None:
+    """Temporary files that killed writers left (`write_atomic`'s, named `.<name>.<random>.partial`)."""
+    now = time.time()
+    for path in folder.glob(".*.partial"):
+        try:
+            if now - path.stat().st_mtime > _STALE_PARTIAL_S:
+                path.unlink()
+        except OSError:
+            pass  # removed by another process meanwhile
+
+
+def _to_stderr(message: str) -> None:
+    print(f"edgespec: {message}", file=sys.stderr, flush=True)
