@@ -27,7 +27,7 @@ from edgespec.decoding.acceptance import Rate
 from edgespec.decoding.controller import AutoK, make_policy
 from edgespec.decoding.costs import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import Draft, DrafterKind, ModelDrafter
+from edgespec.decoding.drafters import LOOKUPS, Draft, DrafterKind, ModelDrafter
 from edgespec.decoding.events import ControllerState, Step, Summary, Token
 from edgespec.decoding.exploration import TreeGate
 from edgespec.decoding.ngram_drafter import NgramDrafter
@@ -410,7 +410,7 @@ def test_k_setting_parses_the_k_flag_and_names_its_policy():
     assert make_policy(KSetting.parse("auto"), "ngram", costs).costs is costs
     assert isinstance(make_policy(KSetting.parse("heuristic"), "model", costs), HeuristicK)
     fixed = make_policy(KSetting.parse("4"), "ngram", costs)
-    assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.allowed == {DrafterKind.NGRAM}
+    assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.allowed == LOOKUPS
     assert make_policy(KSetting.parse("0"), "none", costs).k == 0
     assert KSetting.parse("64").k == KSetting.MAX
 

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 
 from edgespec.decoding.controller import AutoK
+from edgespec.decoding.corpus_drafter import CorpusDrafter
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import ModelDrafter
+from edgespec.decoding.drafters import DrafterKind, ModelDrafter
 from edgespec.decoding.events import Source, Step, Summary, Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
+from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.decoding.tree import ROOT, first_branch, is_chain
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
@@ -40,12 +42,16 @@ def always_wrong(target: MarkovBackend) -> MarkovBackend:
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])
-@pytest.mark.parametrize("drafter", ["good", "wrong", "ngram"])
+@pytest.mark.parametrize("drafter", ["good", "wrong", "ngram", "history", "history-wrong"])
 def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
     target = MarkovBackend(seed=1)
     reference = plain_greedy(target, PROMPT, 40)
     if drafter == "ngram":
         decoder = SpeculativeDecoder(target, FixedK(k, "ngram"), [NgramDrafter()])
+    elif drafter.startswith("history"):  # an earlier call's reply to this prompt, or a corrupted one
+        earlier = reference if drafter == "history" else [(t + 1) % target.n_vocab for t in reference]
+        history = CorpusDrafter(DrafterKind.HISTORY, SuffixIndex.build([PROMPT + earlier]))
+        decoder = SpeculativeDecoder(target, FixedK(k, "ngram"), [history])
     else:
         draft = MarkovBackend(seed=1, noise=2.0) if drafter == "good" else always_wrong(target)
         decoder = SpeculativeDecoder(target, FixedK(k, "model"), [ModelDrafter(draft)])
@@ -57,6 +63,8 @@ def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
         assert all(t.source in (Source.TARGET, Source.CORRECTION) for t in tokens)
     if drafter == "good":
         assert summary.accepted > 0  # the noisy copy agrees often: the test exercises acceptance
+    if drafter == "history":  # the copy is the reply itself: every draft is taken
+        assert summary.accepted == summary.drafted > 0 and {s.drafter for s in steps if s.k} == {"history"}
 
 
 def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_caches():
@@ -363,3 +371,20 @@ def test_the_summary_keeps_its_split_through_json_and_reads_older_files():
     assert back.total_s == pytest.approx(1.4) and back.target_read_s == back.draft_read_s == 0.0
     with pytest.raises(TypeError, match="target_read_s"):
         Summary.from_dict({**d, "target_read_s": -1.0})
+
+
+def test_auto_prices_each_copying_source_apart_and_the_output_stays_the_targets():
+    """An earlier reply to this prompt (retry) is right, a history of other text is always wrong:
+    the controller drafts from the first, and has learnt from its proposals that the second does not
+    pay, whichever it drafted."""
+    target = MarkovBackend(seed=1)
+    reference = plain_greedy(target, PROMPT, 60)
+    wrong = [(t + 1) % target.n_vocab for t in reference]
+    retry = CorpusDrafter(DrafterKind.RETRY, SuffixIndex.build([PROMPT + reference]))
+    history = CorpusDrafter(DrafterKind.HISTORY, SuffixIndex.build([PROMPT + wrong, PROMPT + wrong]))
+    policy = AutoK("auto", _costs(flat=False))
+    tokens, steps, summary = run(SpeculativeDecoder(target, policy, [history, retry]), n=60)
+    assert [t.id for t in tokens] == reference
+    by = {kind: sum(s.accepted for s in steps if s.drafter == kind) for kind in ("retry", "history")}
+    assert by["retry"] > 30 and by["history"] == 0
+    assert retry.lookups > 0 and history.lookups > 0  # both were asked every round: they are free

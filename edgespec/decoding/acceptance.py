@@ -4,15 +4,16 @@
 - `Rate`: one Bernoulli rate, a discounted Beta posterior mean.
 - `ModelScores`: the draft model's, per chain position and per confidence bin, learnt from the
   rounds it drafted.
-- `NgramScores`: the n-gram drafter's, per match-length bucket and position, learnt from every
-  proposal, drafted or not.
+- `NgramScores`: a copying drafter's (`drafters.LOOKUPS`), per match-length bucket and position,
+  learnt from every proposal, drafted or not; one per source, each from its own priors
+  (`COPY_PRIORS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgespec.decoding.drafters import Draft
+from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.tree import ROOT, children, first_branch
 
 
@@ -106,10 +107,11 @@ class NgramScores:
     # (per place among the siblings: second, third and later); learnt from the text like the rest.
     OTHER = (0.3, 0.2)
 
-    def __init__(self, max_k: int):
+    def __init__(self, max_k: int, first: Sequence[float] = FIRST):
+        """`first`: the prior of a copy's first token per match bucket (FIRST: the text's own copies)."""
         self.rates = [
-            [Rate(1.0 - (1.0 - first) * self.RISE**i, prior_weight=3.0) for i in range(max_k)]
-            for first in (self.SOURCE, *self.FIRST)
+            [Rate(1.0 - (1.0 - a) * self.RISE**i, prior_weight=3.0) for i in range(max_k)]
+            for a in (self.SOURCE, *first)
         ]
         self.others = [Rate(a, prior_weight=3.0) for a in self.OTHER]
         self._pending: list[tuple[int, Draft, list[Rate]]] = []  # (position, proposal, rates)
@@ -164,3 +166,14 @@ class NgramScores:
                 break
             row, depth = taken + 1, depth + 1
         return outcomes
+
+
+# The first-token priors of each copying source, per match bucket (`NgramScores.FIRST`'s shape).
+# The same match length predicts less in a corpus of many documents than in the text itself: a short
+# match there is mostly chance. An earlier reply to the same prompt predicts more.
+COPY_PRIORS: dict[DrafterKind, tuple[float, ...]] = {
+    DrafterKind.NGRAM: NgramScores.FIRST,
+    DrafterKind.RETRY: (0.4, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99),
+    DrafterKind.HISTORY: (0.05, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 0.95),
+    DrafterKind.REPOSITORY: (0.05, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 0.95),
+}

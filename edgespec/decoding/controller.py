@@ -10,7 +10,9 @@ with `observe`. Three policies:
       near-linear on a small CPU), and per draft-model step, calibrated at load and then updated
       from every real pass (the decoder feeds it, whatever the policy);
     * acceptance estimates with forgetting (`acceptance.py`): for the draft model per draft
-      position and per confidence bin, for the n-gram drafter per match-length bucket and position;
+      position and per confidence bin, for each copying source (the text itself, earlier replies to
+      this prompt, history, the repository) per match-length bucket and position, each apart, so a
+      source that does not pay on a text is not drafted while another does;
   and each round picks the drafter and K that maximise expected tokens per second,
       E(K) / cost(K),   E(K) = 1 + sum_j prod_{i<=j} a_i   (Leviathan et al. 2023, sec. 3.5),
   against plain decoding's 1 / t_verify(1). Inside a round the draft model stops early when
@@ -37,9 +39,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from edgespec.decoding.acceptance import ModelScores, NgramScores
+from edgespec.decoding.acceptance import COPY_PRIORS, ModelScores, NgramScores
 from edgespec.decoding.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
-from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
+from edgespec.decoding.drafters import LOOKUPS, Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.exploration import Probe, TreeGate
 from edgespec.decoding.plan import KSetting, Plan, Policy, RoundContext
@@ -60,7 +62,8 @@ class AutoK:
     max_k_ngram: int = LONGEST_DRAFT
     trees: bool = True  # draft trees where they pay; False: chains only (auto-chain)
     _model: ModelScores = field(init=False)
-    _ngram: NgramScores = field(init=False)
+    _copies: dict[DrafterKind, NgramScores] = field(init=False)
+    _ngram: NgramScores = field(init=False)  # the text's own copies' (one of _copies)
     _probe: Probe = field(default_factory=Probe, init=False)
     _probing: bool = field(default=False, init=False)
     _streak: float = field(default=1.0, init=False)
@@ -89,15 +92,17 @@ class AutoK:
         self.allowed = DraftChoice(self.drafter).kinds
         self.max_k = max(self.max_k_model, self.max_k_ngram)
         self._model = ModelScores(self.max_k_model)
-        self._ngram = NgramScores(self.max_k_ngram)
+        self._copies = {kind: NgramScores(self.max_k_ngram, COPY_PRIORS[kind]) for kind in LOOKUPS}
+        self._ngram = self._copies[DrafterKind.NGRAM]
         self._gates = {kind: TreeGate() for kind in DrafterKind}
 
     # -- choosing -------------------------------------------------------------------------
 
     def _cost(self, kind: DrafterKind, forced: int = 0) -> Callable[[int], float]:
-        """Seconds for a round drafting k tokens with `kind` after `forced` tokens in the same pass."""
+        """Seconds for a round drafting k tokens with `kind` after `forced` tokens in the same pass
+        (the lookups run every round, whichever drafts)."""
         c = self.costs
-        if kind == DrafterKind.NGRAM:
+        if kind != DrafterKind.MODEL:
             return lambda k: c.verify(forced + k + 1) + c.ngram_lookup
         d = c.draft_step if c.draft_step is not None else c.verify(1)
         return lambda k: k * d + c.verify(forced + k + 1) + c.ngram_lookup
@@ -106,20 +111,21 @@ class AutoK:
         acc = [r.mean for r in self._model.positions[: min(self.max_k_model, ctx.max_k)]]
         return best_k(acc, self._cost(DrafterKind.MODEL, forced), base=forced + 1)
 
-    def _ngram_option(
-        self, ngram: Draft, max_k: int, trees: bool, forced: int = 0
+    def _copy_option(
+        self, kind: DrafterKind, proposal: Draft, max_k: int, trees: bool, forced: int = 0
     ) -> tuple[int, float, tuple[int, ...] | None]:
-        """(nodes to verify, at most `max_k`; tokens per second; which nodes of the proposal `ngram`,
-        None for the first ones of its first branch). Each node's chance is its parent's times its
-        own: by position for a first child, by rank for a later one, after the siblings before it
-        missed (`best_tree`)."""
-        g = ngram if trees else ngram.first_branch()
+        """(nodes to verify, at most `max_k`; tokens per second; which nodes of the copying drafter
+        `kind`'s `proposal`, None for the first ones of its first branch). Each node's chance is its
+        parent's times its own: by position for a first child, by rank for a later one, after the
+        siblings before it missed (`best_tree`)."""
+        scores = self._copies[kind]
+        g = proposal if trees else proposal.first_branch()
         parents = g.parent_list()
-        rates = self._ngram.rates_for(g.match_len)
+        rates = scores.rates_for(g.match_len)
         values: list[float] = []
         missed: dict[int, float] = {}  # per parent: the chance all its children so far were wrong
         for parent, depth, rank in zip(parents, depths(parents), ranks(parents), strict=True):
-            known = self._ngram.rate(rates, depth, rank)
+            known = scores.rate(rates, depth, rank)
             a = known.mean if known is not None else 0.0
             before = missed.get(parent, 1.0)
             values.append((1.0 if parent == ROOT else values[parent]) * before * a)
@@ -140,7 +146,7 @@ class AutoK:
         if kind == DrafterKind.MODEL:
             return self._model_option(RoundContext(None, True, self.max_k_model))[0]
         proposal = Draft(ids=[0] * self.max_k_ngram, match_len=match_len)  # a chain: only its length is read
-        return self._ngram_option(proposal, self.max_k_ngram, trees=False)[0]
+        return self._copy_option(DrafterKind.NGRAM, proposal, self.max_k_ngram, trees=False)[0]
 
     def may_use(self, kind: DrafterKind) -> bool:
         if kind == DrafterKind.MODEL:
@@ -169,11 +175,12 @@ class AutoK:
         return saved > 0 and self.costs.read(ctx.model_behind) <= saved * rest
 
     def plan(self, ctx: RoundContext) -> Plan:
-        ngram = ctx.ngram if DrafterKind.NGRAM in self.allowed else None
-        if ngram is not None:
-            self._ngram.score(ctx.context)
-            if ngram.ids:  # the whole trie is scored against the text, drafted or not
-                self._ngram.remember(len(ctx.context), ngram if self.trees else ngram.first_branch())
+        copies = {kind: p for kind, p in ctx.proposals().items() if kind in self.allowed}
+        for kind, proposal in copies.items():
+            scores = self._copies[kind]
+            scores.score(ctx.context)
+            if proposal.ids:  # the whole trie is scored against the text, drafted or not
+                scores.remember(len(ctx.context), proposal if self.trees else proposal.first_branch())
         # A draft after forced text is weighed at what it adds to that pass, against that pass's rate.
         plain_rate = (ctx.forced + 1) / (self.costs.verify(ctx.forced + 1) + self.costs.ngram_lookup)
         options: dict[DrafterKind | None, tuple[int, float, tuple[int, ...] | None]] = {None: (0, plain_rate, None)}
@@ -181,9 +188,9 @@ class AutoK:
             k, rate = self._model_option(ctx, ctx.forced)
             alone = self._model_option(ctx)[1] if ctx.forced else rate  # its rate of its own tokens
             options[DrafterKind.MODEL] = (k if self._catch_up_pays(ctx, alone) else 0, rate, None)
-        if ngram is not None and ngram.ids:
-            trees = self._trees_now(DrafterKind.NGRAM)
-            options[DrafterKind.NGRAM] = self._ngram_option(ngram, ctx.max_k, trees, ctx.forced)
+        for kind, proposal in copies.items():
+            if proposal.ids:
+                options[kind] = self._copy_option(kind, proposal, ctx.max_k, self._trees_now(kind), ctx.forced)
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate, nodes = options[which]
@@ -213,7 +220,7 @@ class AutoK:
             self._measured * self.costs.verify(1),
         )
         if which != DrafterKind.MODEL:
-            return Plan(which, k, state=state, nodes=nodes if which == DrafterKind.NGRAM else None)
+            return Plan(which, k, state=state, nodes=nodes if which is not None else None)
         rules = _ModelRound(self.costs, self._model, rate)
         trees = not self._probing and self._trees_now(DrafterKind.MODEL)
         return Plan(which, k, rules.stop, state, rules.branch if trees else None)
@@ -227,9 +234,9 @@ class AutoK:
     def _first_acceptance(self, which: DrafterKind | None, ctx: RoundContext) -> float:
         if which == DrafterKind.MODEL:
             return self._model.positions[0].mean
-        if which == DrafterKind.NGRAM:
-            assert ctx.ngram is not None, "the n-gram drafter is chosen only for a proposal"
-            return self._ngram.rates_for(ctx.ngram.match_len)[0].mean
+        if which is not None:
+            proposal = ctx.proposals()[which]  # a copying drafter is chosen only for its proposal
+            return self._copies[which].rates_for(proposal.match_len)[0].mean
         return 0.0
 
     # -- learning -------------------------------------------------------------------------
@@ -248,7 +255,7 @@ class AutoK:
         parents, path = step.tree()
         if step.drafter is not None:
             self._gates[DrafterKind(step.drafter)].observe(parents, path, self.costs, self._measured)
-        if step.drafter != DrafterKind.MODEL:  # n-gram proposals are scored against the text in plan()
+        if step.drafter != DrafterKind.MODEL:  # copying proposals are scored against the text in plan()
             return
         self._check_surprise(step)
         self._model.learn(parents, path, draft.confidence)

@@ -57,22 +57,31 @@ class DrafterKind(str, Enum):
     """The kinds of draft source; a policy learns each one's acceptance apart."""
 
     MODEL = "model"
-    NGRAM = "ngram"
+    NGRAM = "ngram"  # copies from the prompt and the reply so far
+    RETRY = "retry"  # copies from earlier replies to this prompt, or to a prompt it extends
+    HISTORY = "history"  # copies from every earlier call's prompt and reply, across processes
+    REPOSITORY = "repository"  # copies from the working repository's files and --context paths
+
+
+# The copying drafters: free to ask, each proposal a trie of point masses, scored against the text.
+LOOKUPS = frozenset({DrafterKind.NGRAM, DrafterKind.RETRY, DrafterKind.HISTORY, DrafterKind.REPOSITORY})
 
 
 class DraftChoice(str, Enum):
     """The user's choice of drafters (--draft): which kinds a generation may use."""
 
-    AUTO = "auto"  # either, chosen per round
+    AUTO = "auto"  # any, chosen per round
     MODEL = "model"
-    NGRAM = "ngram"
+    NGRAM = "ngram"  # copying only: the text itself, and history, retries and the repository where on
     NONE = "none"  # plain decoding
 
     @property
     def kinds(self) -> frozenset[DrafterKind]:
         if self is DraftChoice.AUTO:
             return frozenset(DrafterKind)
-        return frozenset() if self is DraftChoice.NONE else frozenset({DrafterKind(self.value)})
+        if self is DraftChoice.NGRAM:
+            return LOOKUPS
+        return frozenset() if self is DraftChoice.NONE else frozenset({DrafterKind.MODEL})
 
 
 @dataclass(slots=True)

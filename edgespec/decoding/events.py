@@ -212,6 +212,11 @@ class Summary(Tally, WholeReply):
     target_read_s: float = 0.0
     decode_s: float = 0.0
     constraint_s: float = 0.0  # spent in a constraint's matcher (masks, following drafts), all of it in the reply
+    # copying from other text than the call's own (`corpus_drafter.py`), per source: lookups made and
+    # their seconds (part of draft_s), and the reply's append to the history after it
+    lookups: dict[str, int] = field(default_factory=dict)
+    lookup_s: dict[str, float] = field(default_factory=dict)
+    history_append_s: float = 0.0
     stop_reason: str = ""  # "eos", "length", "context", "cancelled" ("error" for a failed reply)
 
     @property
@@ -291,6 +296,8 @@ def _fits(value, kind: str, name: str) -> bool:
         return isinstance(value, dict) and all(k.isascii() and k.isdigit() and _count(v) for k, v in value.items())
     if kind == "dict[str, int]":
         return isinstance(value, dict) and all(_count(v) for v in value.values())
+    if kind == "dict[str, float]":
+        return isinstance(value, dict) and all(_number(v) for v in value.values())
     if kind in ("list[int]", "list[float]"):
         return isinstance(value, list) and all((_count if kind == "list[int]" else _number)(v) for v in value)
     return kind == "ControllerState" and isinstance(value, dict)
@@ -302,6 +309,7 @@ _KIND_NAMES = {
     "float": "a finite number >= 0",
     "dict[int, int]": 'a map of "K": passes',
     "dict[str, int]": "a map of counts",
+    "dict[str, float]": "a map of seconds",
     "list[int]": "a list of whole numbers >= 0",
     "list[float]": "a list of finite numbers >= 0",
     "ControllerState": "an object",

@@ -9,11 +9,11 @@ the user's choice of policy, parsed once at the edge.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol
 
 from edgespec.decoding.costs import CostModel
-from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
+from edgespec.decoding.drafters import LOOKUPS, BranchRule, Draft, DrafterKind, StopRule
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.util.errors import SettingError
 
@@ -33,9 +33,9 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class RoundContext:
-    """What a policy may look at before the round: the free n-gram proposal, the budget, and the
-    committed text (prompt and output so far, read-only), against which earlier n-gram proposals
-    can be scored whether or not they were drafted."""
+    """What a policy may look at before the round: the free proposals (the n-gram lookup's, and the
+    other copying sources'), the budget, and the committed text (prompt and output so far,
+    read-only), against which earlier proposals can be scored whether or not they were drafted."""
 
     ngram: Draft | None  # None when the n-gram drafter is off
     has_model: bool  # a draft model is loaded and allowed
@@ -44,6 +44,8 @@ class RoundContext:
     model_behind: int = 0  # tokens the draft model must read before its next draft (its catch-up)
     emitted: int = 0  # tokens this reply has emitted so far
     forced: int = 0  # tokens a constraint forced before this draft, verified in the same pass
+    # the other copying drafters' proposals (history, retries, the repository), by kind, where loaded
+    lookups: Mapping[DrafterKind, Draft] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -59,7 +61,15 @@ class RoundContext:
         """From what the decoder has: the free drafters' proposals, the kinds loaded, and how far
         behind the text the draft model is."""
         ngram = free.get(DrafterKind.NGRAM, Draft()) if DrafterKind.NGRAM in loaded else None
-        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context, model_behind, emitted, forced)
+        lookups = {kind: free.get(kind, Draft()) for kind in LOOKUPS - {DrafterKind.NGRAM} if kind in loaded}
+        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context, model_behind, emitted, forced, lookups)
+
+    def proposals(self) -> dict[DrafterKind, Draft]:
+        """Every loaded copying drafter's proposal (possibly empty), by kind."""
+        out = dict(self.lookups)
+        if self.ngram is not None:
+            out[DrafterKind.NGRAM] = self.ngram
+        return out
 
 
 class Policy(Protocol):

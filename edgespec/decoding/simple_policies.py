@@ -10,18 +10,26 @@ from edgespec.decoding.tree import first_branch
 
 
 def _preferred(allowed: frozenset[DrafterKind], ctx: RoundContext) -> DrafterKind | None:
-    """The drafter a simple policy uses this round: the model if allowed and loaded, else n-gram."""
+    """The drafter a simple policy uses this round: the model if allowed and loaded, else the copying
+    drafter whose proposal reaches furthest (its chain, then its match; the text's own copies first
+    among equals)."""
     if DrafterKind.MODEL in allowed and ctx.has_model:
         return DrafterKind.MODEL
-    if DrafterKind.NGRAM in allowed and ctx.ngram is not None and ctx.ngram.ids:
-        return DrafterKind.NGRAM
-    return None
+    offered = [(kind, p) for kind, p in ctx.proposals().items() if kind in allowed and p.ids]
+    if not offered:
+        return None
+    return max(offered, key=lambda o: (_chain_len(o[1]), o[1].match_len, o[0] == DrafterKind.NGRAM))[0]
+
+
+def _chain_len(proposal: Draft) -> int:
+    return len(first_branch(proposal.parent_list()))
 
 
 def _capped(drafter: DrafterKind | None, k: int, ctx: RoundContext) -> int:
     k = min(k, ctx.max_k)
-    if drafter == DrafterKind.NGRAM and ctx.ngram is not None:
-        return min(k, len(first_branch(ctx.ngram.parent_list())))  # these policies draft chains
+    proposal = ctx.proposals().get(drafter) if drafter is not None else None
+    if proposal is not None:
+        return min(k, _chain_len(proposal))  # these policies draft chains
     return k
 
 
