@@ -27,6 +27,11 @@ class Said(list):
         self.append(line)
 
 
+def replies(history, prompt):
+    """The earlier replies `prompt` may draft from, without the earlier prompts' lengths."""
+    return [reply for _, reply in history.earlier_replies(prompt)]
+
+
 def opened(folder: Path, budget: int = 10_000) -> tuple[ReplyHistory, Said]:
     said = Said()
     return ReplyHistory.open(folder, budget, say=said), said
@@ -49,13 +54,13 @@ def test_another_process_sees_the_appends_on_opening(tmp_path):
     first.append([7, 8], [9])
     second, _ = opened(tmp_path)
     assert second.size()[:2] == (2, 9)
-    assert second.earlier_replies([1, 2, 3]) == [[4, 5, 6]]
+    assert replies(second, [1, 2, 3]) == [[4, 5, 6]]
     # a prompt and its reply are one document: the reply continues the prompt's end
     draft = second.index.propose([0, 2, 3], 3)
     assert (draft.ids, draft.match_len) == ([4, 5, 6], 2)
     second.append([1, 2, 3], [4, 5, 7])
-    assert first.earlier_replies([1, 2, 3]) == [[4, 5, 6]]  # not until it opens again
-    assert opened(tmp_path)[0].earlier_replies([1, 2, 3]) == [[4, 5, 7], [4, 5, 6]]
+    assert replies(first, [1, 2, 3]) == [[4, 5, 6]]  # not until it opens again
+    assert replies(opened(tmp_path)[0], [1, 2, 3]) == [[4, 5, 7], [4, 5, 6]]
     assert said == []
 
 
@@ -66,24 +71,24 @@ def test_earlier_replies_of_the_same_and_of_extended_prompts(tmp_path):
     history.append([1, 2, 3, 4, 5], [12])
     history.append([1, 9], [13])
     history.append([1, 2, 3], [])  # no reply: nothing to give back
-    assert history.earlier_replies([1, 2, 3]) == [[11], [10]]
-    assert history.earlier_replies([1, 2, 3, 4, 5, 6]) == [[12], [11], [10]]  # a retry that goes on
+    assert replies(history, [1, 2, 3]) == [[11], [10]]
+    assert replies(history, [1, 2, 3, 4, 5, 6]) == [[12], [11], [10]]  # a retry that goes on
     # sharing [1, 2, 3] with the prompt [1, 2, 3, 4, 5] is not repeating it
-    assert history.earlier_replies([1, 2, 3, 4, 7]) == [[11], [10]]
-    assert history.earlier_replies([5, 1, 2, 3]) == []
+    assert replies(history, [1, 2, 3, 4, 7]) == [[11], [10]]
+    assert replies(history, [5, 1, 2, 3]) == []
     for n in range(6):
         history.append([1, 2], [20 + n])
-    assert history.earlier_replies([1, 2]) == [[25], [24], [23], [22]]  # the newest few
+    assert replies(history, [1, 2]) == [[25], [24], [23], [22]]  # the newest few
 
 
 def test_a_hash_collision_is_not_a_match(tmp_path):
     history, _ = opened(tmp_path)
     history.append([1, 2, 3], [10])
-    assert history.earlier_replies([1, 2, 3]) == [[10]]
+    assert replies(history, [1, 2, 3]) == [[10]]
     # the record's prompt hashed as [1, 2, 4] would be: read back and compared whole, it is not that
     other = reply_history._digest(np.asarray([1, 2, 4], dtype="<i4").tobytes())
     history._records[-1] = dataclasses.replace(history._records[-1], prompt_hash=other)
-    assert history.earlier_replies([1, 2, 4]) == []
+    assert replies(history, [1, 2, 4]) == []
 
 
 def _append_many(folder: Path, worker: int, n: int) -> None:
@@ -105,7 +110,7 @@ def test_processes_append_at_once_and_every_record_survives(tmp_path):
     assert said == [] and history.size()[0] == 200
     for w in range(4):
         for i in range(50):
-            assert history.earlier_replies([w, i] * 50) == [[1000 + w, i] * (20 + i)]
+            assert replies(history, [w, i] * 50) == [[1000 + w, i] * (20 + i)]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped"])
@@ -124,7 +129,7 @@ def test_a_damaged_log_is_set_aside_in_one_line_keeping_the_records_before(tmp_p
     assert len(said) == 1 and "damaged" in said[0] and "kept the 2 records" in said[0]
     assert [p.name.startswith("log.damaged-") for p in tmp_path.glob("log.*")] == [True]
     assert reopened.size()[:2] == (2, 14)
-    assert reopened.earlier_replies([1, 1]) == [[11] * 5] and reopened.earlier_replies([2, 2]) == []
+    assert replies(reopened, [1, 1]) == [[11] * 5] and replies(reopened, [2, 2]) == []
     reopened.append([2, 2], [12])
     again, said_again = opened(tmp_path)
     assert said_again == [] and again.size()[0] == 3
@@ -135,7 +140,7 @@ def test_a_log_that_is_not_one_is_set_aside(tmp_path):
     history, said = opened(tmp_path)
     assert len(said) == 1 and "kept the 0 records" in said[0]
     history.append([1], [2])
-    assert opened(tmp_path)[0].earlier_replies([1]) == [[2]]
+    assert replies(opened(tmp_path)[0], [1]) == [[2]]
 
 
 def test_the_budget_drops_the_oldest_first(tmp_path):
@@ -143,11 +148,11 @@ def test_the_budget_drops_the_oldest_first(tmp_path):
     for n in range(4):  # 30 tokens each: the fourth passes 100, and the log keeps 75 at most
         history.append([n] * 10, [n + 50] * 20)
     assert history.size()[:2] == (2, 60)
-    assert history.earlier_replies([0] * 10) == [] and history.earlier_replies([1] * 10) == []
-    assert history.earlier_replies([3] * 10) == [[53] * 20]
+    assert replies(history, [0] * 10) == [] and replies(history, [1] * 10) == []
+    assert replies(history, [3] * 10) == [[53] * 20]
     assert history.index.longest_match([0] * 10)[0] == 0  # dropped from the index too
     reopened, _ = opened(tmp_path, budget=100)
-    assert reopened.size()[:2] == (2, 60) and reopened.earlier_replies([2] * 10) == [[52] * 20]
+    assert reopened.size()[:2] == (2, 60) and replies(reopened, [2] * 10) == [[52] * 20]
     reopened.append([9], [9] * 200)  # larger than the whole budget: not kept
     assert reopened.size()[:2] == (2, 60)
 
@@ -181,12 +186,12 @@ def test_clear_removes_everything_kept(tmp_path):
     history.append([1, 2], [3])
     opened(tmp_path)
     history.clear()
-    assert history.size()[:2] == (0, 0) and history.earlier_replies([1, 2]) == []
+    assert history.size()[:2] == (0, 0) and replies(history, [1, 2]) == []
     assert history.index.longest_match([2])[0] == 0
     assert {p.name for p in tmp_path.iterdir()} == {"lock"}
     assert opened(tmp_path)[0].size()[:2] == (0, 0)
     history.append([4], [5])  # a new log
-    assert opened(tmp_path)[0].earlier_replies([4]) == [[5]]
+    assert replies(opened(tmp_path)[0], [4]) == [[5]]
 
 
 def test_the_saved_index_is_reused_while_it_describes_the_log(tmp_path, monkeypatch):
@@ -245,7 +250,7 @@ def test_an_unusable_folder_turns_the_history_off_in_one_line(tmp_path):
     history, said = opened(folder)
     history.append([1], [2])
     assert len(said) == 1 and "going on without the reply history" in said[0]
-    assert history.earlier_replies([1]) == [] and history.size()[:2] == (0, 0)
+    assert replies(history, [1]) == [] and history.size()[:2] == (0, 0)
     assert folder.read_text() == "a file where the folder should be"
 
 

@@ -26,15 +26,17 @@ from typing import cast
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
 from edgespec.decoding.backend import Backend, BackendError, Placement, ThreadedBackend
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
+from edgespec.decoding.corpus_drafter import CorpusDrafter
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter
-from edgespec.decoding.events import Event, Summary
+from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.threads import ThreadPolicy
+from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import machine_target
@@ -75,8 +77,12 @@ class Engine:
         draft: Backend | None = None,
         load_s: dict[str, float] | None = None,
         cache: PromptCache | None = None,
+        sources: DraftSources | None = None,
     ):
         self.pair, self.target, self.draft, self.cache = pair, target, draft, cache
+        # what calls copy from beyond their own text (history, retries, the repository); the bench
+        # swaps it per measured call, so every mode sees the same state
+        self.sources = sources if sources is not None else DraftSources()
         self.n_ctx = target.n_ctx
         self._drafters: list[Drafter] = [NgramDrafter(source=SourceCopy(target))]
         if draft is not None:
@@ -118,12 +124,31 @@ class Engine:
         if draft is DraftChoice.MODEL and self.draft is None:
             raise NoDraftModel(self.pair.name)
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
+        copying = self.sources.drafters(prompt, draft.kinds)
         if self._measure_again and settings.k.cost_aware:
             self.measure_costs()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
-        decoder = SpeculativeDecoder(self.target, self._policy(settings), drafters, self.threads)
+        decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
+        events = self._remembered(prompt, events, copying)
         return self._keeping_costs(events if self.cache is None else self._cached(prompt, events))
+
+    def _remembered(
+        self, prompt: list[int], events: Iterator[Event], copying: Sequence[CorpusDrafter]
+    ) -> Iterator[Event]:
+        """`events`, with the reply added to the history once its Summary is out (a reply cut short
+        too: the user saw it), and the Summary holding what `copying`'s lookups and the append cost."""
+        reply: list[int] = []
+        for event in events:
+            if isinstance(event, Token):
+                reply.append(event.id)
+            elif isinstance(event, Summary):
+                self.sources.record(prompt, reply)
+                event.history_append_s = self.sources.append_s
+                for d in copying:
+                    event.lookups[d.kind.value] = d.lookups
+                    event.lookup_s[d.kind.value] = d.busy_s
+            yield event
 
     def constraint(self, spec: ConstraintSpec) -> GuidanceMatcher:
         """A fresh matcher of `spec` over the target's vocabulary (ConstraintError when it cannot be

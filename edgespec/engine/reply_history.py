@@ -161,9 +161,9 @@ class ReplyHistory:
             except OSError as e:
                 self._turn_off(e)
 
-    def earlier_replies(self, prompt: Sequence[int]) -> list[list[int]]:
-        """The replies of earlier records whose prompt equals `prompt` or is a prefix of it (a
-        regeneration, or a retry that extends the conversation), newest first, at most
+    def earlier_replies(self, prompt: Sequence[int]) -> list[tuple[int, list[int]]]:
+        """(the earlier prompt's length, its reply) of earlier records whose prompt equals `prompt` or
+        is a prefix of it (a regeneration, or a retry that extends the conversation), newest first, at most
         EARLIER_REPLIES, among the last RECENT_RECORDS records. A record is compared by the hash of
         its prompt, then read and compared whole."""
         recent = self._records[-RECENT_RECORDS:]
@@ -175,14 +175,14 @@ class ReplyHistory:
         for n in lengths:  # one pass over the prompt, a hash at each length an earlier prompt has
             hasher.update(raw[4 * done : 4 * n])
             hashes[n], done = hasher.copy().digest(), n
-        out: list[list[int]] = []
+        out: list[tuple[int, list[int]]] = []
         try:
             with open(self._log_path, "rb") as f:
                 for record in reversed(recent):
                     if record.reply_len and hashes.get(record.prompt_len) == record.prompt_hash:
                         tokens = _read_record(f.fileno(), record)
                         if tokens is not None and tokens[: record.prompt_len].tobytes() == raw[: 4 * record.prompt_len]:
-                            out.append(tokens[record.prompt_len :].tolist())
+                            out.append((record.prompt_len, tokens[record.prompt_len :].tolist()))
                             if len(out) == EARLIER_REPLIES:
                                 break
         except OSError:

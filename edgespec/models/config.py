@@ -45,7 +45,7 @@ QUANTS = ("none", "8bit", "4bit")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
 
-_TOP_KEYS = ("default", "models", "pairs", "cache")
+_TOP_KEYS = ("default", "models", "pairs", "cache", "history")
 _CACHE_KEYS = ("budget",)
 _MODEL_KEYS = (
     "format",
@@ -132,6 +132,7 @@ class _Layer:
     default: str | None
     path: Path
     cache_budget: int | None = None
+    history_budget: int | None = None
 
 
 def _parse_file(path: Path, data: bytes) -> _Layer:
@@ -145,7 +146,8 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
     top = Table(file, "", doc, _TOP_KEYS)
     default = top.get("default", str, None)
     models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
-    return _Layer(file, models, top.get("pairs", dict, {}), default, path, _cache_budget(top))
+    pairs = top.get("pairs", dict, {})
+    return _Layer(file, models, pairs, default, path, _cache_budget(top), _history_budget(top))
 
 
 def _cache_budget(top: Table) -> int | None:
@@ -161,6 +163,20 @@ def _cache_budget(top: Table) -> int | None:
     if isinstance(value, bool) or not isinstance(size, int) or size < 0:
         raise t.key_error("budget", f'{show(value)} is not a size (e.g. "2GB", "500MB", or a number of bytes)')
     return size
+
+
+def _history_budget(top: Table) -> int | None:
+    """`[history] budget`: the tokens the history of earlier calls keeps at most (a whole number)."""
+    raw = top.get("history", dict, None)
+    if raw is None:
+        return None
+    t = top.sub("history", raw, _CACHE_KEYS)
+    value = t.raw.get("budget")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise t.key_error("budget", f"{show(value)} is not a number of tokens (e.g. 4000000)")
+    return value
 
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
@@ -307,10 +323,11 @@ def _merge(layers: list[_Layer]) -> Registry:
     models: dict[str, ModelSpec] = {}
     raw_pairs: dict[str, tuple[_Layer, dict[str, Any]]] = {}
     default, default_layer = None, layers[0]
-    cache_budget = None
+    cache_budget = history_budget = None
     for layer in layers:
         models.update(layer.models)
         cache_budget = layer.cache_budget if layer.cache_budget is not None else cache_budget
+        history_budget = layer.history_budget if layer.history_budget is not None else history_budget
         raw_pairs.update({name: (layer, raw) for name, raw in layer.pairs.items()})
         if layer.default is not None:
             default, default_layer = layer.default, layer
@@ -322,7 +339,7 @@ def _merge(layers: list[_Layer]) -> Registry:
         raise ConfigError(
             f'{default_layer.file}: key "default": "{default}" is not a pair; available: {", ".join(pairs)}'
         )
-    return Registry(models, pairs, default, tuple(layer.path for layer in layers), cache_budget)
+    return Registry(models, pairs, default, tuple(layer.path for layer in layers), cache_budget, history_budget)
 
 
 def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec]) -> PairConfig:

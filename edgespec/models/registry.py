@@ -109,6 +109,7 @@ class Registry:
     default_pair: str
     files: tuple[Path, ...]  # the models.toml files read, built-in first
     cache_budget: int | None = None  # bytes the prompt cache may hold ([cache] budget); None: the default
+    history_budget: int | None = None  # tokens the history keeps ([history] budget); None: the default
 
     def pair(self, name: str | None) -> PairConfig:
         """The pair called `name`, or the default pair when `name` is None (checked when the files

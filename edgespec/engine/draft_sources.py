@@ -1,0 +1,101 @@
+"""The text a call may copy from beyond its own: earlier calls (history, retries) and the repository.
+
+Each source is its own drafter kind (`decoding/corpus_drafter.py`), made per call:
+- **retry**: the replies of earlier calls whose prompt this one equals or extends (a regeneration,
+  an agent's retry after its edit failed to apply), each with the end of its prompt before it, so
+  the reply's first tokens find the earlier reply's start;
+- **history**: every earlier prompt and reply of `run`, `chat` and `serve`, kept on disk per
+  tokenizer and shared by every process (`reply_history.py`);
+- **repository**: the working repository's tracked text files and `--context` paths
+  (`repository.py`).
+Every reply, complete or not, is added to the history once its Summary is out: the user saw it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgespec.decoding.backend import Backend
+from edgespec.decoding.corpus_drafter import Corpus, CorpusDrafter
+from edgespec.decoding.drafters import DrafterKind
+from edgespec.decoding.suffix_index import SuffixIndex
+from edgespec.engine.reply_history import ReplyHistory, history_budget, history_folder
+from edgespec.engine.repository import RepositoryCorpus, context_files, work_tree_files
+from edgespec.models.config import load_registry
+
+RETRY_LEAD = 32  # tokens of an earlier prompt's end kept before its reply in the retry corpus
+
+
+@dataclass
+class DraftSources:
+    """The history store and the repository's corpus an engine drafts from (None: that source is off).
+    `say` tells the user, in one line, that a source was turned off for this process."""
+
+    history: ReplyHistory | None = None
+    repository: Corpus | None = None
+    say: Callable[[str], None] = field(default=lambda line: print(f"edgespec: {line}", file=sys.stderr))
+    append_s: float = 0.0  # the last reply's append to the history
+
+    def drafters(self, prompt: Sequence[int], kinds: Collection[DrafterKind]) -> list[CorpusDrafter]:
+        """The copying drafters of `kinds` for a call after `prompt`, those with text to copy."""
+        out = []
+        if self.history is not None and DrafterKind.RETRY in kinds:
+            earlier = self.history.earlier_replies(prompt)
+            if earlier:  # each earlier prompt is a prefix of this one
+                docs = [[*prompt[max(0, n - RETRY_LEAD) : n], *reply] for n, reply in earlier]
+                out.append(CorpusDrafter(DrafterKind.RETRY, SuffixIndex.build(docs)))
+        if self.history is not None and DrafterKind.HISTORY in kinds:
+            out.append(CorpusDrafter(DrafterKind.HISTORY, self.history.index))
+        if self.repository is not None and DrafterKind.REPOSITORY in kinds:
+            out.append(CorpusDrafter(DrafterKind.REPOSITORY, self.repository))
+        return out
+
+    def record(self, prompt: Sequence[int], reply: Sequence[int]) -> None:
+        """Add a call to the history; a store that cannot be written is turned off, said once."""
+        if self.history is None or not reply:
+            return
+        start = time.perf_counter()
+        try:
+            self.history.append(prompt, reply)
+        except OSError as e:
+            self.say(f"history turned off for this process: cannot write {self.history.folder} ({e.strerror or e})")
+            self.history = None
+        self.append_s = time.perf_counter() - start
+
+
+def tokenizer_id(backend: Backend) -> str:
+    """A short name for the backend's tokenizer, the same for every model that shares it (a history
+    is kept per tokenizer: token ids mean nothing under another). It hashes the vocabulary's size and
+    the bytes of a spread of ids and of its last ids, where the special tokens are."""
+    digest = hashlib.sha256(str(backend.n_vocab).encode())
+    ids = [*range(0, backend.n_vocab, 97), *range(max(0, backend.n_vocab - 512), backend.n_vocab)]
+    for token in ids:
+        digest.update(backend.token_bytes(token) + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def open_sources(
+    backend: Backend, config: Path | None, no_history: bool, context: Sequence[Path] = (), repository: bool = False
+) -> DraftSources:
+    """The sources a front end's engine drafts from: the history under the home (unless
+    `no_history`, --no-history or EDGESPEC_NO_HISTORY), and a corpus of the `context` paths plus,
+    with `repository` (run and chat, unless EDGESPEC_NO_REPOSITORY), the git work tree around the
+    current folder. Each is kept per tokenizer: token ids mean nothing under another."""
+    sources = DraftSources()
+    folder = history_folder(tokenizer_id(backend))
+    if not no_history:
+        budget = history_budget(load_registry(config).history_budget)
+        sources.history = ReplyHistory.open(folder, budget, say=sources.say)
+    files = context_files(context)
+    if repository and not os.environ.get("EDGESPEC_NO_REPOSITORY"):
+        files += work_tree_files(Path.cwd())
+    if files:
+        tokenize = lambda text: backend.tokenize(text, special=False)  # noqa: E731
+        sources.repository = RepositoryCorpus(folder / "files", tokenize).build(files)
+    return sources

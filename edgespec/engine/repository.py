@@ -1,0 +1,139 @@
+"""The working repository and `--context` paths, as a corpus the repository drafter copies from.
+
+A coding user asks about the files of the repository they work in: a reply quotes them, edits them,
+calls their functions. `run` and `chat` started inside a git work tree index its tracked text files
+(`git ls-files`), and `--context PATH` adds a file or a folder (`serve` takes only the flag). The
+corpus is bounded (files, bytes per file, tokens in all); binary and non-UTF-8 files are skipped.
+
+Tokenizing a repository takes seconds, so each file's tokens are kept on disk, named by its path,
+size and modification time: a file that changed is read again, the others are not. The suffix
+index over them is rebuilt when the set changes (divsufsort: about 0.25 s per million tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.decoding.suffix_index import SuffixIndex
+from edgespec.util.errors import UsageError
+
+MAX_FILES = 5000  # files indexed at most
+MAX_FILE_BYTES = 256 << 10  # a larger file is data or generated code, seldom what a reply copies
+MAX_TOKENS = 2_000_000  # tokens indexed at most (about 8 MB of text)
+GIT_TIMEOUT_S = 10
+
+Tokenize = Callable[[str], list[int]]
+
+
+def work_tree_files(cwd: Path) -> list[Path]:
+    """The tracked files of the git work tree `cwd` is in, nearest the current folder first (they are
+    likelier to be asked about when the bound cuts); none outside a work tree or without git."""
+    try:
+        top = _git(cwd, "rev-parse", "--show-toplevel").strip()
+        listed = _git(cwd, "ls-files", "-z", "--full-name", ":/")
+    except (OSError, subprocess.SubprocessError):
+        return []
+    root = Path(top)
+    files = [root / name for name in listed.split("\0") if name]
+    here = cwd.resolve()
+    return sorted(files, key=lambda p: (not p.is_relative_to(here), len(p.parts)))
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=GIT_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    ).stdout
+
+
+def context_files(paths: Sequence[Path]) -> list[Path]:
+    """The files `--context` names: each file, and each folder's files (hidden ones skipped), in
+    order. A path that does not exist is a UsageError."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            out.append(path)
+        elif path.is_dir():
+            for folder, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                out.extend(Path(folder) / n for n in sorted(names) if not n.startswith("."))
+                if len(out) >= MAX_FILES:
+                    break
+        else:
+            raise UsageError(f"--context {path}: {'not a file or folder' if path.exists() else 'does not exist'}")
+    return out
+
+
+def read_text(path: Path) -> str | None:
+    """A file's text, or None for what is not worth indexing: too big, binary, not UTF-8, unreadable,
+    not a regular file (a FIFO would block)."""
+    try:
+        if not path.is_file():
+            return None
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_FILE_BYTES or b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+class RepositoryCorpus:
+    """The files' tokens, kept in `folder` (one .npy per file version), and their suffix index."""
+
+    def __init__(self, folder: Path, tokenize: Tokenize):
+        self.folder, self.tokenize = folder, tokenize
+
+    def build(self, files: Iterable[Path]) -> SuffixIndex | None:
+        """The index over `files` (up to the bounds; None when none has text)."""
+        docs: list[np.ndarray] = []
+        total = 0
+        for path in list(files)[:MAX_FILES]:
+            tokens = self._tokens(path)
+            if tokens is None or not len(tokens):
+                continue
+            docs.append(tokens[: MAX_TOKENS - total])
+            total += len(docs[-1])
+            if total >= MAX_TOKENS:
+                break
+        return SuffixIndex.build(docs) if docs else None
+
+    def _tokens(self, path: Path) -> np.ndarray | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
+        kept = self.folder / f"{key}.npy"
+        try:
+            return np.load(kept)
+        except (OSError, ValueError):
+            pass
+        text = read_text(path)
+        if text is None:
+            return None
+        tokens = np.asarray(self.tokenize(text), dtype=np.int32)
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+            with tmp.open("wb") as f:
+                np.save(f, tokens)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, kept)
+        except OSError:
+            pass  # kept for next time only where it can be: the corpus is built either way
+        return tokens
