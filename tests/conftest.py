@@ -41,6 +41,15 @@ def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 @pytest.fixture(autouse=True)
+def no_history_or_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands under test neither keep their calls in a history nor index the checkout they run in
+    (a test of those sources turns them back on, in its own home): one test's replies must not
+    change another's drafts, and the checkout's files would take seconds to index per command."""
+    monkeypatch.setenv("EDGESPEC_NO_HISTORY", "1")
+    monkeypatch.setenv("EDGESPEC_NO_REPOSITORY", "1")
+
+
+@pytest.fixture(autouse=True)
 def nothing_said_yet(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts as a new process does: no file it could not save said yet (`unsaved`), said on stderr."""
     unsaved.forget()

@@ -16,6 +16,7 @@ from edgespec.cli.common import (
     cache_option,
     decoding_options,
     error_boundary,
+    history_options,
     json_constraint,
     json_options,
     pair_options,
@@ -62,6 +63,7 @@ def _require_terminal() -> None:
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Most tokens per reply.")
 @json_options
 @cache_option
+@history_options
 @error_boundary
 def chat(
     pair,
@@ -79,6 +81,8 @@ def chat(
     json_object,
     json_schema,
     no_cache,
+    no_history,
+    context,
 ):
     """Chat in the terminal; every token shows whether the draft or the target wrote it.
 
@@ -87,6 +91,7 @@ def chat(
 
     Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
     """
+    from edgespec.engine.draft_sources import open_sources
     from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
     from edgespec.engine.prompt_cache import open_cache
     from edgespec.engine.thread import EngineThread
@@ -114,6 +119,9 @@ def chat(
     try:
         engine = engine_thread.call(open_engine, pair_config, draft, cache)
         try:
+            engine.sources = engine_thread.call(
+                open_sources, engine.target, config, no_history, context, repository=True
+            )
             sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
             settings = GenerateSettings(
                 max_tokens=max_tokens, sampling=sampling, draft=draft, k=k, constraint=constraint

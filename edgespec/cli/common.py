@@ -56,6 +56,25 @@ def cache_option(f: Callable) -> Callable:
     )(f)
 
 
+def history_options(f: Callable) -> Callable:
+    """--no-history (or EDGESPEC_NO_HISTORY=1) and --context PATH: what calls copy from beyond their
+    own text (`engine/draft_sources.py`)."""
+    f = click.option(
+        "--context",
+        "context",
+        type=click.Path(path_type=Path, exists=True),
+        multiple=True,
+        help="A file or folder whose text replies may copy (repeatable).",
+    )(f)
+    return click.option(
+        "--no-history",
+        "no_history",
+        is_flag=True,
+        envvar="EDGESPEC_NO_HISTORY",
+        help="Neither draft from earlier calls nor keep this one (or $EDGESPEC_NO_HISTORY=1).",
+    )(f)
+
+
 def pair_options(f: Callable) -> Callable:
     """-m/--pair and --config."""
     f = click.option(

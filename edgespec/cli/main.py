@@ -25,6 +25,7 @@ def _register_subcommands() -> None:
     from edgespec.cli.bench import bench
     from edgespec.cli.chat import chat
     from edgespec.cli.export_vllm import export
+    from edgespec.cli.history import history
     from edgespec.cli.models import models
     from edgespec.cli.run import run
     from edgespec.cli.serve import serve
@@ -35,6 +36,7 @@ def _register_subcommands() -> None:
     main.add_command(chat)
     main.add_command(serve)
     main.add_command(export)
+    main.add_command(history)
 
 
 _register_subcommands()

@@ -24,6 +24,7 @@ from edgespec.cli.common import (
     cache_option,
     decoding_options,
     error_boundary,
+    history_options,
     json_constraint,
     json_options,
     pair_options,
@@ -77,6 +78,7 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
     help="Write the generation summary as JSON to this file.",
 )
 @cache_option
+@history_options
 @error_boundary
 def run(
     prompt,
@@ -98,11 +100,14 @@ def run(
     stats,
     stats_json,
     no_cache,
+    no_history,
+    context,
 ):
     """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout.
 
     Piped text comes first and the PROMPT after it, so asking another thing about the same input
     finds it in the prompt cache and reads only the new instruction (see --no-cache)."""
+    from edgespec.engine.draft_sources import open_sources
     from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
     from edgespec.engine.prompt_cache import open_cache
 
@@ -118,6 +123,7 @@ def run(
         check_writable(stats_json, "--stats-json")
     engine = open_engine(pair_config, draft, open_cache(config, no_cache))
     try:
+        engine.sources = open_sources(engine.target, config, no_history, context, repository=True)
         settings = GenerateSettings(
             max_tokens=max_tokens,
             sampling=sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed),

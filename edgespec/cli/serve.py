@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import click
 
-from edgespec.cli.common import cache_option, decoding_options, error_boundary, pair_options
+from edgespec.cli.common import cache_option, decoding_options, error_boundary, history_options, pair_options
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.util import interrupts
 from edgespec.util.errors import UsageError
@@ -90,12 +90,31 @@ def base_url(sock: socket.socket) -> str:
     help="Requests that may wait while the engine serves one; beyond that, 503 with Retry-After.",
 )
 @cache_option
+@history_options
 @error_boundary
-def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, port, api_key, queue_size, no_cache):
+def serve(
+    pair,
+    config,
+    draft,
+    k,
+    temperature,
+    top_p,
+    top_k,
+    min_p,
+    seed,
+    host,
+    port,
+    api_key,
+    queue_size,
+    no_cache,
+    no_history,
+    context,
+):
     """Serve the pair over OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models) for
     editors, agents and the openai SDK; responses carry speculative metrics and, on request, every
     token's origin. The last few prompts' states stay in memory (and on disk), so a client that
     alternates between files finds each one already read."""
+    from edgespec.engine.draft_sources import open_sources
     from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
     from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES, open_cache
     from edgespec.engine.thread import EngineThread
@@ -122,6 +141,7 @@ def serve(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, host, 
             raise
         worker = EngineWorker(engine, engine_thread, queue_size)
         try:
+            engine.sources = engine_thread.call(open_sources, engine.target, config, no_history, context)
             sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
             app = create_app(worker, GenerateSettings(sampling=sampling, draft=draft, k=k), api_key)
             click.echo(
