@@ -170,10 +170,12 @@ class NgramScores:
 
 # The first-token priors of each copying source, per match bucket (`NgramScores.FIRST`'s shape).
 # The same match length predicts less in a corpus of many documents than in the text itself: a short
-# match there is mostly chance. An earlier reply to the same prompt predicts more.
+# match there is mostly chance. An earlier reply to this prompt is copied like the text itself: a
+# regeneration matches its whole lead at once and so starts in the longest bucket, while the reply
+# before a tool call's next one matches only the chat template's few tokens, and is another call.
 COPY_PRIORS: dict[DrafterKind, tuple[float, ...]] = {
     DrafterKind.NGRAM: NgramScores.FIRST,
-    DrafterKind.RETRY: (0.4, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99),
+    DrafterKind.RETRY: NgramScores.FIRST,
     DrafterKind.HISTORY: (0.05, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 0.95),
     DrafterKind.REPOSITORY: (0.05, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 0.95),
 }

@@ -134,6 +134,7 @@ class Tally:
     k_series: list[int] = field(default_factory=list)  # K of each pass, in order
     acceptance_series: list[float] = field(default_factory=list)  # accepted / K of each pass with K > 0
     threads: dict[int, int] = field(default_factory=dict)  # target passes per CPU thread count, where chosen
+    accepted_by: dict[str, int] = field(default_factory=dict)  # accepted drafted tokens per drafter kind
     controller: ControllerState | None = None  # the controller's state at the latest pass
 
     def add(self, event: Token | Step) -> None:
@@ -151,6 +152,9 @@ class Tally:
         self.k_series.append(event.k)
         if event.threads:
             self.threads[event.threads] = self.threads.get(event.threads, 0) + 1
+        if event.drafter:
+            taken = event.drafted_part().accepted
+            self.accepted_by[event.drafter] = self.accepted_by.get(event.drafter, 0) + taken
         if event.k:
             self.acceptance_series.append(event.accepted / event.k)
         else:

@@ -64,11 +64,14 @@ def load_text(load_s: Mapping[str, float]) -> str:
 
 def stats_line(s: Summary, load_s: Mapping[str, float] | None = None) -> str:
     """The one line `edgespec run --stats` prints on stderr: in the order the user waited, the load
-    (when given), the first token, decoding, the whole reply, then how the drafting went, and the
+    (when given), the first token, decoding, the whole reply, then how the drafting went (the accepted
+    drafts by source: 'accepted from retry 233, ngram 40'), and the
     CPU threads the passes ran on where edgespec chose them ('threads 2:180 1:12': passes per count)."""
     p = figure_parts(s)
     load = [load_text(load_s)] if load_s else []
     threads = [f"threads {histogram_text(s.threads)}"] if s.threads else []
+    by = ", ".join(f"{kind} {n}" for kind, n in sorted(s.accepted_by.items(), key=lambda kv: -kv[1]) if n)
+    sources = [f"accepted from {by}"] if by else []
     return ", ".join(
         [
             *load,
@@ -78,6 +81,7 @@ def stats_line(s: Summary, load_s: Mapping[str, float] | None = None) -> str:
             f"decode {p.speed}",
             p.tokens,
             p.acceptance,
+            *sources,
             p.per_pass,
             f"K histogram {histogram_text(s.k_histogram)}",
             *threads,
