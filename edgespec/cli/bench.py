@@ -69,9 +69,28 @@ from edgespec.util.stdout import write_or_defer
     help="Exit 1 when a greedy output parts from ar beyond the target's noise floor (DIFF), or a reply "
     "does not match its prompt's response_format.",
 )
+@click.option(
+    "--context",
+    type=click.Path(path_type=Path, exists=True),
+    multiple=True,
+    help="A file or folder every mode may copy from (repeatable); no mode drafts from earlier calls.",
+)
 @error_boundary
 def bench(
-    suite_path, pairs, config, modes, drafter, limit, suites, repeats, temperature, seed, json_path, plot_path, strict
+    suite_path,
+    pairs,
+    config,
+    modes,
+    drafter,
+    limit,
+    suites,
+    repeats,
+    temperature,
+    seed,
+    json_path,
+    plot_path,
+    strict,
+    context,
 ):
     """Compare decoding modes on a suite of prompts: tokens/s, speedup vs plain, acceptance, K.
 
@@ -79,7 +98,10 @@ def bench(
     token are taken again as the verify pass and as single steps computed them: a tie (numerical
     noise) or DIFF (a bug); the `= ar` column counts exact / tie / DIFF outputs. Prompts with a
     response_format decode under it in every mode; the `valid` column counts the replies that parse
-    and validate against it."""
+    and validate against it.
+
+    No mode drafts from earlier calls (the history): every generation sees the same state, and none
+    could copy another mode's reply to the same prompt. --context gives every mode the same corpus."""
     from rich.console import Console
     from rich.progress import Progress
 
@@ -87,6 +109,7 @@ def bench(
     from edgespec.bench import report
     from edgespec.bench import suites as bench_suites
     from edgespec.decoding.sampling import SamplingParams
+    from edgespec.engine.draft_sources import open_sources
     from edgespec.engine.engine import find_pair, open_engine
     from edgespec.util.provenance import provenance
 
@@ -116,6 +139,8 @@ def bench(
     try:
         for pair_config in pair_configs:
             engines.append(open_engine(pair_config))
+            if context:
+                engines[-1].sources = open_sources(engines[-1].target, config, no_history=True, context=context)
             for line in bench_modes.layout_lines(engines[-1]):
                 err.print(line, highlight=False)
         with Progress(console=err, transient=True) as progress:
@@ -147,6 +172,7 @@ def bench(
             # the model each pair's target was read from: a layout chosen for this machine is another file
             "targets": {e.pair.name: e.pair.target.name for e in engines},
             "suite": str(path),
+            "context": [str(c) for c in context],
             "modes": [m.name for m in mode_list],
             "temperature": temperature,
             "seed": seed,
