@@ -322,6 +322,45 @@ def busy_machine(folder: Path) -> list[str]:
     return lines + [source(doc, name) + "<br>"]
 
 
+def suffix_index_costs(folder: Path) -> list[str]:
+    """What the history's suffix index costs at its size (benchmarks/suffix_index_costs.py)."""
+    name = "suffix_index_costs.json"
+    doc = load(folder, name)
+    r, a = doc["round_ms"], doc["append_ms"]
+    lines = [
+        "| what | cost |",
+        "|---|---|",
+        f"| tokens indexed | {doc['tokens']:,} in {doc['records']:,} calls |",
+        f"| a lookup and its proposal, per round | median {r['median']:.2f} ms, p99 {r['p99']:.2f} ms |",
+        f"| append a reply | median {a['median']:.1f} ms, p99 {a['p99']:.0f} ms |",
+        f"| open with the saved index / sort all of it | {doc['open_s']:.2f} s / {doc['build_s']:.2f} s |",
+        f"| index in memory / on disk | {doc['index_nbytes_mb']:.0f} MB / {doc['disk_bytes'] / 1e6:.0f} MB |",
+    ]
+    return lines + ["", source(doc, name) + "<br>"]
+
+
+def sessions(folder: Path) -> list[str]:
+    """The session suite (benchmarks/session_bench.py): whole sequences of related calls, `auto`
+    against `ar`, per part and kind, with what each copying source drafted and took."""
+    name = "sessions.json"
+    doc = load(folder, name)
+    s = doc["summary"]
+    lines = ["| part | kind | ar s | auto s | speed-up |", "|---|---|---|---|---|"]
+    for key, ratio in s["speedup"].items():
+        part, _, kind = key.partition("/")
+        seconds = s["seconds"][key]
+        cell = f"**{ratio:.2f}x**" if not kind else f"{ratio:.2f}x"
+        lines.append(f"| {part} | {kind or 'all'} | {seconds['ar']:.0f} | {seconds['auto']:.0f} | {cell} |")
+    lines.append("")
+    for part, by in s["drafted_accepted"].items():
+        taken = ", ".join(f"{src} {acc:,}/{dr:,}" for src, (dr, acc) in sorted(by.items()))
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(s["vs_ar"].get(part, {}).items()))
+        lines.append(f"{part}: accepted/drafted by source: {taken}; calls compared with ar: {verdicts}.<br>")
+    lookups = ", ".join(f"{src} {ms:.2f} ms" for src, ms in s["lookup_ms_median"].items())
+    lines.append(f"Median lookup per round: {lookups}; median append: {s['append_ms_median']:.1f} ms.<br>")
+    return lines + [source(doc, name) + "<br>"]
+
+
 QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped with the package
 
 
@@ -364,6 +403,8 @@ BLOCKS = {
     "layout-quality": layout_quality,
     "peer": peer,
     "busy-machine": busy_machine,
+    "suffix-index-costs": suffix_index_costs,
+    "sessions": sessions,
 }
 
 
