@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from edgespec.decoding.constraint import Constraint
-from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
+from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule, allowed_chain
 from edgespec.decoding.sampling import SamplingParams
 
 
@@ -71,7 +71,4 @@ class CorpusDrafter:
         draft = self.corpus.propose(context[-self.MAX_MATCH :], k, max_nodes=self.MAX_NODES)
         self.lookups += 1
         self.busy_s += time.perf_counter() - start
-        if constraint is None:
-            return draft
-        chain = draft.first_branch()
-        return chain.head(constraint.allowed_prefix(chain.ids))
+        return draft if constraint is None else allowed_chain(draft, constraint)

@@ -133,6 +133,13 @@ class Draft:
         )
 
 
+def allowed_chain(proposal: Draft, constraint: Constraint) -> Draft:
+    """A copying drafter's proposal under a constraint: its first branch, up to the first token the
+    constraint forbids (a tree's branches would each need the matcher's own state)."""
+    chain = proposal.first_branch()
+    return chain.head(constraint.allowed_prefix(chain.ids))
+
+
 class Drafter(Protocol):
     kind: DrafterKind
     free: bool  # proposing costs nothing: the decoder asks before planning, for the policy to see

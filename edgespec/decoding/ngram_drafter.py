@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgespec.decoding.constraint import Constraint
-from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
+from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule, allowed_chain
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.tree import ROOT
@@ -89,8 +89,7 @@ class NgramDrafter:
             start = self.source.propose(context, k, constraint) if self.source is not None else Draft()
             if start.ids:
                 return start
-            copy = self._propose(context, k).first_branch()
-            return copy.head(constraint.allowed_prefix(copy.ids))
+            return allowed_chain(self._propose(context, k), constraint)
         return self._propose(context, k)
 
     def _propose(self, context: Sequence[int], k: int) -> Draft:

@@ -46,10 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.decoding.backend import Backend, BackendError, common_prefix, reused_prefix
-from edgespec.models.config import load_registry, parse_size
+from edgespec.models.config import budget_setting, load_registry
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_atomic
-from edgespec.util.errors import UsageError
 from edgespec.util.paths import home
 
 MAGIC = b"edgespec prompt cache 1\n"  # a new format changes the number; older entries are then removed
@@ -381,13 +380,7 @@ def _to_stderr(message: str) -> None:
 
 def cache_budget(from_config: int | None) -> int:
     """The budget in bytes: EDGESPEC_CACHE_BUDGET, else models.toml's `[cache] budget`, else 2 GB."""
-    raw = os.environ.get(BUDGET_ENV)
-    if raw is None or not raw.strip():
-        return from_config if from_config is not None else DEFAULT_BUDGET
-    size = parse_size(raw)
-    if size is None:
-        raise UsageError(f'{BUDGET_ENV}: "{raw}" is not a size (e.g. 2G, 500M, or a number of bytes)')
-    return size
+    return budget_setting(BUDGET_ENV, from_config, DEFAULT_BUDGET, "a size (e.g. 2G, 500M, or a number of bytes)")
 
 
 def open_cache(config: Path | None, no_cache: bool, memory_entries: int = 0) -> PromptCache | None:

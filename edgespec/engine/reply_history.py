@@ -48,9 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.decoding.suffix_index import SegmentedIndex, SuffixIndex
-from edgespec.models.config import parse_size
+from edgespec.models.config import budget_setting
 from edgespec.util.atomic_file import write_atomic
-from edgespec.util.errors import UsageError
 from edgespec.util.paths import display_path, home
 
 LOG_MAGIC = b"edgespec reply history 1\n"  # a new format changes the number
@@ -342,13 +341,7 @@ def history_folder(tokenizer_id: str) -> Path:
 
 def history_budget(from_config: int | None) -> int:
     """The budget in tokens: EDGESPEC_HISTORY_BUDGET, else the configured one, else 4M."""
-    raw = os.environ.get(BUDGET_ENV)
-    if raw is None or not raw.strip():
-        return from_config if from_config is not None else DEFAULT_BUDGET
-    tokens = parse_size(raw)
-    if tokens is None:
-        raise UsageError(f'{BUDGET_ENV}: "{raw}" is not a number of tokens (e.g. 4M or 4000000)')
-    return tokens
+    return budget_setting(BUDGET_ENV, from_config, DEFAULT_BUDGET, "a number of tokens (e.g. 4M or 4000000)")
 
 
 def _parse(data: bytes) -> tuple[_Log, str | None]:

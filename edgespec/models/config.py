@@ -37,6 +37,7 @@ from edgespec.models.registry import (
     Registry,
 )
 from edgespec.models.toml_table import Table, show
+from edgespec.util.errors import UsageError
 from edgespec.util.paths import display_path
 
 BACKENDS = ("llamacpp", "hf")
@@ -147,36 +148,37 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
     default = top.get("default", str, None)
     models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
     pairs = top.get("pairs", dict, {})
-    return _Layer(file, models, pairs, default, path, _cache_budget(top), _history_budget(top))
+    cache = _budget(top, "cache", 'a size (e.g. "2GB", "500MB", or a number of bytes)')
+    history = _budget(top, "history", 'a number of tokens (e.g. "4M" or 4000000)')
+    return _Layer(file, models, pairs, default, path, cache, history)
 
 
-def _cache_budget(top: Table) -> int | None:
-    """`[cache] budget`: a size such as "2GB" or "500MB", or a number of bytes."""
-    raw = top.get("cache", dict, None)
+def _budget(top: Table, table: str, meaning: str) -> int | None:
+    """`[<table>] budget`: a size such as "2GB" or "500M" (`parse_size`), or a whole number; `meaning`
+    says what a valid one is, for the error."""
+    raw = top.get(table, dict, None)
     if raw is None:
         return None
-    t = top.sub("cache", raw, _CACHE_KEYS)
+    t = top.sub(table, raw, _CACHE_KEYS)
     value = t.raw.get("budget")
     if value is None:
         return None
     size = parse_size(value) if isinstance(value, str) else value
     if isinstance(value, bool) or not isinstance(size, int) or size < 0:
-        raise t.key_error("budget", f'{show(value)} is not a size (e.g. "2GB", "500MB", or a number of bytes)')
+        raise t.key_error("budget", f"{show(value)} is not {meaning}")
     return size
 
 
-def _history_budget(top: Table) -> int | None:
-    """`[history] budget`: the tokens the history of earlier calls keeps at most (a whole number)."""
-    raw = top.get("history", dict, None)
-    if raw is None:
-        return None
-    t = top.sub("history", raw, _CACHE_KEYS)
-    value = t.raw.get("budget")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise t.key_error("budget", f"{show(value)} is not a number of tokens (e.g. 4000000)")
-    return value
+def budget_setting(env: str, from_config: int | None, default: int, meaning: str) -> int:
+    """A budget from the environment variable `env` (a size, `parse_size`), else models.toml's, else
+    `default`; a value that is not one is a UsageError saying it is not `meaning`."""
+    raw = os.environ.get(env)
+    if raw is None or not raw.strip():
+        return from_config if from_config is not None else default
+    size = parse_size(raw)
+    if size is None:
+        raise UsageError(f'{env}: "{raw}" is not {meaning}')
+    return size
 
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
