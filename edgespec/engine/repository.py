@@ -27,6 +27,7 @@ MAX_FILES = 5000  # files indexed at most
 MAX_FILE_BYTES = 256 << 10  # a larger file is data or generated code, seldom what a reply copies
 MAX_TOKENS = 2_000_000  # tokens indexed at most (about 8 MB of text)
 GIT_TIMEOUT_S = 10
+KEPT = 4 * MAX_FILES  # file versions whose tokens are kept on disk, across repositories
 
 Tokenize = Callable[[str], list[int]]
 
@@ -110,7 +111,18 @@ class RepositoryCorpus:
             total += len(docs[-1])
             if total >= MAX_TOKENS:
                 break
+        self._prune()
         return SuffixIndex.build(docs) if docs else None
+
+    def _prune(self) -> None:
+        """Keep the cache of file versions bounded: past KEPT files, the least recently used go (a
+        file read from the cache is touched)."""
+        try:
+            kept = sorted(self.folder.glob("*.npy"), key=lambda p: p.stat().st_mtime_ns)
+            for path in kept[: max(0, len(kept) - KEPT)]:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass  # another process pruned first
 
     def _tokens(self, path: Path) -> np.ndarray | None:
         try:
@@ -120,7 +132,9 @@ class RepositoryCorpus:
         key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
         kept = self.folder / f"{key}.npy"
         try:
-            return np.load(kept)
+            tokens = np.load(kept)
+            os.utime(kept)  # recently used: pruned last
+            return tokens
         except (OSError, ValueError):
             pass
         text = read_text(path)
