@@ -361,6 +361,28 @@ def sessions(folder: Path) -> list[str]:
     return lines + [source(doc, name) + "<br>"]
 
 
+def static_corpus(folder: Path) -> list[str]:
+    """`auto` copying from a static corpus against `auto` without it (benchmarks/static_corpus.py)."""
+    name = "static_corpus.json"
+    doc = load(folder, name)
+    s = doc["summary"]
+    lines = [
+        "| mode | whole reply vs ar | median per prompt | tokens from the corpus | = ar |",
+        "|---|---|---|---|---|",
+    ]
+    for mode in ("auto", "auto+corpus"):
+        m = s[mode]
+        lines.append(
+            f"| {mode} | **{m['whole_ratio']:.2f}x** | {m['median_ratio']:.2f}x | {m['from_corpus']} | "
+            f"{m['equal_to_ar']}/{s['prompts']} |"
+        )
+    lines += [
+        "",
+        f"The corpus: {doc['meta']['corpus']}, {s['corpus_tokens']:,} tokens indexed in {s['index_s']:.1f} s.<br>",
+    ]
+    return lines + [source(doc, name) + "<br>"]
+
+
 QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped with the package
 
 
@@ -405,6 +427,7 @@ BLOCKS = {
     "busy-machine": busy_machine,
     "suffix-index-costs": suffix_index_costs,
     "sessions": sessions,
+    "static-corpus": static_corpus,
 }
 
 
