@@ -93,7 +93,7 @@ def summarize(events: list, stop_reason: str) -> Summary:
 
 
 class FakeEngine:
-    """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, placements,
+    """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, target, placements,
     decoding_threads, token_text). Its models run on `threads` CPU threads, by default every core,
     as the default pair does."""
 
@@ -125,6 +125,7 @@ class FakeEngine:
         self.calls: list[list[dict]] = []
         self.closed = False
         self.threads = physical_cores() if threads is None else threads
+        self.target = None  # no model: the chat command opens no copying source for it (tests keep them off)
 
     def placements(self) -> dict[str, Placement]:
         return {role: Placement("cpu", f"{self.threads} threads", self.threads) for role in ("target", "draft")}

@@ -88,12 +88,15 @@ def open_sources(
     with `repository` (run and chat, unless EDGESPEC_NO_REPOSITORY), the git work tree around the
     current folder. Each is kept per tokenizer: token ids mean nothing under another."""
     sources = DraftSources()
+    repository = repository and not os.environ.get("EDGESPEC_NO_REPOSITORY")
+    if no_history and not context and not repository:
+        return sources  # nothing to read: the tokenizer is not even named
     folder = history_folder(tokenizer_id(backend))
     if not no_history:
         budget = history_budget(load_registry(config).history_budget)
         sources.history = ReplyHistory.open(folder, budget, say=sources.say)
     files = context_files(context)
-    if repository and not os.environ.get("EDGESPEC_NO_REPOSITORY"):
+    if repository:
         files += work_tree_files(Path.cwd())
     if files:
         tokenize = lambda text: backend.tokenize(text, special=False)  # noqa: E731
