@@ -19,6 +19,7 @@ from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.decoding.tree import ROOT, first_branch, is_chain
+from edgespec.engine.figures import stats_line
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
 GREEDY = SamplingParams()
@@ -65,6 +66,7 @@ def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
         assert summary.accepted > 0  # the noisy copy agrees often: the test exercises acceptance
     if drafter == "history":  # the copy is the reply itself: every draft is taken
         assert summary.accepted == summary.drafted > 0 and {s.drafter for s in steps if s.k} == {"history"}
+        assert f"accepted from history {summary.accepted}," in stats_line(summary)
 
 
 def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_caches():

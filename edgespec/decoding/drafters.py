@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Protocol
 
 import numpy as np
@@ -53,8 +53,9 @@ BranchRule = Callable[[float, int, int], bool]
 ReadHook = Callable[[Backend, Sequence[int]], int]
 
 
-class DrafterKind(str, Enum):
-    """The kinds of draft source; a policy learns each one's acceptance apart."""
+class DrafterKind(StrEnum):
+    """The kinds of draft source; a policy learns each one's acceptance apart. A StrEnum: shown as its
+    value ("ngram") wherever it is formatted, in the stats line and the chat app's."""
 
     MODEL = "model"
     NGRAM = "ngram"  # copies from the prompt and the reply so far
