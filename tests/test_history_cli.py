@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -44,6 +45,8 @@ def test_a_regenerated_reply_is_drafted_from_the_first_and_equals_it(env):
     assert stats["accepted"] > 0
     shown = CliRunner().invoke(cli.main, ["history"])
     assert shown.exit_code == 0 and "2 calls" in shown.stdout
+    coloured = CliRunner().invoke(cli.main, ["run", "write a loop", "--max-tokens", "40", "--color", "always"])
+    assert click.unstyle(coloured.stdout) == first and "\x1b[35m" in coloured.stdout  # copied: magenta
     cleared = CliRunner().invoke(cli.main, ["history", "--clear"])
     assert cleared.exit_code == 0 and "cleared" in cleared.stdout
     assert "empty" in CliRunner().invoke(cli.main, ["history"]).stdout

@@ -27,11 +27,12 @@ from edgespec.engine.engine import GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
-from edgespec.tui.history import ChatStore, Conversation
+from edgespec.tui.history import COPIED, SPAN_KINDS, ChatStore, Conversation
 from edgespec.tui.pacing import SHARED_CPU, SPARE_CORE, Budget, UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyFigures, ReplyStats, frozen_line, sparkline
 from edgespec.tui.transcript import (
+    LEGEND_LABELS,
     REJECTED,
     STYLES,
     Notice,
@@ -107,6 +108,17 @@ def test_rejected_text_lands_before_its_correction_whatever_the_step_order():
     assert after["content"] == before["content"] == "ab"
     # Control bytes from a model are shown, never sent to the terminal; the saved text keeps them.
     assert render_spans([["draft", "a\x1b[2Jb\n"]], False).plain == "a␛[2Jb\n"
+
+
+def test_copied_drafts_are_a_span_kind_of_their_own_and_merge_like_drafts():
+    message = {"content": "", "spans": []}
+    spans = ReplySpans(message)
+    spans.token(Source.DRAFT, "a", copied=True)
+    spans.token(Source.DRAFT, "b", copied=True)
+    spans.token(Source.DRAFT, "c")
+    spans.token(Source.BONUS, "d", copied=True)  # only accepted drafts are copies
+    assert message["spans"] == [[COPIED, "ab"], ["draft", "c"], ["bonus", "d"]]
+    assert COPIED in SPAN_KINDS and COPIED in dict(LEGEND_LABELS)
 
 
 def test_live_figures_come_from_the_tally_and_the_stamps_until_the_summary():

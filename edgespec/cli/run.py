@@ -30,7 +30,8 @@ from edgespec.cli.common import (
     pair_options,
     read_stdin,
 )
-from edgespec.decoding.events import Source, Summary, Token
+from edgespec.decoding.drafters import FROM_ELSEWHERE
+from edgespec.decoding.events import Source, Step, Summary, Token
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine.figures import stats_line
 from edgespec.util.errors import EdgespecError, UsageError
@@ -45,6 +46,7 @@ TOKEN_STYLES = {
     Source.BONUS: dict(fg="cyan", bold=True),
     Source.TARGET: dict(),
 }
+COPIED_STYLE = dict(fg="magenta")  # accepted drafts copied from earlier calls or the repository
 
 
 def compose_message(stdin_text: str | None, prompt: str | None) -> str:
@@ -176,11 +178,15 @@ def stream_to_stdout(events, colored: bool, stop: threading.Event) -> tuple[Summ
     summary = Summary()
     wrote = ""
     closed = None
+    copying = False  # the latest Step's drafter copied from earlier calls or the repository
     try:
         for event in events:
-            if isinstance(event, Token):
+            if isinstance(event, Step):  # before the tokens it gave
+                copying = event.drafter in FROM_ELSEWHERE
+            elif isinstance(event, Token):
                 if event.text and closed is None:
-                    style = TOKEN_STYLES[event.source] if colored else None
+                    copied = copying and event.source is Source.DRAFT
+                    style = (COPIED_STYLE if copied else TOKEN_STYLES[event.source]) if colored else None
                     try:
                         out.write(click.style(event.text, **style) if style else event.text)
                         out.flush()

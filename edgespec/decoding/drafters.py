@@ -66,6 +66,8 @@ class DrafterKind(StrEnum):
 
 # The copying drafters: free to ask, each proposal a trie of point masses, scored against the text.
 LOOKUPS = frozenset({DrafterKind.NGRAM, DrafterKind.RETRY, DrafterKind.HISTORY, DrafterKind.REPOSITORY})
+# Those that copy from text other than the call's own: the front ends colour what they gave apart.
+FROM_ELSEWHERE = LOOKUPS - {DrafterKind.NGRAM}
 
 
 class DraftChoice(str, Enum):

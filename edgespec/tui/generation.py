@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from edgespec.decoding.drafters import FROM_ELSEWHERE
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.tui.history import Conversation
@@ -74,6 +75,7 @@ class Generation:
         self.stats = ReplyStats(sent_at=sent_at)
         self.prompt_tokens = prompt_tokens
         self.detached = False
+        self._copying = False  # the latest Step's drafter copied from earlier calls or the repository
 
     def run(self, engine: Engine, messages: list[dict], settings: GenerateSettings, clock: Callable[[], float]) -> None:
         """Worker thread: iterate the engine and queue its events; never touches widgets."""
@@ -107,9 +109,10 @@ class Generation:
                 return changed, False
             changed = True
             if type(event) is Token:
-                self.spans.token(event.source, event.text)
+                self.spans.token(event.source, event.text, self._copying)
                 self.stats.add(at, event)
-            elif type(event) is Step:
+            elif type(event) is Step:  # before the tokens it gave
+                self._copying = event.drafter in FROM_ELSEWHERE
                 self.stats.add(at, event)
                 if extra:
                     self.spans.rejected(extra)

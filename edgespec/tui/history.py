@@ -54,7 +54,9 @@ from edgespec.util.text_check import text_problem
 
 FORMAT_VERSION = 1
 REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away
-SPAN_KINDS = (*(s.value for s in Source), REJECTED)
+# a span kind that is not a Source: accepted drafts copied from earlier calls or the repository
+COPIED = "copied"
+SPAN_KINDS = (*(s.value for s in Source), COPIED, REJECTED)
 ROLES = ("user", "assistant")
 
 

@@ -13,11 +13,12 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
 from edgespec.decoding.events import Source
-from edgespec.tui.history import REJECTED
+from edgespec.tui.history import COPIED, REJECTED
 from edgespec.tui.stats import ReplyFigures, frozen_line
 
 STYLES: dict[str, str] = {
     Source.DRAFT.value: "#7bd88f",
+    COPIED: "#c3a6ff",
     Source.CORRECTION.value: "underline #ff8f7a",
     Source.BONUS.value: "bold #5fd7ff",
     Source.TARGET.value: "",
@@ -26,10 +27,11 @@ STYLES: dict[str, str] = {
 
 LEGEND_LABELS: list[tuple[str, str]] = [
     (Source.DRAFT.value, "draft accepted"),
+    (COPIED, "copied"),
     (Source.CORRECTION.value, "correction"),
     (Source.BONUS.value, "bonus"),
-    (Source.TARGET.value, "target (K=0)"),
-    (REJECTED, "rejected draft"),
+    (Source.TARGET.value, "target"),
+    (REJECTED, "rejected"),
 ]
 
 # Consecutive tokens of these sources merge into one span. Corrections and bonus tokens stay one
@@ -51,10 +53,13 @@ class ReplySpans:
         self._pending: str | None = None  # rejected text waiting for its correction
         self._awaiting: int | None = None  # index of a correction span with no rejected text yet
 
-    def token(self, source: Source, text: str) -> None:
+    def token(self, source: Source, text: str, copied: bool = False) -> None:
+        """A token of `source`; `copied`: an accepted draft copied from earlier calls or the
+        repository (shown apart from the draft model's and the prompt's)."""
         spans = self.message["spans"]
         self.message["content"] += text
-        if source in _MERGING and spans and spans[-1][0] == source.value:
+        kind = COPIED if copied and source is Source.DRAFT else source.value
+        if source in _MERGING and spans and spans[-1][0] == kind:
             spans[-1][1] += text
             return
         if source is Source.CORRECTION and self._pending is not None:
@@ -63,7 +68,7 @@ class ReplySpans:
             self._awaiting = None
             spans.append([source.value, text])
             return
-        spans.append([source.value, text])
+        spans.append([kind, text])
         self._awaiting = len(spans) - 1 if source is Source.CORRECTION else None
 
     def rejected(self, text: str) -> None:
