@@ -118,7 +118,7 @@ class RepositoryCorpus:
         """Keep the cache of file versions bounded: past KEPT files, the least recently used go (a
         file read from the cache is touched)."""
         try:
-            kept = sorted(self.folder.glob("*.npy"), key=lambda p: p.stat().st_mtime_ns)
+            kept = sorted(self.folder.glob("*.tokens"), key=lambda p: p.stat().st_mtime_ns)
             for path in kept[: max(0, len(kept) - KEPT)]:
                 path.unlink(missing_ok=True)
         except OSError:
@@ -130,9 +130,11 @@ class RepositoryCorpus:
         except OSError:
             return None
         key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
-        kept = self.folder / f"{key}.npy"
+        kept = self.folder / f"{key}.tokens"  # the ids as little-endian int32, nothing else
         try:
-            tokens = np.load(kept)
+            # read as bytes, not np.load: numpy's file read fails with a TypeError when a signal
+            # (Ctrl-C) interrupts it, where Python's own read retries and the signal is then handled
+            tokens = np.frombuffer(kept.read_bytes(), dtype="<i4").astype(np.int32)
             os.utime(kept)  # recently used: pruned last
             return tokens
         except (OSError, ValueError):
@@ -144,9 +146,9 @@ class RepositoryCorpus:
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = kept.with_suffix(f".{os.getpid()}.tmp")
-            with tmp.open("wb") as f:
-                np.save(f, tokens)
-            os.chmod(tmp, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(tokens.astype("<i4").tobytes())
             os.replace(tmp, kept)
         except OSError:
             pass  # kept for next time only where it can be: the corpus is built either way
