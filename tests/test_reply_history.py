@@ -271,3 +271,16 @@ def test_the_budget_setting(monkeypatch):
     monkeypatch.setenv("EDGESPEC_HISTORY_BUDGET", "lots")
     with pytest.raises(UsageError, match="EDGESPEC_HISTORY_BUDGET"):
         history_budget(None)
+
+
+@pytest.mark.parametrize("value", ['"lots"', "-1", "true"])
+def test_a_bad_history_budget_in_models_toml_is_one_line(tmp_path, value):
+    from edgespec.models.config import load_registry
+    from edgespec.models.registry import ConfigError
+
+    config = tmp_path / "models.toml"
+    config.write_text(f"[history]\nbudget = {value}\n")
+    with pytest.raises(ConfigError, match=r'key "history.budget": .* is not a number of tokens'):
+        load_registry(config)
+    config.write_text('[history]\nbudget = "2M"\n')
+    assert load_registry(config).history_budget == 2_000_000
