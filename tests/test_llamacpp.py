@@ -249,3 +249,44 @@ def test_a_chain_is_verified_by_the_same_batch_as_eval(target):
     target.keep_path([0, 1, 2])
     target.truncate(len(ids) - 1)
     np.testing.assert_array_equal(rows, target.eval([ids[-1], *TREE_IDS[:3]], 4))
+
+
+def test_reads_are_cut_at_fixed_chunks_and_only_whole_chunks_from_the_start_are_kept(target):
+    chunk = target.read_chunk
+    text = [int(t) for t in np.random.default_rng(0).integers(3, 200, size=3 * chunk + 10)]
+    sync_cache(target, text[: 2 * chunk + 5], 1)
+    assert target.exact == 2 * chunk  # the last, partial chunk is not what a longer read forms
+    for t in text[2 * chunk + 5 : 2 * chunk + 9]:  # a reply: single-token passes
+        target.eval([t], 1)
+    assert target.exact == 2 * chunk
+    # another prompt sharing all of it keeps only the whole chunks, and reads on from their end
+    sync_cache(target, text, 1)
+    assert target.cached == text and target.exact == 3 * chunk
+    target.truncate(chunk + 3)
+    assert target.exact == chunk
+    with pytest.raises(ValueError, match="exact"):
+        target.save_state()  # only an exact cache is saved: a loaded state counts as exact
+    target.truncate(0)  # rows asked across chunks come back whole
+    many = target.eval(text, chunk + 10)
+    assert many.shape == (chunk + 10, target.n_vocab)
+    target.truncate(len(text) - chunk - 10)
+    assert np.allclose(many, target.eval(text[-chunk - 10 :], chunk + 10), atol=1e-3)
+    target.truncate(chunk)
+    state = target.save_state()
+    target.load_state(state, text[:chunk])
+    assert target.exact == chunk == len(target.cached)
+
+
+def test_a_resumed_read_computes_the_cold_reads_logits_bit_for_bit(target):
+    """Whatever was read before and however (another prompt, a reply token by token, a cut), a read
+    of a prompt gives the logits a read from an empty cache gives."""
+    rng = np.random.default_rng(1)
+    prompt = [int(t) for t in rng.integers(3, 200, size=3 * target.read_chunk + 7)]
+    target.truncate(0)
+    cold = sync_cache(target, prompt, 1).copy()
+    for cut in (1, target.read_chunk - 1, target.read_chunk + 1, 2 * target.read_chunk, len(prompt) - 2):
+        target.truncate(0)
+        sync_cache(target, prompt[:cut], 1)
+        for t in rng.integers(3, 200, size=5):  # an earlier reply after that prefix
+            target.eval([int(t)], 1)
+        assert np.array_equal(sync_cache(target, prompt, 1), cold), cut

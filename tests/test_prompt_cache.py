@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.backends.llamacpp import READ_CHUNK, LlamaCppBackend
 from edgespec.decoding.backend import BackendError, common_prefix
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
@@ -86,18 +86,24 @@ def test_a_hit_in_a_new_process_reads_only_the_rest_and_replies_as_a_cold_run(op
     assert warm_ids == cold_ids
     shared = len(warm_engine.target.tokenize(FILE + "\n\n"))
     assert cold.prompt_cached == 0
-    assert shared - 2 <= warm.prompt_cached < warm.prompt_tokens  # a merge across "\n\n" may differ
+    # all of it up to where the read chunk holding the shared prefix's end starts (a merge across
+    # "\n\n" may differ)
+    chunk = warm_engine.target.read_chunk
+    assert shared - 2 - chunk < warm.prompt_cached <= shared and warm.prompt_cached % chunk == 0
     # the draft model read only the rest too, at its first draft (with the first token)
     assert draft_reads[0] == warm.prompt_tokens - warm.prompt_cached + 1
 
 
-def test_asking_again_covers_the_entry_and_a_longer_reply_replaces_it(open_engine, cache):
+def test_asking_again_covers_the_entry_and_a_longer_file_replaces_it(open_engine, cache):
     engine = open_engine(cache)
     reply(engine, FILE + "\n\nExplain f1.")
     before = sorted(p.name for p in cache.folder.glob("*.kv"))
-    reply(open_engine(cache), FILE + "\n\nExplain f2.")  # the same file: near-duplicates replace each other
+    reply(open_engine(cache), FILE + "\n\nExplain f2.")  # the same file: its state is kept as it was
+    assert sorted(p.name for p in cache.folder.glob("*.kv")) == before
+    longer = FILE + "".join(f"def g{i}(a):\n    return a - {i}\n\n" for i in range(3))
+    reply(open_engine(cache), longer + "\n\nExplain g1.")  # near-duplicates replace each other
     after = sorted(p.name for p in cache.folder.glob("*.kv"))
-    assert len(after) == 2 and after != before
+    assert len(after) == 2 and not set(after) & set(before)
 
 
 def damage_state(path: Path) -> None:
@@ -197,7 +203,7 @@ def test_the_budget_evicts_the_least_recently_used(tmp_path, tiny_gguf, notes):
     assert cache.warm(backend, backend.tokenize(prompt(0) + "x")) > MIN_TOKENS  # 0 is now the most recent
     save(2)
     kept = {tuple(_read(p, with_state=False).tokens) for p in cache.folder.glob("*.kv")}
-    assert kept == {tuple(backend.tokenize(prompt(i))) for i in (0, 2)}
+    assert kept == {tuple(backend.tokenize(prompt(i))[: backend.exact]) for i in (0, 2)}
     assert notes == []
     backend.close()
 
@@ -215,10 +221,11 @@ def test_a_state_larger_than_the_budget_is_not_saved(tmp_path, tiny_gguf, notes)
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from edgespec.backends.llamacpp import LlamaCppBackend
+    from edgespec.backends.llamacpp import READ_CHUNK, LlamaCppBackend
     from edgespec.engine.prompt_cache import Entry, PromptCache
     backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2)
     backend.eval(backend.tokenize(sys.argv[3]), 1)
+    backend.truncate(backend.exact)  # what the cache saves: the whole chunks read from the start
     cache = PromptCache(Path(sys.argv[2]))
     state = backend.save_state()
     go = Path(sys.argv[2]).parent / "go"
@@ -248,7 +255,7 @@ def test_two_processes_writing_one_entry_leave_one_whole_entry(tmp_path, tiny_gg
     assert entry.suffix == ".kv"
     backend = load(tiny_gguf)
     tokens = backend.tokenize(FILE)
-    assert PromptCache(folder).warm(backend, tokens + [10]) == len(tokens)
+    assert PromptCache(folder).warm(backend, tokens + [10]) == len(tokens) - len(tokens) % backend.read_chunk
     backend.close()
 
 
@@ -261,7 +268,7 @@ def test_an_unwritable_folder_costs_only_the_disk_and_memory_keeps_alternating_p
     first = [reply(engine, prompt(i) + "\n\nExplain it.")[1] for i in (0, 1)]
     again = [reply(engine, prompt(i) + "\n\nAdd hints.")[1] for i in (0, 1)]
     assert [s.prompt_cached for s in first] == [0, 0]
-    assert all(s.prompt_cached >= len(engine.target.tokenize(prompt(0))) - 1 for s in again)
+    assert all(s.prompt_cached > len(engine.target.tokenize(prompt(0))) - engine.target.read_chunk for s in again)
     assert len(notes) == 1 and "cannot save" in notes[0]
 
 
@@ -319,10 +326,9 @@ def test_run_with_the_same_stdin_and_another_instruction_reads_only_the_rest(cli
     cold_text, cold = run(cli_env, "Add type hints.", "--no-cache", *system)
     warm_text, warm = run(cli_env, "Add type hints.", *system)
     assert warm_text == cold_text and cold["prompt_cached"] == 0
-    assert (
-        warm["prompt_tokens"] - warm["prompt_cached"] < len("Add type hints.") + 16
-    )  # the instruction and the template's end
-    assert warm["prompt_cached"] > len(FILE) // 2
+    # the instruction, the template's end, and what the last whole read chunk leaves
+    assert warm["prompt_tokens"] - warm["prompt_cached"] < len("Add type hints.") + 16 + READ_CHUNK
+    assert warm["prompt_cached"] >= READ_CHUNK
 
 
 @pytest.mark.parametrize("flags, env", [(("--no-cache",), {}), ((), {"EDGESPEC_NO_CACHE": "1"})])

@@ -32,7 +32,13 @@ from edgespec.util import interrupts
 if TYPE_CHECKING:
     import llama_cpp
 
-_BATCH = 512  # tokens per llama_decode call; longer prompts are evaluated in chunks
+_BATCH = 512  # the most tokens one llama_decode call may hold (a tree pass's limit)
+# Reads are cut into chunks of READ_CHUNK tokens at fixed positions (0, READ_CHUNK, ...). The CPU
+# kernels' results depend on a batch's shape and on a token's row in it, so a read that resumed at
+# any other point would compute different numbers than a fresh read: a warm call's reply could then
+# differ from a cold call's at a near-tie. `exact` counts the leading cached tokens read in whole
+# chunks from position 0; a later read keeps at most those, and forms the fresh read's chunks after.
+READ_CHUNK = 64
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
 # is at most 17 tokens) are not: the abort check is a Python call per graph node, about 600 a pass
 # for a 1.5B model, a few percent of a draft pass, and such a batch ends soon anyway.
@@ -62,6 +68,7 @@ def _state_identity(lc, path: Path, mparams, cparams, placement: Placement) -> s
             f"n_gpu_layers {mparams.n_gpu_layers}",
             f"{placement.device} {placement.detail}",
             " ".join(f"{k} {v}" for k, v in settings.items()),
+            f"read_chunk {READ_CHUNK}",  # states saved under another cut would not be exact
         ]
     )
 
@@ -145,6 +152,8 @@ class LlamaCppBackend:
         self._identity = _state_identity(lc, path, mparams, cparams, self.placement)
         self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
+        self.read_chunk = READ_CHUNK
+        self.exact = 0  # leading cached tokens a fresh read computes the same (`ChunkedBackend`)
         # what eval_tree left for keep_path: nodes' branches, tokens, branch count
         self._tree: tuple[list[list[int]], list[int], int] | None = None
         self.eos_ids = frozenset(t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t))
@@ -153,7 +162,8 @@ class LlamaCppBackend:
     # -- the Backend protocol ---------------------------------------------------------------
 
     def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
-        """Append tokens; return a (n_logits, n_vocab) float32 view of llama.cpp's logits buffer.
+        """Append tokens; return a (n_logits, n_vocab) float32 view of llama.cpp's logits buffer
+        (a copy when the rows span read chunks; a decoder's pass never does).
 
         The view is only valid until the next eval on this backend: callers use it at once."""
         if len(self.cached) + len(tokens) > self.n_ctx:
@@ -161,8 +171,12 @@ class LlamaCppBackend:
         if not 0 < n_logits <= len(tokens):
             raise ValueError(f"n_logits={n_logits} with {len(tokens)} tokens")
         first_logit = len(tokens) - n_logits
-        for start in range(0, len(tokens), _BATCH):
-            chunk = tokens[start : start + _BATCH]
+        earlier: list[np.ndarray] = []  # rows of chunks before the last, copied before the next decode
+        n_out = 0
+        for start in range(0, len(tokens), READ_CHUNK):
+            if n_out:
+                earlier.append(self._logits(n_out).copy())
+            chunk = tokens[start : start + READ_CHUNK]
             pos0 = len(self.cached)
             n_out = 0
             for i, tok in enumerate(chunk):
@@ -172,11 +186,11 @@ class LlamaCppBackend:
             rc = self._run(len(chunk), n_branches=1)
             if rc == 0:
                 self.cached.extend(chunk)
+                if pos0 == self.exact and len(chunk) == READ_CHUNK:
+                    self.exact += READ_CHUNK
             self._raise_on(rc)
-        # logits of the last chunk only: n_logits never spans chunks for the decoder's calls
-        if n_logits > n_out:
-            raise ValueError("n_logits larger than the last batch chunk")
-        return self._logits(n_out)[n_out - n_logits :]
+        last = self._logits(n_out)
+        return np.concatenate([*earlier, last]) if earlier else last
 
     def eval_tree(
         self, pending: int, ids: Sequence[int], parents: Sequence[int], need: Sequence[bool] | None = None
@@ -278,6 +292,7 @@ class LlamaCppBackend:
         if n < len(self.cached):
             self._lc.llama_memory_seq_rm(self._mem, 0, n, -1)
             del self.cached[n:]
+            self.exact = min(self.exact, n - n % READ_CHUNK)
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         data = text.encode("utf-8")
@@ -344,7 +359,11 @@ class LlamaCppBackend:
         return self._identity
 
     def save_state(self) -> bytearray:
-        """The KV cells of sequence 0 (the tokens of `cached`), as llama.cpp serializes them."""
+        """The KV cells of sequence 0 (the tokens of `cached`), as llama.cpp serializes them. Only
+        an exact cache is saved (the prompt cache cuts it to `exact` first): a loaded state counts
+        as exact, so that a warm call computes what a cold one does."""
+        if self.exact != len(self.cached):
+            raise ValueError(f"saving {len(self.cached)} tokens of which {self.exact} are exact")
         lc = self._lc
         data = bytearray(lc.llama_state_seq_get_size(self._ctx, 0))
         n = lc.llama_state_seq_get_data(self._ctx, _u8_array(data), len(data), 0) if data else 0
@@ -363,6 +382,7 @@ class LlamaCppBackend:
             lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
             raise BackendError(runtime.failure("llama.cpp could not load a saved state"))
         self.cached = list(tokens)
+        self.exact = len(tokens) - len(tokens) % READ_CHUNK
 
     # -- lifetime ----------------------------------------------------------------------------
 

@@ -125,6 +125,17 @@ class StatefulBackend(Backend, Protocol):
         ...
 
 
+class ChunkedBackend(Backend, Protocol):
+    """A backend whose numbers depend on how a read is cut into batches (llama.cpp's CPU kernels
+    compute a token's row differently by the batch's shape and the row's place in it). It reads in
+    chunks at fixed positions and says how much of its cache a later read may keep and still compute,
+    bit for bit, what a fresh read of the same tokens would: a warm call then replies exactly as a
+    cold one. Optional: callers test for `exact`; other backends keep any shared prefix."""
+
+    read_chunk: int  # tokens per chunk; chunks start at multiples of it
+    exact: int  # leading tokens of `cached` read in whole chunks from position 0 (a multiple of read_chunk)
+
+
 class ThreadedBackend(Backend, Protocol):
     """A backend whose CPU thread count can change between passes (the thread policy,
     `decoding/threads.py`, measures which count is fastest on the machine as it is). Optional:
@@ -145,20 +156,35 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int = 1) -> int:
+def chunk_start(backend: Backend, n: int) -> int:
+    """Where the read chunk holding position `n` starts (`n` itself for a backend without chunks)."""
+    chunk = getattr(backend, "read_chunk", 1)
+    return n - n % chunk
+
+
+def exact_prefix(backend: Backend, n: int) -> int:
+    """The most of the first `n` cached tokens a read may keep and still compute what a fresh read
+    computes (`ChunkedBackend`); all `n` for a backend that makes no such distinction."""
+    return chunk_start(backend, min(n, getattr(backend, "exact", n)))
+
+
+def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int = 1, exact: bool = True) -> int:
     """How many of `tokens` `sync_cache` would keep from the cache; it evaluates the rest."""
-    return max(0, min(common_prefix(backend.cached, tokens), len(tokens) - n_logits))
+    keep = max(0, min(common_prefix(backend.cached, tokens), len(tokens) - n_logits))
+    return exact_prefix(backend, keep) if exact else keep
 
 
-def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int) -> np.ndarray:
+def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int, exact: bool = True) -> np.ndarray:
     """Make the cache hold exactly `tokens` and return logits for the last `n_logits` of them.
 
     Reuses the longest cached prefix; always re-evaluates at least the last `n_logits` tokens so
-    their logits exist. This is the only place where cache reuse is decided.
+    their logits exist. `exact`: keep only what a fresh read would compute the same (`exact_prefix`),
+    so the logits are those of a cold read; off where only speed depends on them (a draft model's
+    reads within one generation). This is the only place where cache reuse is decided.
     """
     if len(tokens) > backend.n_ctx:
         raise ContextOverflow(f"{len(tokens)} tokens do not fit the {backend.n_ctx}-token context")
-    keep = reused_prefix(backend, tokens, n_logits)
+    keep = reused_prefix(backend, tokens, n_logits, exact)
     if keep < len(backend.cached):
         backend.truncate(keep)
     return backend.eval(tokens[keep:], n_logits)

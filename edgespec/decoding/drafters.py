@@ -39,7 +39,7 @@ from typing import Protocol
 
 import numpy as np
 
-from edgespec.decoding.backend import Backend, common_prefix, sync_cache
+from edgespec.decoding.backend import Backend, common_prefix, reused_prefix, sync_cache
 from edgespec.decoding.constraint import Constraint, masked
 from edgespec.decoding.sampling import Dist, SamplingParams, softmax_top, warp
 from edgespec.decoding.tree import ROOT, chain, first_branch, subtree
@@ -229,7 +229,9 @@ class ModelDrafter:
         view = context[self.start :]
         behind = len(view) - common_prefix(self.backend.cached, view)
         t0 = time.perf_counter()
-        logits = sync_cache(self.backend, view, 1)[0]
+        # Within a generation it keeps all it read: its numbers decide only how fast the reply
+        # comes. `begin` kept only the exact part of the last one's, so warm drafts as cold does.
+        logits = sync_cache(self.backend, view, 1, exact=False)[0]
         if behind > 2:  # drafting every round leaves one or two tokens to read
             out.catch_up_s, out.catch_up_tokens = time.perf_counter() - t0, behind
         # The chain first; alternatives are weighed once it is drafted, position by position, so that
@@ -309,14 +311,16 @@ class ModelDrafter:
         return out
 
     def begin(self, prompt: Sequence[int]) -> None:
-        """Place the view's start, and load a saved state of the view if there is one; read
-        nothing. A view that would still hold between `window` and twice `window` tokens is kept,
-        so the next turn of a chat reads only what is new."""
+        """Place the view's start, keep only the exact part of what the model read before
+        (`sync_cache`), and load a saved state of the view if there is one; read nothing. A view
+        that would still hold between `window` and twice `window` tokens is kept, so the next turn
+        of a chat reads little more than what is new."""
         n = len(prompt)
         if self.window is None or n <= self.window:
             self.start = 0
         elif not (self.start <= n - self.window and n - self.start <= 2 * self.window):
             self.start = (n - self.window) // self.ALIGN * self.ALIGN
+        self.backend.truncate(reused_prefix(self.backend, prompt[self.start :]))
         if self.before_read is not None:
             self.before_read(self.backend, prompt[self.start :])
 

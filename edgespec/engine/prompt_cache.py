@@ -8,9 +8,15 @@ takes about 20 s.
 
 - `warm(backend, tokens)` before a model reads `tokens`: loads the saved state sharing the longest
   prefix with them, when that beats what the backend's own cache shares by at least `MIN_TOKENS`.
-- `save(backend)` after a reply: keeps the backend's whole state, unless a saved one already covers
-  it; a saved state that the new one nearly covers is replaced, so asking ten things about one
-  file keeps one entry, not ten.
+- `save(backend)` after a reply: keeps the backend's state, unless a saved one already covers it;
+  a saved state that the new one nearly covers is replaced, so asking ten things about one file
+  keeps one entry, not ten.
+
+A warm call computes what a cold one does, bit for bit: llama.cpp's numbers depend on how a read is
+cut into batches, so the backend reads in chunks at fixed positions, a state is saved only up to
+the last whole chunk read from the start, and a load is cut to a chunk's start; the rest is read in
+the chunks a cold read forms (`ChunkedBackend` in `decoding/backend.py`). The reply then differs
+only where the passes after the prompt differ (drafts from earlier calls, the live choice of K).
 
 The engine does both, for the target and the draft model (`Engine(cache=...)`). Only the front ends
 that serve a user pass a cache (`run`, `chat`, `serve`); the bench passes none, so its timings stay
@@ -45,7 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.decoding.backend import Backend, BackendError, common_prefix, reused_prefix
+from edgespec.decoding.backend import Backend, BackendError, chunk_start, common_prefix, exact_prefix, reused_prefix
 from edgespec.models.config import budget_setting, load_registry
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_atomic
@@ -100,14 +106,18 @@ class PromptCache:
 
     def warm(self, backend: Backend, tokens: Sequence[int]) -> int:
         """Before `backend` reads `tokens`: load the saved state sharing the longest prefix with
-        them, cut to that prefix and to all but the last token (whose logits the reader needs), when
-        it gains at least MIN_TOKENS over the backend's own cache. Returns the tokens gained."""
+        them, cut to that prefix and to all but the last token (whose logits the reader needs), and
+        down to where one of the backend's read chunks starts, when it gains at least MIN_TOKENS
+        over the backend's own cache. Returns the tokens gained."""
         if getattr(backend, "save_state", None) is None or len(tokens) < 2:
             return 0
         identity = backend.cache_identity()
         have = reused_prefix(backend, tokens)
         ranked = sorted(
-            ((min(common_prefix(e.tokens, tokens), len(tokens) - 1), e) for e in self._entries(identity)),
+            (
+                (chunk_start(backend, min(common_prefix(e.tokens, tokens), len(tokens) - 1)), e)
+                for e in self._entries(identity)
+            ),
             key=lambda pair: -pair[0],
         )  # stable: memory before disk on a tie
         for shared, entry in ranked:
@@ -127,11 +137,13 @@ class PromptCache:
         return 0
 
     def save(self, backend: Backend) -> None:
-        """Keep `backend`'s state (all of `cached`) unless a saved one covers it (the same tokens or
-        more after them). Saved states it nearly covers go (NEAR_DUPLICATE); a failure to save is
-        said once and costs nothing else."""
-        if getattr(backend, "save_state", None) is None or len(backend.cached) < MIN_TOKENS:
+        """Keep `backend`'s exact state (`exact_prefix`: the backend drops the rest) unless a saved
+        one covers it (the same tokens or more after them). Saved states it nearly covers go
+        (NEAR_DUPLICATE); a failure to save is said once and costs nothing else."""
+        exact = exact_prefix(backend, len(backend.cached))
+        if getattr(backend, "save_state", None) is None or exact < MIN_TOKENS:
             return
+        backend.truncate(exact)  # no later read keeps the rest (`sync_cache`): no state holds it
         identity, tokens = backend.cache_identity(), list(backend.cached)
         state: bytearray | None = None
         try:
