@@ -95,6 +95,11 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self) -> str:
+        """The range shown in --help ("0<=x<=100"), or nothing for a flag with no bounds: click's
+        own would print "x<=None" (it assumes one bound at least)."""
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
 
 class NameList(click.ParamType):
     """A comma-separated list of names from a known set (a tuple, or a callable that gives it, for
