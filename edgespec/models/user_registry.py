@@ -80,7 +80,7 @@ def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Pat
     registry_with(path, new_text.encode())  # validated as edgespec will read it, before it is written
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, new_text)
+        write_text_atomic(path, new_text, users=True)  # through a symlink, keeping the mode
     except OSError as e:
         raise ConfigError(f"{display_path(path)}: cannot write: {e.strerror or e}") from None
     return path, True
