@@ -18,7 +18,7 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from edgespec.models.config import registry_with, user_config_path
+from edgespec.models.config import read_user_config, registry_with, user_config_path
 from edgespec.models.registry import ConfigError, PairConfig
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.paths import display_path
@@ -60,14 +60,11 @@ def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Pat
     it changed). ConfigError when the file cannot be parsed or already names any differently."""
     path = user_config_path(config)
     try:
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-        doc = tomlkit.parse(text)
+        doc = tomlkit.parse(read_user_config(path).decode("utf-8") if path.exists() else "")
     except UnicodeDecodeError:
         raise ConfigError(f"{display_path(path)}: not UTF-8 text") from None
     except TOMLKitError as e:
         raise ConfigError(f"{display_path(path)}: TOML syntax error: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"{display_path(path)}: cannot read: {e.strerror or e}") from None
     changed = False
     for model in models:
         model_table = {"format": "gguf", "file": model.file, "source": {"derive": model.base, "layout": model.layout}}
