@@ -81,7 +81,8 @@ _PAIR_KEYS = (
 )
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# The most bytes of a user's models.toml read: the built-in one is under 10 KiB.
+# The most bytes of a user's models.toml read: the built-in one is under 10 KiB. The bound also
+# bounds tomllib's time, which grows with the square of a dotted key's length (`a.a.a...`).
 CONFIG_BYTES = 64 << 10
 
 
@@ -148,6 +149,8 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
         raise ConfigError(f"{file}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: TOML syntax error: {e}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise ConfigError(f"{file}: TOML nested too deeply") from None
     top = Table(file, "", doc, _TOP_KEYS)
     default = top.get("default", str, None)
     models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
