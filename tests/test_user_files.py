@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from edgespec.bench.suites import load_suite
 from edgespec.tui.history import ChatStore
 from edgespec.util.errors import UsageError
 from edgespec.util.user_files import read_user_file, size_text
@@ -118,6 +119,14 @@ def test_a_named_pipe_is_read_and_an_endless_one_stops_at_the_limit(tmp_path):
         read_user_file(fifo, 1 << 20, "pipe")
     writer.join(HANG)
     assert not writer.done_writing.is_set()  # it stopped reading: the writer's pipe broke
+
+
+def test_a_suite_from_a_pipe_is_read_as_a_file_is(tmp_path):
+    """`bench --suite <(zcat suite.jsonl.gz)`: refused as "not a regular file" before."""
+    fifo = tmp_path / "suite.jsonl"
+    os.mkfifo(fifo)
+    feed(fifo, b'{"id": "a/1", "suite": "a", "mode": "completion", "prompt": "def f():", "max_tokens": 12}\n')
+    assert [p.id for p in load_suite(fifo)] == ["a/1"]
 
 
 def test_a_pipe_among_listed_files_is_refused_without_waiting_for_a_writer(tmp_path):
