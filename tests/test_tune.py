@@ -15,8 +15,8 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.tune import ORIGINAL, Measured, TuneError, check_space, recommend
 from edgespec.cli import main as cli
 from edgespec.models import layouts
-from edgespec.models.config import load_registry
-from edgespec.models.registry import Derived
+from edgespec.models.config import CONFIG_BYTES, load_registry
+from edgespec.models.registry import ConfigError, Derived
 from edgespec.models.store import Store
 from edgespec.models.user_registry import register
 from edgespec.models.vocab import read_vocabulary
@@ -310,3 +310,14 @@ def test_registering_writes_through_a_symlinked_user_file_keeping_its_mode(env):
     assert real.stat().st_mode & 0o777 == 0o644
     assert [p.name for p in dotfiles.iterdir()] == ["edgespec.toml"]  # no temporary file left
     assert load_registry().pair("tiny-copy").target.name == "t"
+
+
+def test_registering_never_writes_a_file_too_large_to_read_back(env):
+    config = env / "models.toml"
+    config.write_text(config.read_text() + "#" * (CONFIG_BYTES - len(config.read_bytes()) - 10) + "\n")
+    before = config.read_bytes()
+    load_registry()  # read as it is
+    pair = {"description": "copy", "backend": "llamacpp", "target": "t", "drafter": "d", "context": 512}
+    with pytest.raises(ConfigError, match=r'adding pair "tiny-copy" would make it larger than 64 KiB'):
+        register([], "tiny-copy", pair)
+    assert config.read_bytes() == before

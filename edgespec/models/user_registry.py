@@ -18,10 +18,11 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from edgespec.models.config import read_user_config, registry_with, user_config_path
+from edgespec.models.config import CONFIG_BYTES, read_user_config, registry_with, user_config_path
 from edgespec.models.registry import ConfigError, PairConfig
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.paths import display_path
+from edgespec.util.user_files import size_text
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,11 @@ def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Pat
     if not changed:
         return path, False
     new_text = tomlkit.dumps(doc)
+    if len(new_text.encode()) > CONFIG_BYTES:  # edgespec would refuse to read what it wrote
+        raise ConfigError(
+            f'{display_path(path)}: adding pair "{pair_name}" would make it larger than '
+            f"{size_text(CONFIG_BYTES)}, the most edgespec reads; remove entries you no longer use"
+        )
     registry_with(path, new_text.encode())  # validated as edgespec will read it, before it is written
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
