@@ -39,6 +39,7 @@ from edgespec.models.registry import (
 from edgespec.models.toml_table import Table, show
 from edgespec.util.errors import UsageError
 from edgespec.util.paths import display_path
+from edgespec.util.user_files import read_user_file
 
 BACKENDS = ("llamacpp", "hf")
 FORMATS = ("gguf", "hf")
@@ -80,6 +81,9 @@ _PAIR_KEYS = (
 )
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# The most bytes of a user's models.toml read: the built-in one is under 10 KiB. The bound also
+# bounds tomllib's time, which grows with the square of a dotted key's length (`a.a.a...`).
+CONFIG_BYTES = 64 << 10
 
 
 def load_registry(user_file: Path | None = None) -> Registry:
@@ -87,11 +91,12 @@ def load_registry(user_file: Path | None = None) -> Registry:
     user = _user_file(user_file)
     if user is None:
         return _merge([_builtin()])
-    try:
-        data = user.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{display_path(user)}: cannot read: {e.strerror or e}") from None
-    return registry_with(user, data)
+    return registry_with(user, read_user_config(user))
+
+
+def read_user_config(path: Path) -> bytes:
+    """The user's models.toml as bytes, at most CONFIG_BYTES of them (`read_user_file`)."""
+    return read_user_file(path, CONFIG_BYTES, display_path(path), error=ConfigError)
 
 
 def registry_with(user: Path, data: bytes) -> Registry:
@@ -144,6 +149,8 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
         raise ConfigError(f"{file}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: TOML syntax error: {e}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise ConfigError(f"{file}: TOML nested too deeply") from None
     top = Table(file, "", doc, _TOP_KEYS)
     default = top.get("default", str, None)
     models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}

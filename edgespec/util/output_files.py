@@ -9,6 +9,7 @@ error says where (`write_or_rescue`).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,7 @@ def check_writable(path: Path, flag: str) -> None:
         raise UsageError(f"{where}: is a folder; give a file name")
     if path.exists() and not path.is_file():
         raise UsageError(f"{where}: is not a regular file")
-    parent = path.parent
+    parent = Path(os.path.realpath(path)).parent  # a link's target is what gets written (`write_atomic`)
     if not parent.is_dir():
         raise UsageError(f"{where}: the folder {parent} does not exist")
     try:
@@ -47,7 +48,7 @@ def write_or_rescue(path: Path, write: Callable[[Path], None], what: str) -> Non
     If that fails, write it to `home()/rescued/` instead and raise OutputLost naming both places;
     if even that fails, the error says so (the caller has printed the figures already)."""
     try:
-        write_atomic(path, write, keep_suffix=True)
+        write_atomic(path, write, keep_suffix=True, users=True)
         return
     except OSError as e:
         why = e.strerror or str(e)
