@@ -379,3 +379,54 @@ def test_the_budget_from_the_environment_wins_and_a_bad_one_is_a_usage_error(cli
     monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "much")
     r = CliRunner().invoke(cli.main, ["run", "hi"])
     assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and "EDGESPEC_CACHE_BUDGET" in r.stderr
+
+
+# -- the budget ---------------------------------------------------------------------------------
+
+HUGE = "9" * 400
+
+
+@pytest.mark.parametrize("table, meaning", [("cache", "a size"), ("history", "a number of tokens")])
+@pytest.mark.parametrize(
+    "value", [f'"{HUGE}"', HUGE, f'"{HUGE}GB"', '"10000000000T"'], ids=["text", "integer", "GB", "beyond-2**63"]
+)
+def test_a_budget_too_large_for_any_disk_in_models_toml_is_one_line(tmp_path, table, meaning, value):
+    config = tmp_path / "models.toml"
+    config.write_text(f"[{table}]\nbudget = {value}\n")
+    with pytest.raises(ConfigError, match=rf'key "{table}.budget": .* is not {meaning}'):
+        load_registry(config)
+
+
+@pytest.mark.parametrize("command", [["run", "hi"], ["models", "list"]])
+def test_a_budget_of_400_digits_is_one_line_for_every_command(cli_env, monkeypatch, command):
+    from click.testing import CliRunner
+
+    from edgespec.cli import main as cli
+
+    config = cli_env / "models.toml"
+    config.write_text(config.read_text() + f'[cache]\nbudget = "{HUGE}"\n')
+    r = CliRunner().invoke(cli.main, command)
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
+    assert r.stderr.count("\n") == 1 and 'key "cache.budget"' in r.stderr
+    config.write_text(config.read_text().replace(f'"{HUGE}"', '"1G"'))
+    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", HUGE)
+    r = CliRunner().invoke(cli.main, ["run", "hi"])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit)
+    assert r.stderr.count("\n") == 1 and "EDGESPEC_CACHE_BUDGET" in r.stderr
+
+
+def test_a_budget_of_0_reads_saves_and_says_nothing(cli_env, monkeypatch):
+    run(cli_env, "Explain f1.")
+    before = {p: p.stat().st_mtime_ns for p in entries(cli_env)}
+    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "0")
+    from click.testing import CliRunner
+
+    from edgespec.cli import main as cli
+
+    stats = cli_env / "stats.json"
+    r = CliRunner().invoke(
+        cli.main, ["run", "Add type hints.", "--max-tokens", "8", "--stats-json", str(stats)], input=FILE
+    )
+    assert r.exit_code == 0 and "prompt cache" not in r.stderr
+    assert json.loads(stats.read_text())["prompt_cached"] == 0
+    assert {p: p.stat().st_mtime_ns for p in entries(cli_env)} == before  # neither used nor replaced

@@ -384,7 +384,10 @@ def cache_budget(from_config: int | None) -> int:
 
 
 def open_cache(config: Path | None, no_cache: bool, memory_entries: int = 0) -> PromptCache | None:
-    """The prompt cache a front end hands its engine, or None with --no-cache / EDGESPEC_NO_CACHE."""
+    """The prompt cache a front end hands its engine, or None with --no-cache / EDGESPEC_NO_CACHE or
+    a budget of 0 (a cache that keeps nothing is no cache: nothing is read, saved or said, and the
+    entries saved earlier are left as they are)."""
     if no_cache:
         return None
-    return PromptCache(budget=cache_budget(load_registry(config).cache_budget), memory_entries=memory_entries)
+    budget = cache_budget(load_registry(config).cache_budget)
+    return PromptCache(budget=budget, memory_entries=memory_entries) if budget > 0 else None
