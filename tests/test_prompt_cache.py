@@ -4,10 +4,13 @@ racing on one entry leave one whole entry; the memory tier keeps alternating pro
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _read, open_cache
+from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _digest, _read, open_cache
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError, ModelSpec, PairConfig
 from tests.fakes import fake_engine
@@ -430,3 +433,103 @@ def test_a_budget_of_0_reads_saves_and_says_nothing(cli_env, monkeypatch):
     assert r.exit_code == 0 and "prompt cache" not in r.stderr
     assert json.loads(stats.read_text())["prompt_cached"] == 0
     assert {p: p.stat().st_mtime_ns for p in entries(cli_env)} == before  # neither used nor replaced
+
+
+# -- what the folder may hold under an entry's name ----------------------------------------------
+
+
+def within(seconds: float, call):
+    """`call()`'s result, or a failure when it has not returned after `seconds` (a hang detector:
+    generous, as a busy machine is slow; the stuck thread is a daemon and dies with the session)."""
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        pytest.fail(f"still running after {seconds} s")
+    return result[0]
+
+
+def entry_bytes(identity: str, n_tokens: int, state_size: int) -> bytes:
+    """The start of an entry whose header claims `n_tokens` and `state_size`, with nothing after it."""
+    header = json.dumps(
+        {"identity": identity, "n_tokens": n_tokens, "state_size": state_size, "tokens_crc32": 0, "state_crc32": 0}
+    ).encode()
+    return MAGIC + len(header).to_bytes(4, "little") + header
+
+
+def plant_fifo(path: Path, identity: str, elsewhere: Path) -> None:
+    os.mkfifo(path)
+
+
+def plant_folder(path: Path, identity: str, elsewhere: Path) -> None:
+    path.mkdir()
+
+
+def plant_link_to_a_whole_entry(path: Path, identity: str, elsewhere: Path) -> None:
+    (whole,) = elsewhere.glob("*.kv")
+    path.symlink_to(whole)
+
+
+def header_claiming(n_tokens: int, state_size: int):
+    def plant(path: Path, identity: str, elsewhere: Path) -> None:
+        path.write_bytes(entry_bytes(identity, n_tokens, state_size))
+
+    return plant
+
+
+def plant_deep_header(path: Path, identity: str, elsewhere: Path) -> None:
+    path.write_bytes(MAGIC + (60_000).to_bytes(4, "little") + b"[" * 60_000)
+
+
+@pytest.mark.parametrize(
+    "plant, said, removed",
+    [
+        (plant_fifo, "not a regular file", True),
+        (plant_link_to_a_whole_entry, "a link", True),
+        (plant_folder, "not a regular file", False),
+        (header_claiming(2**62, 0), "truncated", True),
+        (header_claiming(10**11, 0), "truncated", True),
+        (header_claiming(0, 2**62), "truncated", True),
+        (plant_deep_header, "bad header", True),
+    ],
+    ids=["fifo", "link", "folder", "tokens-2**62", "tokens-10**11", "state-2**62", "deep-header"],
+)
+def test_what_is_not_a_whole_regular_entry_is_ignored_at_once(tmp_path, tiny_gguf, cache, notes, plant, said, removed):
+    backend = load(tiny_gguf)
+    tokens = backend.tokenize(FILE)
+    backend.eval(tokens, 1)
+    elsewhere = PromptCache(tmp_path / "elsewhere")
+    elsewhere.save(backend)  # a whole entry of this model, outside the cache folder
+    backend.truncate(0)
+    identity = backend.cache_identity()
+    cache.folder.mkdir()
+    path = cache.folder / f"{_digest(identity.encode())}-{'0' * 16}.kv"
+    plant(path, identity, elsewhere.folder)
+
+    assert within(60, lambda: cache.warm(backend, tokens + [10])) == 0
+    assert backend.cached == []
+    assert len(notes) == 1 and said in notes[0]
+    if removed:
+        assert "removed" in notes[0] and not os.path.lexists(path)
+    else:
+        assert "cannot be removed" in notes[0] and path.is_dir()
+    assert len(list(elsewhere.folder.glob("*.kv"))) == 1  # a link's target is left alone
+    backend.close()
+
+
+def test_an_entry_that_cannot_be_removed_is_said_as_kept_once(monkeypatch, open_engine, cache, notes):
+    reply(open_engine(cache), FILE + "\n\nExplain f1.")
+    for path in cache.folder.glob("*.kv"):
+        garble_header(path)
+    kept = sorted(cache.folder.glob("*.kv"))
+
+    def refuse(self, missing_ok=False):  # a read-only folder, as a root test process has no other
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    cold_ids, _ = reply(open_engine(None), FILE + "\n\nAdd type hints.")
+    ids, summary = reply(open_engine(cache), FILE + "\n\nAdd type hints.")
+    assert ids == cold_ids and summary.prompt_cached == 0
+    assert set(kept) <= set(cache.folder.glob("*.kv"))
+    assert len(notes) == 1 and "cannot be removed (Permission denied)" in notes[0] and "removed a" not in notes[0]

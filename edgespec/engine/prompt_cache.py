@@ -33,9 +33,11 @@ that alternates between two files loads neither from disk; the disk is the fallb
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 import struct
 import sys
 import time
@@ -44,6 +46,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from edgespec.decoding.backend import Backend, BackendError, common_prefix, reused_prefix
 from edgespec.models.config import budget_setting, load_registry
@@ -119,7 +122,7 @@ class PromptCache:
             try:
                 backend.load_state(state, entry.tokens)
             except BackendError as e:
-                self._drop(entry, "refused", f"{e}; removed the entry")
+                self._drop(entry, "refused", f"an entry llama.cpp refused: {e}")
                 return 0  # the backend's cache is empty now: the reader reads the whole prompt
             backend.truncate(shared)
             self._used(entry, state)
@@ -167,7 +170,7 @@ class PromptCache:
         except FileNotFoundError:  # removed since the lookup (another process evicted it)
             return None
         except Damaged as e:
-            self._drop(entry, "damaged", f"removed a damaged entry ({e}): {entry.path.name}")
+            self._drop(entry, "damaged", f"a damaged entry ({e}): {entry.path.name}")
             return None
         except OSError as e:
             self._say("read", f"prompt cache: cannot read {entry.path} ({e.strerror or e})")
@@ -188,13 +191,16 @@ class PromptCache:
             return
         _stamp(entry.path)
 
-    def _drop(self, entry: Entry, kind: str, message: str) -> None:
-        """Forget an entry that cannot be used, and say so (once per kind of problem)."""
+    def _drop(self, entry: Entry, kind: str, what: str) -> None:
+        """Forget an entry that cannot be used, and say so once per kind of problem: "removed `what`",
+        or, where the folder does not let it go (read-only), that `what` is ignored and kept."""
         if entry.path is None:
             self._memory[entry.identity].remove(entry)
+        problem = None if entry.path is None else _remove(entry.path)
+        if problem is None:
+            self._say(kind, f"prompt cache: removed {what}")
         else:
-            _remove(entry.path)
-        self._say(kind, f"prompt cache: {message}")
+            self._say(f"{kind}, kept", f"prompt cache: ignored {what}, which cannot be removed ({problem})")
 
     def _say(self, kind: str, message: str) -> None:
         if kind not in self._said:
@@ -222,13 +228,13 @@ class PromptCache:
             except FileNotFoundError:
                 continue
             except Damaged as e:
-                self._drop(Entry(identity, [], path), "damaged", f"removed a damaged entry ({e}): {path.name}")
+                self._drop(Entry(identity, [], path), "damaged", f"a damaged entry ({e}): {path.name}")
                 continue
             except OSError as e:
                 self._say("read", f"prompt cache: cannot read {path} ({e.strerror or e})")
                 continue
             if entry.identity != identity:
-                self._drop(entry, "foreign", f"removed an entry saved by another model or runtime: {path.name}")
+                self._drop(entry, "foreign", f"an entry saved by another model or runtime: {path.name}")
                 continue
             entries.append(entry)
         return entries
@@ -272,7 +278,7 @@ class PromptCache:
         with os.scandir(self.folder) as it:
             for item in it:
                 try:
-                    st = item.stat()
+                    st = item.stat(follow_symlinks=False)
                 except OSError:
                     continue
                 if item.name.endswith(".kv"):
@@ -298,8 +304,13 @@ def _superseded(entry: Entry, tokens: list[int]) -> bool:
 
 
 def _read(path: Path, with_state: bool) -> Entry:
-    """The entry in `path`: its header and token ids, and its state too if asked (CRC-checked)."""
-    with open(path, "rb") as f:
+    """The entry in `path`: its header and token ids, and its state too if asked (CRC-checked).
+
+    The folder may hold anything under an entry's name: only a regular file is read
+    (`_open_regular`), and every size the header claims is checked against the file's before
+    anything is read or allocated, so a header claiming 2**62 tokens is Damaged at once."""
+    with _open_regular(path) as f:
+        file_size = os.fstat(f.fileno()).st_size
         head = f.read(len(MAGIC) + _LENGTH.size)
         if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
             raise Damaged("not an entry of this version")
@@ -310,18 +321,19 @@ def _read(path: Path, with_state: bool) -> Entry:
             meta = json.loads(f.read(length))
             identity, n_tokens, size = meta["identity"], meta["n_tokens"], meta["state_size"]
             tokens_crc, state_crc = meta["tokens_crc32"], meta["state_crc32"]
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, RecursionError):
             raise Damaged("bad header") from None
         if not (
             isinstance(identity, str)
             and all(isinstance(v, int) and v >= 0 for v in (n_tokens, size, tokens_crc, state_crc))
         ):
             raise Damaged("bad header")
+        claimed = f.tell() + 4 * n_tokens + size
+        if file_size != claimed:
+            raise Damaged("truncated" if file_size < claimed else "trailing bytes")
         raw = f.read(4 * n_tokens)
         if len(raw) != 4 * n_tokens or zlib.crc32(raw) != tokens_crc:
             raise Damaged("token ids do not match their checksum")
-        if os.fstat(f.fileno()).st_size != f.tell() + size:
-            raise Damaged("truncated" if os.fstat(f.fileno()).st_size < f.tell() + size else "trailing bytes")
         entry = Entry(identity, _token_list(raw), path)
         if with_state:
             state = bytearray(size)
@@ -329,6 +341,24 @@ def _read(path: Path, with_state: bool) -> Entry:
                 raise Damaged("the state does not match its checksum")
             entry.state = state
     return entry
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file itself; Damaged if it is a link or anything
+    else. O_NONBLOCK: opening a FIFO returns at once (to be refused) instead of waiting for a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Damaged("a link, not a file") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Damaged("not a regular file")
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _write_file(tmp: Path, header: bytes, tokens: list[int], state: bytearray) -> None:
@@ -367,11 +397,14 @@ def _stamp(path: Path) -> None:
         pass  # a read-only cache still serves what it holds
 
 
-def _remove(path: Path) -> None:
+def _remove(path: Path) -> str | None:
+    """Remove `path` (a file, link or FIFO; a folder named like an entry is left); None when it is
+    gone, else why not (a read-only folder: the entry stays, and is found and ignored next time)."""
     try:
         path.unlink(missing_ok=True)
-    except OSError:
-        pass  # a read-only folder: the entry stays, and is found (and ignored) again next time
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _to_stderr(message: str) -> None:
