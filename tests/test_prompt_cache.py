@@ -533,3 +533,27 @@ def test_an_entry_that_cannot_be_removed_is_said_as_kept_once(monkeypatch, open_
     assert ids == cold_ids and summary.prompt_cached == 0
     assert set(kept) <= set(cache.folder.glob("*.kv"))
     assert len(notes) == 1 and "cannot be removed (Permission denied)" in notes[0] and "removed a" not in notes[0]
+
+
+# -- the folder's modes, the model's identity --------------------------------------------------
+
+
+def test_folders_are_private_and_entries_too_whatever_the_umask(cli_env):
+    old = os.umask(0)
+    try:
+        run(cli_env, "Explain f1.")
+    finally:
+        os.umask(old)
+    home = cli_env / "home"
+    folders = [home, *(p for p in home.rglob("*") if p.is_dir())]
+    assert (home / "prompt-cache") in folders
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in folders} == {str(p): "0o700" for p in folders}
+    assert entries(cli_env) and all(p.stat().st_mode & 0o777 == 0o600 for p in entries(cli_env))
+
+
+def test_an_older_world_writable_cache_folder_is_made_private_on_the_next_save(cli_env):
+    folder = cli_env / "home" / "prompt-cache"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    run(cli_env, "Explain f1.")
+    assert folder.stat().st_mode & 0o777 == 0o700

@@ -48,7 +48,7 @@ from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import EdgespecError, SettingError
 from edgespec.util.hardware import OtherLoad, physical_cores
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
         except (ValueError, AttributeError):
             data = {}
         data[key] = value
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(path.parent)
         write_text_atomic(path, json.dumps(data, indent=1))
     except OSError as e:
         unsaved.cannot_save(what, path.parent, e)

@@ -19,13 +19,17 @@ cold. Backends without `save_state` (the transformers one) are left alone.
 On disk (`home()/prompt-cache`), one file per state, named `<identity hash>-<tokens hash>.kv`:
 MAGIC, the header's length (4 bytes), the header (JSON: the backend's `cache_identity`, the token
 count, the state's size, CRC-32s of the token ids and of the state), the token ids (int32, little
-endian), then the state. Nothing is trusted from a name: a lookup reads headers only (a few KB, no
-states) and checks identity and token ids; a load checks the state's CRC. A damaged, truncated,
-foreign or older-format entry is ignored, removed and said once on stderr; a cache folder that
-cannot be written costs only the cache. Writes are atomic (`atomic_file`), so two processes that
-save the same entry leave one whole entry. The folder holds at most `budget` bytes (default 2 GB,
-`[cache] budget` in models.toml, or EDGESPEC_CACHE_BUDGET); the least recently used entries go
-first (a hit or a save that finds its state covered touches the file's mtime).
+endian), then the state. Nothing is trusted from a name or a header: only regular files are
+opened (no link is followed, and a FIFO never blocks the open), sizes are checked against the file
+before anything is read, a lookup reads headers only (a few KB, no states) and checks identity and
+token ids; a load checks the state's CRC. A damaged, truncated, foreign or older-format entry, or
+anything else under an entry's name, is ignored, removed and said once on stderr (where the folder
+does not let it go, that is said instead); a cache folder that cannot be written costs only the
+cache. The folder is made 0700 and entries are 0600, whatever the umask. Writes are atomic
+(`atomic_file`), so two processes that save the same entry leave one whole entry. The folder holds
+at most `budget` bytes (default 2 GB, `[cache] budget` in models.toml, or EDGESPEC_CACHE_BUDGET; 0
+turns the cache off); the least recently used entries go first (a hit or a save that finds its
+state covered touches the file's mtime).
 
 In memory (`memory_entries` > 0, for `serve`): the last few states of each model, so an editor
 that alternates between two files loads neither from disk; the disk is the fallback.
@@ -52,7 +56,7 @@ from edgespec.decoding.backend import Backend, BackendError, common_prefix, reus
 from edgespec.models.config import budget_setting, load_registry
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_atomic
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 
 MAGIC = b"edgespec prompt cache 1\n"  # a new format changes the number; older entries are then removed
 MIN_TOKENS = 32  # shorter states are not saved, and a load must gain at least this many tokens
@@ -260,7 +264,7 @@ class PromptCache:
             return
         path = self.folder / f"{_digest(entry.identity.encode())}-{_digest(_token_bytes(entry.tokens))}.kv"
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_folder(self.folder, tighten=True)
             write_atomic(path, lambda tmp: _write_file(tmp, header, entry.tokens, state))
             _stamp(path)
             for old in superseded:
