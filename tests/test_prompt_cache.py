@@ -5,8 +5,10 @@ racing on one entry leave one whole entry; the memory tier keeps alternating pro
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -557,3 +559,45 @@ def test_an_older_world_writable_cache_folder_is_made_private_on_the_next_save(c
     folder.chmod(0o777)
     run(cli_env, "Explain f1.")
     assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "make, stated_sha256",
+    [(os.link, False), (os.link, True), (shutil.copyfile, True)],
+    ids=["hard-link", "hard-link-with-sha256", "copy-with-sha256"],
+)
+def test_a_link_to_the_model_or_a_verified_copy_keeps_its_entries(
+    cli_env, tiny_gguf, tiny_draft_gguf, make, stated_sha256
+):
+    """A file with no stated sha256 is named by path, size and mtime: a copy elsewhere is another
+    file, whose entries are its own."""
+    models = cli_env / "models"
+    models.mkdir()
+    files = {name: models / f"{name}.gguf" for name in ("t", "d")}
+    shutil.copyfile(tiny_gguf, files["t"])
+    shutil.copyfile(tiny_draft_gguf, files["d"])
+
+    def configure(paths: dict[str, Path]) -> None:
+        (cli_env / "models.toml").write_text(
+            'default = "tiny"\n'
+            + "".join(
+                f'[models.{name}]\nformat = "gguf"\npath = "{path}"\n'
+                + (f'sha256 = "{sha256_of(path)}"\n' if stated_sha256 else "")
+                for name, path in paths.items()
+            )
+            + '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+        )
+
+    configure(files)
+    run(cli_env, "Explain f1.")
+    others = {name: models / f"{name}-other.gguf" for name in files}
+    for name, path in files.items():
+        make(path, others[name])
+    if make is shutil.copyfile:
+        configure(others)
+    _, warm = run(cli_env, "Add type hints.")
+    assert warm["prompt_cached"] > len(FILE) // 2
