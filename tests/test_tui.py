@@ -727,7 +727,7 @@ def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_
     assert result.exit_code == 0, result.output
     rescued = tmp_path / "rescued" / f"{seen['id']}.json"
     assert json.loads(rescued.read_text())["messages"][-1]["content"] == REPLY
-    line = f"chat {seen['id']} could not be saved in {tmp_path / 'chats'} (File exists); it was saved to {rescued}"
+    line = f"chat {seen['id']} could not be saved in {tmp_path / 'chats'} (Not a directory); it was saved to {rescued}"
     assert seen["notes"] == [("Saved elsewhere", line)]
     assert result.stderr.splitlines()[-1] == f"edgespec: warning: {line}"
     assert (tmp_path / "chats").read_text() == "a file where the chats folder belongs\n"

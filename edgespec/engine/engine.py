@@ -48,7 +48,7 @@ from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import EdgespecError, SettingError
 from edgespec.util.hardware import OtherLoad, physical_cores
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
         except (ValueError, AttributeError):
             data = {}
         data[key] = value
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(path.parent)
         write_text_atomic(path, json.dumps(data, indent=1))
     except OSError as e:
         unsaved.cannot_save(what, path.parent, e)
@@ -375,13 +375,14 @@ def thread_policy(pair: PairConfig, target: Backend, draft: Backend | None, cost
     return ThreadPolicy(cores, apply, costs, OtherLoad())
 
 
-def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
+def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | None = None) -> Backend:
+    """`sha256`: the file's, as the store verified it (names the model for the prompt cache)."""
     # Each runtime is imported only when a pair uses it: llama_cpp loads its shared libraries, and
     # the hf backend needs the optional torch and transformers (seconds to import).
     if pair.backend == "llamacpp":
         from edgespec.backends.llamacpp import LlamaCppBackend
 
-        return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads)
+        return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads, sha256=sha256)
     from edgespec.backends.hf_loading import load_hf_backend
 
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
@@ -410,13 +411,13 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: 
     use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
     draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
     t1 = time.perf_counter()
-    target = load_backend(pair, pair.target, target_path)
+    target = load_backend(pair, pair.target, target_path, store.expected_sha256(pair.target))
     t2 = time.perf_counter()
     load_s = {"check": t1 - t0, "target": t2 - t1}
     try:
         draft_backend = None
         if draft_path is not None:
-            draft_backend = _load_draft(pair, target, target_path, draft_path)
+            draft_backend = _load_draft(pair, target, target_path, draft_path, store.expected_sha256(pair.draft))
             load_s["draft"] = time.perf_counter() - t2
     except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
         target.close()
@@ -424,14 +425,14 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: 
     return Engine(pair, target, draft_backend, load_s=load_s, cache=cache)
 
 
-def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:
+def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path, sha256: str | None) -> Backend:
     """The draft model's backend, refused (IncompatibleDraft) when its vocabulary is not the target's.
 
     A draft the runtime cannot load at all may still have a readable vocabulary: when that differs
     from the target's, the error says how (as `edgespec models check` does), not what the runtime
     logged on the way down."""
     try:
-        draft = load_backend(pair, pair.draft, path)
+        draft = load_backend(pair, pair.draft, path, sha256)
     except BackendError:
         _refuse_unlike_vocabularies(pair, target_path, path)
         raise

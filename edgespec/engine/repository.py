@@ -22,6 +22,7 @@ import numpy as np
 
 from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.util.errors import EdgespecError, UsageError
+from edgespec.util.paths import private_folder
 from edgespec.util.user_files import read_user_file
 
 MAX_FILES = 5000  # files indexed at most
@@ -142,7 +143,7 @@ class RepositoryCorpus:
             return None
         tokens = np.asarray(self.tokenize(text), dtype=np.int32)
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_folder(self.folder)
             tmp = kept.with_suffix(f".{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:

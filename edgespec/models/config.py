@@ -18,6 +18,7 @@ import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,7 @@ def _budget(top: Table, table: str, meaning: str) -> int | None:
     if value is None:
         return None
     size = parse_size(value) if isinstance(value, str) else value
-    if isinstance(value, bool) or not isinstance(size, int) or size < 0:
+    if isinstance(value, bool) or not isinstance(size, int) or not 0 <= size <= MAX_SIZE:
         raise t.key_error("budget", f"{show(value)} is not {meaning}")
     return size
 
@@ -188,12 +189,16 @@ def budget_setting(env: str, from_config: int | None, default: int, meaning: str
     return size
 
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
+_SIZE = re.compile(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
+# The largest size (a budget of bytes or tokens): what a file offset holds. Anything larger is a
+# typo, and refusing it keeps every later sum and ratio inside a float and a C integer.
+MAX_SIZE = 2**63 - 1
 
 
 def parse_size(text: str) -> int | None:
     """Bytes in "2GB", "2G", "500M", "1.5GiB", "4096" (K, M, G, T in powers of 1000; with i, of 1024),
-    or None when `text` is not such a size."""
+    or None when `text` is not such a size or is larger than MAX_SIZE. Computed exactly (Fraction,
+    not float): a long run of digits is refused, never an OverflowError."""
     match = _SIZE.fullmatch(text)
     if match is None:
         return None
@@ -201,7 +206,8 @@ def parse_size(text: str) -> int | None:
     power = "kmgt".find(unit.lower()) + 1 if unit else 0
     if binary and not unit:
         return None
-    return int(float(number) * (1024 if binary else 1000) ** power)
+    size = int(Fraction(number) * (1024 if binary else 1000) ** power)
+    return size if size <= MAX_SIZE else None
 
 
 def _model(file: str, name: str, raw: Any) -> ModelSpec:

@@ -21,7 +21,7 @@ from tomlkit.exceptions import TOMLKitError
 from edgespec.models.config import CONFIG_BYTES, read_user_config, registry_with, user_config_path
 from edgespec.models.registry import ConfigError, PairConfig
 from edgespec.util.atomic_file import write_text_atomic
-from edgespec.util.paths import display_path
+from edgespec.util.paths import display_path, private_folder
 from edgespec.util.user_files import size_text
 
 
@@ -82,7 +82,7 @@ def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Pat
         )
     registry_with(path, new_text.encode())  # validated as edgespec will read it, before it is written
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(path.parent)
         write_text_atomic(path, new_text, users=True)  # through a symlink, keeping the mode
     except OSError as e:
         raise ConfigError(f"{display_path(path)}: cannot write: {e.strerror or e}") from None

@@ -49,7 +49,7 @@ from edgespec.decoding.events import Source
 from edgespec.tui.stats import ReplyFigures
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import EdgespecError
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 from edgespec.util.text_check import text_problem
 from edgespec.util.user_files import read_user_file
 
@@ -330,7 +330,7 @@ class ChatStore:
 
 
 def _write(folder: Path, conversation: Conversation) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+    private_folder(folder)
     path = folder / f"{conversation.id}.json"
     write_text_atomic(path, json.dumps(conversation.to_dict(), ensure_ascii=False, separators=(",", ":")))
     return path

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from edgespec.util.atomic_file import write_atomic
 from edgespec.util.errors import EdgespecError, UsageError
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 
 
 class OutputLost(EdgespecError):
@@ -54,7 +54,7 @@ def write_or_rescue(path: Path, write: Callable[[Path], None], what: str) -> Non
         why = e.strerror or str(e)
     rescue = home() / "rescued" / path.name
     try:
-        rescue.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(rescue.parent)
         write_atomic(rescue, write, keep_suffix=True)
     except OSError as e:
         raise OutputLost(f"could not write the {what} to {path} ({why}), nor to {rescue} ({e.strerror or e})") from None
