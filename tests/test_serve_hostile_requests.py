@@ -1,10 +1,12 @@
-"""Requests built to hurt `edgespec serve`: JSON nested deeper than anything reads (issue 38,
-class 4). Each must be answered, in OpenAI's shape, while the server goes on answering everyone
-else."""
+"""Requests built to hurt `edgespec serve`: a body at the size cap with tens of thousands of tools,
+and JSON nested deeper than anything reads (issue 38, classes 7 and 4). Each must be answered, in
+OpenAI's shape, while the server goes on answering everyone else."""
 
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -13,8 +15,11 @@ from edgespec.constraints.tool_calls import HERMES
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
+from edgespec.server import schema_base
+from edgespec.server.app import MAX_BODY_BYTES
 from edgespec.server.schemas import ChatCompletionRequest
 from edgespec.server.tool_calls import ToolCallParser
+from edgespec.server.tool_schemas import FunctionDefinition, Tool
 from edgespec.util.json_depth import MAX_DEPTH
 from tests.live_server import serving, tiny_tool_pair
 
@@ -37,6 +42,77 @@ def chat(**fields) -> dict:
 def post(live, body: dict | bytes) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body)
     return httpx.post(live.url + "/chat/completions", content=content, headers=JSON, timeout=TIMEOUT)
+
+
+def error_of(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"] and "\n" not in error["message"]
+    return error
+
+
+# -- class 7: one request must not stall the server --------------------------------------------------
+
+LAST_TOOL = "the last tool, whose check waits for /health"
+
+
+def test_health_answers_while_a_request_at_the_body_cap_is_checked(live, monkeypatch):
+    """20,000 distinct tools in a body at the cap (issue 38: /health blocked 7.7 s at 1.1 MB, the
+    checks ran on the event loop). The check of the last tool's description waits until a /health
+    sent meanwhile is answered: that can only happen if the checks leave the event loop free. On
+    the event loop, the wait gives up unanswered (at 20 s) and the test fails; no duration is
+    measured."""
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 125}} for i in range(19_999)]
+    tools.append({"type": "function", "function": {"name": "last", "description": LAST_TOOL}})
+    body = json.dumps(chat(tools=tools, tool_choice="none")).encode()
+    assert 0.9 * MAX_BODY_BYTES < len(body) <= MAX_BODY_BYTES
+    checking, health_answered = threading.Event(), threading.Event()
+    answered_while_checking: list[bool] = []
+    real = schema_base.text_problem
+
+    def waits_for_health(text: str, escapes: bool = True) -> str | None:
+        if text == LAST_TOOL:
+            checking.set()
+            answered_while_checking.append(health_answered.wait(timeout=20))
+        return real(text, escapes)
+
+    monkeypatch.setattr(schema_base, "text_problem", waits_for_health)
+    with ThreadPoolExecutor(1) as pool:
+        big = pool.submit(post, live, body)
+        assert checking.wait(timeout=60), "the big request was never checked"
+        health = httpx.get(live.root + "/health", timeout=TIMEOUT)
+        health_answered.set()
+        reply = big.result(timeout=120)
+    assert health.status_code == 200
+    assert answered_while_checking == [True], "/health was not answered while the request was checked"
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+class CountedName(str):
+    """A tool name that counts how often it is compared with another."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        CountedName.comparisons += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_tool_names_are_told_apart_in_one_pass():
+    """The duplicate check compared every name with every other (`names.count`): 20,000 tools
+    took seconds, a body at the cap about two minutes. Now the comparisons grow with the number
+    of tools, not its square."""
+    n = 2_000
+    tools = [
+        Tool.model_construct(type="function", function=FunctionDefinition.model_construct(name=CountedName(f"t{i}")))
+        for i in range(n)
+    ]
+    CountedName.comparisons = 0
+    ChatCompletionRequest.model_validate(chat(tools=tools))
+    assert CountedName.comparisons <= n
 
 
 # -- class 4: nesting deeper than anything reads --------------------------------------------------
@@ -68,6 +144,30 @@ def test_history_arguments_within_the_bound_are_read_as_json():
     nested = "[" * MAX_DEPTH + "]" * MAX_DEPTH
     request = ChatCompletionRequest.model_validate(chat(messages=_history(nested), tools=STOP_TOOL))
     assert request.chat_messages()[1]["tool_calls"][0]["function"]["arguments"] == json.loads(nested)
+
+
+def _nested_schema(levels: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000,
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "deep", "schema": _nested_schema(300)}}),
+        chat(tools=[{"type": "function", "function": {"name": "deep", "parameters": _nested_schema(300)}}]),
+    ],
+    ids=["open-brackets", "response-format", "tool-parameters"],
+)
+def test_a_body_nested_too_deeply_is_a_400_saying_so(live, body):
+    """Before: a generic "error parsing the body", llguidance's own limit, or (tool parameters under
+    "auto", which nothing compiles) a 200 that rendered them into the prompt."""
+    error = error_of(post(live, body), 400)
+    assert error["message"] == f"the body is nested more than {MAX_DEPTH} levels deep"
+    assert error["type"] == "invalid_request_error"
 
 
 def test_the_server_answers_after_hostile_requests(live):
