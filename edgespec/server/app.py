@@ -24,6 +24,7 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import ClientDisconnect
 
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
@@ -62,7 +63,7 @@ class ClientGone(Exception):
     """The client closed the connection before its reply was ready."""
 
 
-async def client_gone(request: Request, error: ClientGone) -> Response:
+async def client_gone(request: Request, error: Exception) -> Response:
     return Response(status_code=499)  # nginx's "client closed request", for the access log; nobody reads it
 
 
@@ -92,6 +93,7 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
     app = FastAPI(title="edgespec", max_body_size=MAX_BODY_BYTES, openapi_url=None)
     openai_errors.install(app)
     app.add_exception_handler(ClientGone, client_gone)
+    app.add_exception_handler(ClientDisconnect, client_gone)  # gone while its body was being read
     if api_key:
         app.add_middleware(
             AuthenticationMiddleware,
