@@ -15,7 +15,7 @@ from edgespec.constraints.tool_calls import HERMES
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
-from edgespec.server import schema_base
+from edgespec.server import openai_errors, schema_base
 from edgespec.server.app import MAX_BODY_BYTES
 from edgespec.server.schemas import ChatCompletionRequest
 from edgespec.server.tool_calls import ToolCallParser
@@ -56,37 +56,59 @@ def error_of(response: httpx.Response, status: int) -> dict:
 LAST_TOOL = "the last tool, whose check waits for /health"
 
 
-def test_health_answers_while_a_request_at_the_body_cap_is_checked(live, monkeypatch):
-    """20,000 distinct tools in a body at the cap (issue 38: /health blocked 7.7 s at 1.1 MB, the
-    checks ran on the event loop). The check of the last tool's description waits until a /health
-    sent meanwhile is answered: that can only happen if the checks leave the event loop free. On
-    the event loop, the wait gives up unanswered (at 20 s) and the test fails; no duration is
-    measured."""
-    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 125}} for i in range(19_999)]
-    tools.append({"type": "function", "function": {"name": "last", "description": LAST_TOOL}})
-    body = json.dumps(chat(tools=tools, tool_choice="none")).encode()
-    assert 0.9 * MAX_BODY_BYTES < len(body) <= MAX_BODY_BYTES
+def answered_while_checked(live, body: bytes, monkeypatch, module, name: str, starts_wait) -> httpx.Response:
+    """Send `body` and, once the request's check reaches `module.name` with arguments for which
+    `starts_wait(*args)` is true, hold that call until a /health sent meanwhile is answered; assert
+    that /health was. Only checks that leave the event loop free let it answer: on the loop, the
+    wait gives up unanswered (at 20 s) and the assertion fails. No duration is measured. The
+    request's own response is returned."""
     checking, health_answered = threading.Event(), threading.Event()
     answered_while_checking: list[bool] = []
-    real = schema_base.text_problem
+    real = getattr(module, name)
 
-    def waits_for_health(text: str, escapes: bool = True) -> str | None:
-        if text == LAST_TOOL:
+    def waits_for_health(*args, **kwargs):
+        if not checking.is_set() and starts_wait(*args):
             checking.set()
             answered_while_checking.append(health_answered.wait(timeout=20))
-        return real(text, escapes)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(schema_base, "text_problem", waits_for_health)
+    monkeypatch.setattr(module, name, waits_for_health)
     with ThreadPoolExecutor(1) as pool:
         big = pool.submit(post, live, body)
-        assert checking.wait(timeout=60), "the big request was never checked"
+        assert checking.wait(timeout=60), "the request's check never got there"
         health = httpx.get(live.root + "/health", timeout=TIMEOUT)
         health_answered.set()
         reply = big.result(timeout=120)
     assert health.status_code == 200
     assert answered_while_checking == [True], "/health was not answered while the request was checked"
+    return reply
+
+
+def _at_the_cap(tools: list[dict], **fields) -> bytes:
+    body = json.dumps(chat(tools=tools, **fields)).encode()
+    assert 0.9 * MAX_BODY_BYTES < len(body) <= MAX_BODY_BYTES
+    return body
+
+
+def test_health_answers_while_a_request_at_the_body_cap_is_checked(live, monkeypatch):
+    """20,000 distinct tools in a body at the cap (issue 38: /health blocked 7.7 s at 1.1 MB, the
+    checks ran on the event loop); the check of the last tool's description waits for /health."""
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 125}} for i in range(19_999)]
+    tools.append({"type": "function", "function": {"name": "last", "description": LAST_TOOL}})
+    body = _at_the_cap(tools, tool_choice="none")
+    reply = answered_while_checked(
+        live, body, monkeypatch, schema_base, "text_problem", lambda text, *_: text == LAST_TOOL
+    )
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_health_answers_while_the_errors_of_a_request_at_the_body_cap_are_read(live, monkeypatch):
+    """80,000 tools with a bad name each: pydantic's 80,000 errors were read into the one 400 on the
+    event loop (most of a second here); reading them waits for /health."""
+    body = _at_the_cap([{"type": "function", "function": {"name": "a b"}}] * 80_000)
+    reply = answered_while_checked(live, body, monkeypatch, openai_errors, "_param", lambda error: True)
+    assert error_of(reply, 400)["param"] == "tools.0.function.name"
 
 
 class CountedName(str):

@@ -3,13 +3,13 @@
 Reading a body is cheap; checking it is not: a body at the size cap (MAX_BODY_BYTES) holds tens of
 thousands of tools or messages, each validated, and a chat request's tools and `response_format`
 are compiled into a constraint before it is queued. Done on the event loop, that work held every
-other request, /health included (20,000 tools: 7.7 s). So the body is parsed, validated and made
-ready to queue in a worker thread (`checked`), while the loop goes on answering.
+other request, /health included, for seconds. So the body is parsed, validated and made ready to
+queue in a worker thread (`checked`), while the loop goes on answering.
 
 The body is read as FastAPI reads a body parameter (JSON only under a JSON content type; its
-errors raised as FastAPI's RequestValidationError, which edgespec.server.openai_errors answers),
-with one rule more: a body nested more than MAX_DEPTH levels deep is a 400 before anything walks it
-(edgespec.util.json_depth says why).
+errors answered as edgespec.server.openai_errors answers FastAPI's), with one rule more: a body
+nested more than MAX_DEPTH levels deep is a 400 before anything walks it (edgespec.util.json_depth
+says why).
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import Request
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from edgespec.server.openai_errors import APIError
+from edgespec.server.openai_errors import APIError, request_error
 from edgespec.util import json_depth
 
 T = TypeVar("T")
@@ -38,15 +37,16 @@ async def checked(request: Request, check: Callable[[bytes, str | None], T]) -> 
 
 
 def body_model(model: type[M], raw: bytes, content_type: str | None) -> M:
-    """`raw` as a `model`: RequestValidationError where FastAPI would raise it, APIError (400) for a
-    body nested too deeply or not UTF-8."""
+    """`raw` as a `model`, or an APIError (400): where FastAPI would raise a RequestValidationError,
+    the error its handler would answer (made here, off the loop: a body may hold tens of
+    thousands of errors), and for a body nested too deeply or not UTF-8."""
     data: Any = raw or None
     if raw and _is_json(content_type):
         try:
             data = json_depth.loads(raw)
         except json.JSONDecodeError as e:
             error = {"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error"}
-            raise RequestValidationError([{**error, "ctx": {"error": e.msg}}]) from None
+            raise request_error([{**error, "ctx": {"error": e.msg}}]) from None
         except json_depth.TooDeep as e:
             raise APIError(400, f"the body is {e}", code="invalid_value") from None
         except UnicodeDecodeError:
@@ -54,7 +54,7 @@ def body_model(model: type[M], raw: bytes, content_type: str | None) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise RequestValidationError([{**error, "loc": ("body", *error["loc"])} for error in e.errors()]) from None
+        raise request_error([{**error, "loc": ("body", *error["loc"])} for error in e.errors()]) from None
 
 
 def _is_json(content_type: str | None) -> bool:
