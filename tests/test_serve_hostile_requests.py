@@ -105,7 +105,7 @@ def test_health_answers_while_a_request_at_the_body_cap_is_checked(live, monkeyp
 
 def test_health_answers_while_the_errors_of_a_request_at_the_body_cap_are_read(live, monkeypatch):
     """80,000 tools with a bad name each: pydantic's 80,000 errors were read into the one 400 on the
-    event loop (most of a second here); reading them waits for /health."""
+    event loop; reading them waits for /health."""
     body = _at_the_cap([{"type": "function", "function": {"name": "a b"}}] * 80_000)
     reply = answered_while_checked(live, body, monkeypatch, openai_errors, "_param", lambda error: True)
     assert error_of(reply, 400)["param"] == "tools.0.function.name"
