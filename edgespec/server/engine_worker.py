@@ -6,11 +6,12 @@ and at most `queue_size` wait; a request beyond that is refused at once (503 wit
 instead of waiting for minutes. The prompt is tokenized on the engine thread too, so a prompt
 longer than the context is found when its turn comes.
 
-A job's events (Started, then the engine's Token / Step / Summary, or Failed; always Finished last)
-come back to the event loop one by one through an asyncio queue, so a reply streams while it is
-generated. `cancel` stops a generation within one target pass; a job cancelled while it waited
-(its client left) is skipped without reading its prompt. When the server stops (`stop`), every job
-queued or running ends with a 503 (server_stopping) instead, and a new one is refused with it.
+A job's events (Started, then the engine's Token / Step / Summary, or Failed; Finished last: the
+first Finished ends what is read) come back to the event loop one by one through an asyncio
+queue, so a reply streams while it is generated. `cancel` stops a generation within one target
+pass; a job cancelled while it waited (its client left) is skipped without reading its prompt.
+When the server stops (`stop`), every job queued or running ends with a 503 (server_stopping)
+instead, and a new one is refused with it.
 """
 
 from __future__ import annotations
@@ -143,13 +144,21 @@ class EngineWorker:
 
     def stop(self) -> None:
         """The server stops: refuse new jobs, and end those queued or running with a 503 (a job
-        that its client or a stop string already cancelled ends as it would have)."""
+        that its client or a stop string already cancelled ends as it would have).
+
+        The 503 is handed to each reply here, on the event loop, rather than when the engine
+        thread gets round to the job: on a loaded machine that took longer than uvicorn waits for
+        replies to end (2 s), and uvicorn then cancelled them, a traceback each and a stream cut
+        mid-body. The engine thread still stops the job within one target pass; what it sends
+        after this comes after FINISHED, where nobody reads."""
         with self._lock:
             self._stopping = True
             for job in self._jobs:
                 if not job.cancel.is_set():
                     job.stopped = True
                     job.cancel.set()
+                    job.put(Failed(server_stopping()))
+                    job.put(FINISHED)
 
     def close(self) -> None:
         """Cancel what is queued or running, then free the engine on its own thread."""

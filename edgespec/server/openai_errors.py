@@ -98,13 +98,19 @@ def _param(error: dict) -> str:
     return ".".join([part for part in parts[: len(parts) - len(unknown)] if not _UNION_MEMBER.search(part)] + unknown)
 
 
-def _validation_error(errors: list[dict]) -> APIError:
-    """The first problem FastAPI found in the request, as one line naming the field. For a field
-    of several types, the type that came closest: its error is not merely "not this type", and it
-    may lie within the field (`content`'s list: `messages.0.content.1.text`)."""
+def request_error(errors: list[dict]) -> APIError:
+    """The first problem found in the request's body (pydantic's errors, located under "body" as
+    FastAPI locates them), as one line naming the field. For a field of several types, the type
+    that came closest: its error is not merely "not this type", and it may lie within the field
+    (`content`'s list: `messages.0.content.1.text`). A body can hold tens of thousands of errors:
+    the search stops at the first that fits."""
     first = _param(errors[0])
-    within = [e for e in errors if _param(e) == first or first and _param(e).startswith(first + ".")]
-    e = next((e for e in within if not e["type"].endswith("_type")), errors[0])
+
+    def within(e: dict) -> bool:
+        param = _param(e)
+        return param == first or bool(first) and param.startswith(first + ".")
+
+    e = next((e for e in errors if not e["type"].endswith("_type") and within(e)), errors[0])
     param = _param(e) or None
     kind, loc = e["type"], [part for part in (param or "").split(".") if part]
     if kind == "json_invalid":
@@ -135,7 +141,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        return _validation_error(list(error.errors())).response()
+        return request_error(list(error.errors())).response()
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
