@@ -81,6 +81,12 @@ def test_run_refuses_a_schema_too_deep_or_too_large_to_build_before_loading(env,
     assert line.startswith("edgespec: error: --json-schema: ") and said in line
 
 
+def test_brackets_in_a_string_left_open_are_text_not_depth():
+    """The depth scan reads an unterminated string as a string to the end, in one pass."""
+    with pytest.raises(ConstraintError, match="it is not JSON: Unterminated string"):
+        check(ConstraintSpec("json_schema", '{"a": "' + "[" * 500))
+
+
 def test_a_schema_of_true_is_any_document_and_a_schema_with_finite_documents_compiles():
     check(ConstraintSpec("json_schema", "true"))
     check(ConstraintSpec.json_schema(NODE | {"required": []} | {"$defs": {"node": NODE | {"required": []}}}))

@@ -33,7 +33,9 @@ from edgespec.util.errors import UsageError
 # refused here first, in a sentence; real schemas nest a few levels, rarely twenty.
 MAX_DEPTH = 100
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string, or one left open to the end of the text: the scan stays linear (without the open case,
+# each quote of a text of `"\` repeated would be scanned from to the end, a square of its length).
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
 
 

@@ -72,8 +72,8 @@ class ConstraintDeadEnd(EdgespecError):
 
     def __init__(self, tokens: int):
         super().__init__(
-            f"the constraint leads nowhere: after {tokens} tokens it allows only the end, yet the reply "
-            "is incomplete (does any finite document satisfy the schema?)"
+            f"the constraint leads nowhere: after {tokens} tokens it allows only the end of an incomplete "
+            "reply (a schema no finite document satisfies, or one past the grammar engine's limits)"
         )
 
 
