@@ -45,6 +45,7 @@ NOWHERE = [
     ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "Unsatisfiable schema: incompatible types"),
 ]
 # 1.1 MB: past the grammar engine's symbol table, which it finds only when it builds the matcher
+# (seconds of work: the tests that send it are heavy)
 HUGE = {
     "type": "object",
     "properties": {f"property_{i:05d}": {"type": "string", "description": "x" * 40} for i in range(12_000)},
@@ -73,7 +74,10 @@ def test_run_refuses_a_schema_that_leads_nowhere_before_loading(env, schema, sai
     assert line.startswith("edgespec: error: --json-schema: ") and said in line
 
 
-@pytest.mark.parametrize("text, said", [(deep_text(10_000), "deeper than 100 levels"), (json.dumps(HUGE), "beyond")])
+@pytest.mark.parametrize(
+    "text, said",
+    [(deep_text(10_000), "deeper than 100 levels"), pytest.param(json.dumps(HUGE), "beyond", marks=pytest.mark.heavy)],
+)
 def test_run_refuses_a_schema_too_deep_or_too_large_to_build_before_loading(env, text, said):  # noqa: F811
     path = env / "schema.json"
     path.write_text(text)
@@ -159,7 +163,7 @@ def test_serve_refuses_a_schema_that_leads_nowhere_before_queueing(live, generat
     [
         (DEEP_OBJECT, True, "deeper than 100 levels"),
         (deep(900), None, "deeper than 100 levels"),
-        (HUGE, None, "beyond"),
+        pytest.param(HUGE, None, "beyond", marks=pytest.mark.heavy),  # seconds: the engine builds it to fail
     ],
 )
 def test_serve_refuses_a_schema_too_deep_or_too_large_before_queueing(live, generations, schema, strict, said):
