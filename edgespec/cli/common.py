@@ -12,7 +12,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import functools
-import json
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -205,10 +204,11 @@ SCHEMA_BYTES = 4 << 20
 
 
 def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpec | None:
-    """The constraint --json / --json-schema ask for, checked (compiled without a model): a usage
-    error for a file that cannot be read, text that is not JSON, or a schema feature the engine
-    cannot enforce, naming it."""
-    from edgespec.constraints.guidance import ConstraintSpec, grammar_of  # llguidance only when asked
+    """The constraint --json / --json-schema ask for, checked (compiled whole without a model,
+    `guidance.check`): a usage error for a file that cannot be read, text that is not JSON or
+    nests too deep, a schema no finite document satisfies, or one the engine cannot enforce or
+    build, naming it."""
+    from edgespec.constraints.guidance import ConstraintSpec, check  # llguidance only when asked
 
     if any_object and schema_file is not None:
         raise UsageError("--json and --json-schema exclude each other (a schema says what JSON to write)")
@@ -219,19 +219,13 @@ def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpe
             raise UsageError(f"--json-schema: {schema_file} is not UTF-8 text (at byte {e.start})") from None
         except UsageError as e:
             raise UsageError(f"--json-schema: {e}") from None
-        try:
-            schema = json.loads(text)
-        except ValueError as e:
-            raise UsageError(f"--json-schema: {schema_file} is not JSON: {e}") from None
-        if not isinstance(schema, dict | bool):
-            raise UsageError(f"--json-schema: {schema_file} holds no JSON schema (an object)")
         spec = ConstraintSpec.json_schema(text)
     elif any_object:
         spec = ConstraintSpec("json_object")
     else:
         return None
     try:
-        grammar_of(spec)
+        check(spec)
     except UsageError as e:
         raise UsageError(f"--json-schema: {e}" if schema_file is not None else f"--json: {e}") from None
     return spec

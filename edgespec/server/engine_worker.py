@@ -23,11 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.events import Summary
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.server.openai_errors import (
     APIError,
+    constraint_dead_end,
     context_length_exceeded,
     engine_failure,
     queue_full,
@@ -119,6 +121,8 @@ class EngineWorker:
                 self._generate(job)
         except APIError as e:
             job.put(Failed(e))
+        except ConstraintDeadEnd as e:
+            job.put(Failed(constraint_dead_end(e)))
         except Exception as e:  # a failure of the engine fails this request, not the server
             job.put(Failed(engine_failure(e)))
         finally:

@@ -65,6 +65,12 @@ def engine_failure(error: Exception) -> APIError:
     return APIError(500, f"the engine failed: {text}", type="server_error", code="engine_failure")
 
 
+def constraint_dead_end(error: Exception) -> APIError:
+    """The reply's constraint allowed only the end of an incomplete document
+    (edgespec.decoding.constraint): the reply failed, never a "stop" with a cut document."""
+    return APIError(500, str(error), type="server_error", code="constraint_dead_end")
+
+
 def queue_full(retry_after: int) -> APIError:
     return APIError(
         503,
