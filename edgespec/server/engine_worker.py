@@ -11,6 +11,10 @@ come back to the event loop one by one through an asyncio queue, so a reply stre
 generated. `cancel` stops a generation within one target pass; a job cancelled while it waited
 (its client left) is skipped without reading its prompt. When the server stops (`stop`), every job
 queued or running ends with a 503 (server_stopping) instead, and a new one is refused with it.
+
+Before the first job, `prepare` measures the engine's speed on the same thread (the first
+request once did, for minutes on a busy machine, saying nothing): jobs queue behind it, and
+`ready` tells /health when it is over.
 """
 
 from __future__ import annotations
@@ -95,6 +99,24 @@ class EngineWorker:
         self._jobs: set[Job] = set()  # queued or running
         self._stopping = False
         self._mean_job_s = 2.0  # running mean of how long a job holds the engine, for Retry-After
+        self.ready = threading.Event()  # clear while `prepare` runs
+        self.ready.set()
+
+    def prepare(self, settings: GenerateSettings) -> None:
+        """Queue ahead of every job what the first generation under `settings` would do first:
+        restore or measure the cost curve (`Engine.cost_model`, within its time limit, said on
+        stderr), when they price passes by it. `ready` is clear until it is over."""
+        if settings.k.cost_aware:
+            self.ready.clear()
+            self.engine_thread.submit(self._prepare)
+
+    def _prepare(self) -> None:
+        try:
+            self.engine.cost_model()
+        except Exception as e:  # said here, where the log shows it; the first request tries again
+            self.engine.notice(f"could not measure this machine's speed: {engine_failure(e).detail.message}")
+        finally:
+            self.ready.set()
 
     def submit(self, job: Job) -> None:
         with self._lock:
