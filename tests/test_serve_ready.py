@@ -29,10 +29,10 @@ def test_health_is_503_while_the_speed_is_measured_and_a_request_waits_behind_it
     measuring, measured = threading.Event(), threading.Event()
     real_cost_model = engine.cost_model
 
-    def held_cost_model():
+    def held_cost_model(stop=None):
         measuring.set()
         assert measured.wait(TIMEOUT)
-        return real_cost_model()
+        return real_cost_model(stop)
 
     engine.cost_model = held_cost_model
     worker = EngineWorker(engine, EngineThread(), queue_size=2)
@@ -72,6 +72,21 @@ def test_a_server_whose_k_needs_no_curve_is_ready_at_once():
             assert not engine.costs.calibrated
     finally:
         worker.close()
+
+
+def test_a_server_that_stops_while_it_measures_stops_within_a_pass_and_keeps_none_of_it(own_calibration_file):
+    """Ctrl-C during the first start's measurement (30 s at most) must not wait for its end."""
+    engine = fake_engine(verify=lambda n: 0.1)  # real seconds: about 5 s to measure every size 3 times
+    worker = EngineWorker(engine, EngineThread(), queue_size=2)
+    worker.prepare(GenerateSettings())
+    deadline = time.monotonic() + TIMEOUT
+    while not engine.target.evals:
+        assert time.monotonic() < deadline, "the measurement did not start"
+        time.sleep(0.01)
+    worker.stop()
+    worker.close()  # frees the engine on its thread, after what runs there
+    assert len(engine.target.evals) < 1 + 3 * 17  # the warm-up, and some of the timings
+    assert worker.ready.is_set() and not engine.costs.calibrated and not own_calibration_file.exists()
 
 
 def test_serve_is_ready_only_once_the_speed_is_measured(monkeypatch, tmp_path, own_calibration_file, tiny_gguf):

@@ -237,7 +237,8 @@ class CostModel:
         the budget is spent and keeps what it timed (at least two sizes, the least a curve needs;
         a round times the ends first, so a cut round still spans the range, and the draft step
         first, so it is seldom left to its prior, a one-token pass). `progress` is called after
-        every timing with the seconds spent so far (a front end says a long one is under way)."""
+        every timing with the seconds spent so far (a front end says a long one is under way); an
+        exception it raises stops the calibration, the caches rolled back and nothing kept."""
         start = time.perf_counter()
         probes = self._probes(target, draft, max_n)
         for backend in (target, draft):

@@ -16,7 +16,6 @@ after each reply (`edgespec.engine.prompt_cache`).
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +38,7 @@ from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.threads import ThreadPolicy
 from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
+from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
 from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import machine_target
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -59,6 +59,10 @@ class GenerateSettings:
     draft: DraftChoice = DraftChoice.AUTO
     k: KSetting = KSetting("auto")
     constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
+
+
+class CalibrationStopped(Exception):
+    """The front end stopped a calibration (`cost_model`'s `stop`): none of it is kept."""
 
 
 class NoDraftModel(SettingError):
@@ -97,7 +101,7 @@ class Engine:
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
         # where the engine says what the user waits for (a calibration) or should know (one that
         # live passes contradicted): stderr, or the chat app's notifications
-        self.notice: Callable[[str], None] = _to_stderr
+        self.notice: Callable[[str], None] = say_on_stderr
         self._noise_floor: NoiseFloor | None = None
         self._tokenizer: Tokenizer | None = None  # llguidance's view of the target's vocabulary, built once
         # seconds `open_engine` spent per part of the load: "check" (the model files' size and
@@ -219,10 +223,11 @@ class Engine:
             self._policies[key] = make_policy(settings.k, settings.draft, costs)
         return self._policies[key]
 
-    def cost_model(self) -> CostModel:
-        """The cost curve of this pair on this machine: the saved calibration, or one measured now."""
+    def cost_model(self, stop: threading.Event | None = None) -> CostModel:
+        """The cost curve of this pair on this machine: the saved calibration, or one measured now
+        (raising CalibrationStopped within a pass of `stop` being set, if it is)."""
         if not self._costs_loaded:
-            self._load_or_calibrate()
+            self._load_or_calibrate(stop)
         return self.costs
 
     def _runtime_key(self, backends: Sequence[Backend | None]) -> list[str]:
@@ -242,7 +247,7 @@ class Engine:
         was calibrated, `CALIBRATION_VERSION`)."""
         return "|".join([CALIBRATION_VERSION, *self._runtime_key((self.target, self.draft))])
 
-    def _load_or_calibrate(self) -> None:
+    def _load_or_calibrate(self, stop: threading.Event | None = None) -> None:
         """The curve is kept between runs, so only the first run on a machine pays for measuring
         it (a few seconds on a small CPU, CALIBRATION_BUDGET_S at most), and every reply refines
         it (`keep_costs`). A saved curve that a damaged file holds is measured again; so is one
@@ -256,9 +261,9 @@ class Engine:
         if saved and self.costs.calibrated and not saved.get("measure_again"):
             self._costs_loaded = True
             return
-        self._calibrate(again=bool(saved))
+        self._calibrate(again=bool(saved), stop=stop)
 
-    def _calibrate(self, again: bool) -> None:
+    def _calibrate(self, again: bool, stop: threading.Event | None = None) -> None:
         """Measure the curve for the front ends, within CALIBRATION_BUDGET_S, and save it. One that
         lasts SAY_AFTER_S or more is said (`notice`) while it runs and when it ends, with what it
         found: the user is waiting for it (a shorter one, on a GPU or tiny models, is not worth a
@@ -267,6 +272,8 @@ class Engine:
 
         def progress(spent: float) -> None:
             nonlocal said
+            if stop is not None and stop.is_set():
+                raise CalibrationStopped
             if not said and spent >= SAY_AFTER_S:
                 said = True
                 how_often = "again" if again else "(once per machine and pair)"
@@ -374,10 +381,6 @@ CALIBRATION_BUDGET_S = 30.0
 SAY_AFTER_S = 1.0  # a calibration that lasts this long is said on the front end (see `_calibrate`)
 # "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
 NOISE_FLOOR_VERSION = "floor-v2"
-
-
-def _to_stderr(message: str) -> None:
-    print(f"edgespec: {message}", file=sys.stderr, flush=True)
 
 
 def _calibration_file() -> Path:

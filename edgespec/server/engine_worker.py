@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from edgespec.decoding.events import Summary
-from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.engine import CalibrationStopped, Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.server.openai_errors import (
     APIError,
@@ -97,7 +97,7 @@ class EngineWorker:
         self.engine_thread = engine_thread
         self._lock = threading.Lock()
         self._jobs: set[Job] = set()  # queued or running
-        self._stopping = False
+        self._stopping = threading.Event()  # set once: the server stops (a calibration too)
         self._mean_job_s = 2.0  # running mean of how long a job holds the engine, for Retry-After
         self.ready = threading.Event()  # clear while `prepare` runs
         self.ready.set()
@@ -105,14 +105,17 @@ class EngineWorker:
     def prepare(self, settings: GenerateSettings) -> None:
         """Queue ahead of every job what the first generation under `settings` would do first:
         restore or measure the cost curve (`Engine.cost_model`, within its time limit, said on
-        stderr), when they price passes by it. `ready` is clear until it is over."""
+        stderr), when they price passes by it. `ready` is clear until it is over. A server that
+        stops meanwhile stops it within a pass, keeping none of it (the next start measures)."""
         if settings.k.cost_aware:
             self.ready.clear()
             self.engine_thread.submit(self._prepare)
 
     def _prepare(self) -> None:
         try:
-            self.engine.cost_model()
+            self.engine.cost_model(stop=self._stopping)
+        except CalibrationStopped:
+            pass
         except Exception as e:  # said here, where the log shows it; the first request tries again
             self.engine.notice(f"could not measure this machine's speed: {engine_failure(e).detail.message}")
         finally:
@@ -120,7 +123,7 @@ class EngineWorker:
 
     def submit(self, job: Job) -> None:
         with self._lock:
-            if self._stopping:
+            if self._stopping.is_set():
                 raise server_stopping()
             if len(self._jobs) > self.queue_size:  # one running, queue_size waiting
                 raise queue_full(self.retry_after())
@@ -167,7 +170,7 @@ class EngineWorker:
         """The server stops: refuse new jobs, and end those queued or running with a 503 (a job
         that its client or a stop string already cancelled ends as it would have)."""
         with self._lock:
-            self._stopping = True
+            self._stopping.set()
             for job in self._jobs:
                 if not job.cancel.is_set():
                     job.stopped = True
@@ -175,6 +178,7 @@ class EngineWorker:
 
     def close(self) -> None:
         """Cancel what is queued or running, then free the engine on its own thread."""
+        self._stopping.set()
         with self._lock:
             for job in self._jobs:
                 job.cancel.set()
