@@ -41,6 +41,17 @@ def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 @pytest.fixture(autouse=True)
+def engine_notices_unsaid(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Engines made in a test say nothing on stderr of the machine's speed (`Engine.notice`): a
+    calibration is said when it lasts a second or more, which a busy machine makes of even the tiny
+    models', so a test counting stderr lines would depend on the load. Returns the real sink, for
+    the tests of those lines."""
+    said = edgespec.engine.engine.say_on_stderr
+    monkeypatch.setattr(edgespec.engine.engine, "say_on_stderr", lambda message: None)
+    return said
+
+
+@pytest.fixture(autouse=True)
 def no_history_or_repository(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands under test neither keep their calls in a history nor index the checkout they run in
     (a test of those sources turns them back on, in its own home): one test's replies must not

@@ -164,6 +164,9 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
 
     @app.get("/health")
     async def health() -> dict:
+        """200 once the server is ready; 503 while it measures its speed (EngineWorker.prepare)."""
+        if not worker.ready.is_set():
+            raise openai_errors.not_ready()
         return {"status": "ok", "model": served}
 
     return app

@@ -87,6 +87,18 @@ def server_stopping() -> APIError:
     )
 
 
+def not_ready() -> APIError:
+    """/health while the server measures the machine's speed, in the shape llama.cpp's server
+    answers while it loads (503, type `unavailable_error`), which load balancers and clients that
+    poll it already read; requests sent meanwhile wait their turn instead."""
+    return APIError(
+        503,
+        "measuring this machine's speed before the first request; requests sent now wait for it",
+        type="unavailable_error",
+        code="loading",
+    )
+
+
 def unauthorized(sent: bool) -> APIError:
     message = "wrong API key" if sent else "missing API key: send the header 'Authorization: Bearer KEY'"
     return APIError(401, message, code="invalid_api_key")
