@@ -3,9 +3,11 @@ parameters): its depth bounded before anything walks it, its subschemas walked, 
 finite document satisfies it.
 
 Depth: llguidance reads a schema's JSON with a nesting limit of about 128 levels, and every walk of
-a parsed schema in Python (json.loads, json.dumps, the checks below) recurses once per level, so a
-schema nested 10,000 levels deep would end in a RecursionError. `MAX_DEPTH` is refused first, by
-loops that do not recurse, on the text (`parse_schema`) and on a parsed value (`check_depth`).
+a parsed schema in Python (json.dumps, the checks below) recurses once per level, so a schema
+nested 10,000 levels deep would end in a RecursionError. A schema deeper than `MAX_DEPTH` is
+refused first, as text (`parse_schema`) and as a parsed value (`check_depth`), by the one reader of
+bounded JSON that a request's body also goes through (edgespec.util.json_depth), with a tighter
+bound.
 
 Finite documents: llguidance compiles a schema all of whose documents are infinite (a `$ref` to
 itself, an object that requires a property of its own type) without complaint; its matcher then
@@ -22,21 +24,15 @@ nowhere and is found by neither is an error while decoding (edgespec.decoding.co
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
 from urllib.parse import unquote
 
+from edgespec.util import json_depth
 from edgespec.util.errors import UsageError
 
 # Below llguidance's own limit (serde_json's 128 levels), so a schema it would refuse mid-parse is
 # refused here first, in a sentence; real schemas nest a few levels, rarely twenty.
 MAX_DEPTH = 100
-
-# A string, or one left open to the end of the text: the scan stays linear (without the open case,
-# each quote of a text of `"\` repeated would be scanned from to the end, a square of its length).
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
 
 
 class SchemaError(UsageError):
@@ -44,15 +40,12 @@ class SchemaError(UsageError):
 
 
 def parse_schema(text: str) -> dict | bool:
-    """The schema in `text`: SchemaError when it nests deeper than MAX_DEPTH (found before
-    json.loads recurses into it), is not JSON, or is no schema (an object or a boolean)."""
-    depth = 0
-    for bracket in _BRACKET.finditer(_STRING.sub('""', text)):
-        depth += 1 if bracket.group() in "[{" else -1
-        if depth > MAX_DEPTH:
-            raise _too_deep()
+    """The schema in `text`: SchemaError when it nests deeper than MAX_DEPTH (`json_depth.loads`,
+    from which no RecursionError escapes), is not JSON, or is no schema (an object or a boolean)."""
     try:
-        schema = json.loads(text)
+        schema = json_depth.loads(text, MAX_DEPTH)
+    except json_depth.TooDeep:
+        raise _too_deep() from None
     except ValueError as e:
         raise SchemaError(f"it is not JSON: {e}") from None
     if not isinstance(schema, dict | bool):
@@ -62,15 +55,8 @@ def parse_schema(text: str) -> dict | bool:
 
 def check_depth(value: object) -> None:
     """SchemaError when `value` (parsed JSON) nests objects and arrays deeper than MAX_DEPTH."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if children is None:
-            continue
-        if depth > MAX_DEPTH:
-            raise _too_deep()
-        stack.extend((child, depth + 1) for child in children)
+    if json_depth.nesting(value) > MAX_DEPTH:
+        raise _too_deep()
 
 
 def _too_deep() -> SchemaError:

@@ -7,6 +7,9 @@ the caller's own frames) with a RecursionError, which is not the ValueError that
 serializer, a chat template's `tojson`, a walk of a JSON schema) recurses too, and fails somewhere
 else below that limit. So a value is read only up to MAX_DEPTH levels, far more than any schema or
 call arguments need, and deeper input is refused here as `TooDeep`, a ValueError.
+
+This is the one reader of bounded JSON: the server's request bodies and calls use MAX_DEPTH, and
+edgespec.constraints.json_schemas reads schemas through it with a tighter bound of its own.
 """
 
 from __future__ import annotations
