@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.engine.prompt_cache import MAGIC, _read
-from tests.edgespec_process import CRASH_SIGNS, edgespec_env
+from tests.edgespec_process import CRASH_SIGNS, edgespec_env, without_speed_lines
 
 pytestmark = pytest.mark.subprocess
 
@@ -166,7 +166,8 @@ def test_a_full_disk_costs_only_the_cache_and_is_said_once(env, tmp_path):
     proc = start(env, ["full", *run_argv("Explain f1.", tmp_path / "s.json")], ("-c", SABOTEUR))
     out, err = finish(proc)
     assert out == expected["Explain f1."]
-    assert err.count("\n") == 1 and "cannot save the prompt cache" in err and "No space left on device" in err
+    (said,) = without_speed_lines(err)  # a calibration on a busy machine is said too
+    assert "cannot save the prompt cache" in said and "No space left on device" in said
     assert list(folder(env).iterdir()) == []  # the half-written entries went with the failure
 
 
