@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from edgespec.constraints import response_format
+from edgespec.constraints import tool_calls as constraints_tool_calls
 from edgespec.constraints.tool_calls import HERMES
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
@@ -109,6 +111,43 @@ def test_health_answers_while_the_errors_of_a_request_at_the_body_cap_are_read(l
     body = _at_the_cap([{"type": "function", "function": {"name": "a b"}}] * 80_000)
     reply = answered_while_checked(live, body, monkeypatch, openai_errors, "_param", lambda error: True)
     assert error_of(reply, 400)["param"] == "tools.0.function.name"
+
+
+# What a constraint is compiled whole for before queueing (guidance.check, the grammar engine's
+# matcher built and stepped): seconds for these two, in the same worker thread as the body's checks.
+HUGE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "huge",
+        "schema": {"type": "object", "properties": {f"property_{i:05d}": {"type": "string"} for i in range(12_000)}},
+    },
+}
+
+
+@pytest.mark.heavy
+def test_health_answers_while_20000_required_tools_are_compiled(live, monkeypatch):
+    """20,000 distinct tools under tool_choice "required": the one grammar of a call to any of them
+    is past the grammar engine's limits. Compiling it waits for /health, and the request is a 400
+    naming the tools, not a 500 of the engine's panic."""
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 125}} for i in range(20_000)]
+    body = _at_the_cap(tools, tool_choice="required")
+    reply = answered_while_checked(live, body, monkeypatch, constraints_tool_calls, "check", _whole_grammar)
+    assert error_of(reply, 400)["param"] == "tools"
+
+
+def _whole_grammar(spec) -> bool:
+    """The check of the grammar of a call to any tool (each tool's parameters are checked before)."""
+    return spec.kind == "lark"
+
+
+@pytest.mark.heavy
+def test_health_answers_while_a_schema_of_12000_properties_is_compiled(live, monkeypatch):
+    """A response_format of 12,000 properties: past the grammar engine's symbol table, which it finds
+    only when it builds the matcher. Building it waits for /health; the request is a 400."""
+    body = json.dumps(chat(response_format=HUGE_FORMAT)).encode()
+    reply = answered_while_checked(live, body, monkeypatch, response_format, "check", lambda spec: True)
+    error = error_of(reply, 400)
+    assert error["param"] == "response_format" and "beyond what the grammar engine can build" in error["message"]
 
 
 class CountedName(str):
