@@ -104,8 +104,17 @@ def test_a_parsed_schema_too_deep_is_refused_before_anything_walks_it():
 
 # -- before queueing: serve ------------------------------------------------------------------------
 
-# an object at the root, as strict mode asks, so that its rules are walked down the 900 levels
-DEEP_OBJECT = {"type": "object", "properties": {"a": deep(900)}, "required": ["a"], "additionalProperties": False}
+# Deeper than a schema may be (100 levels), not than a request's body may be (128, with the 3 levels
+# above a response_format's schema; edgespec.util.json_depth): a deeper body is refused whole, before
+# its fields are read (tests/test_serve_hostile_requests.py). An object at the root, as strict mode
+# asks, so that its rules are walked down the levels.
+SCHEMA_LEVELS = 110
+DEEP_OBJECT = {
+    "type": "object",
+    "properties": {"a": deep(SCHEMA_LEVELS)},
+    "required": ["a"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -162,12 +171,13 @@ def test_serve_refuses_a_schema_that_leads_nowhere_before_queueing(live, generat
     "schema, strict, said",
     [
         (DEEP_OBJECT, True, "deeper than 100 levels"),
-        (deep(900), None, "deeper than 100 levels"),
+        (deep(SCHEMA_LEVELS), None, "deeper than 100 levels"),
         pytest.param(HUGE, None, "beyond", marks=pytest.mark.heavy),  # seconds: the engine builds it to fail
     ],
 )
 def test_serve_refuses_a_schema_too_deep_or_too_large_before_queueing(live, generations, schema, strict, said):
-    """900 levels parse as a request's JSON, then met every walk in Python (strict mode's, json.dumps)."""
+    """A schema too deep for the grammar engine, in a body the server reads, is refused naming
+    response_format before any walk in Python (strict mode's, json.dumps) meets its depth."""
     fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": strict}}
     assert said in error_400(post(live, response_format=fmt), "response_format")
     assert not generations
