@@ -182,3 +182,19 @@ def real_engine(real_pair_engine: Engine) -> Iterator[Engine]:
     reset()
     yield real_pair_engine
     reset()
+
+
+@pytest.fixture
+def generations(live) -> Iterator[list]:
+    """The constraints of the generations the engine of `live` (a module's served tiny pair, see
+    tests/live_server.py) began while the test ran: a request refused before queueing adds none."""
+    engine, started = live.worker.engine, []
+    real = engine.generate_tokens
+
+    def counting(*args, **kwargs):
+        started.append(args[1].constraint)
+        return real(*args, **kwargs)
+
+    engine.generate_tokens = counting
+    yield started
+    del engine.generate_tokens
