@@ -41,6 +41,17 @@ def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 @pytest.fixture(autouse=True)
+def engine_notices_unsaid(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Engines made in a test say nothing on stderr of the machine's speed (`Engine.notice`): a
+    calibration is said when it lasts a second or more, which a busy machine makes of even the tiny
+    models', so a test counting stderr lines would depend on the load. Returns the real sink, for
+    the tests of those lines."""
+    said = edgespec.engine.engine.say_on_stderr
+    monkeypatch.setattr(edgespec.engine.engine, "say_on_stderr", lambda message: None)
+    return said
+
+
+@pytest.fixture(autouse=True)
 def no_history_or_repository(monkeypatch: pytest.MonkeyPatch) -> None:
     """Commands under test neither keep their calls in a history nor index the checkout they run in
     (a test of those sources turns them back on, in its own home): one test's replies must not
@@ -171,3 +182,19 @@ def real_engine(real_pair_engine: Engine) -> Iterator[Engine]:
     reset()
     yield real_pair_engine
     reset()
+
+
+@pytest.fixture
+def generations(live) -> Iterator[list]:
+    """The constraints of the generations the engine of `live` (a module's served tiny pair, see
+    tests/live_server.py) began while the test ran: a request refused before queueing adds none."""
+    engine, started = live.worker.engine, []
+    real = engine.generate_tokens
+
+    def counting(*args, **kwargs):
+        started.append(args[1].constraint)
+        return real(*args, **kwargs)
+
+    engine.generate_tokens = counting
+    yield started
+    del engine.generate_tokens

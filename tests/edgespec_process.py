@@ -21,6 +21,17 @@ CRASH_SIGNS = ("Traceback", "double free", "corruption", "Exception ignored", "A
 LONG_RUN = ("the river", "--raw", "--temperature", "0", "--k", "3", "--max-tokens", "30000", "--color", "never")
 
 
+# what the engine says on stderr about the machine's speed (edgespec.engine.engine): a calibration
+# that lasts a second or more, which a busy machine makes of even the tiny pair's, and a curve live
+# passes contradict
+SPEED_LINES = ("edgespec: measuring this machine's speed", "edgespec: speed measure", "edgespec: live passes ran")
+
+
+def without_speed_lines(stderr: str) -> list[str]:
+    """`stderr`'s lines but those SPEED_LINES begin, for a test of the others."""
+    return [line for line in stderr.splitlines() if not line.startswith(SPEED_LINES)]
+
+
 def edgespec_env(**extra: str) -> dict[str, str]:
     """The environment of an `edgespec` subprocess that imports this checkout."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)

@@ -208,7 +208,7 @@ def test_load_suite_refuses_a_prompt_no_context_of_the_pairs_can_hold(tmp_path):
 def test_load_suite_reads_no_further_than_its_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(suites, "SUITE_BYTES", len(GOOD_COMPLETION))
     path = write_suite(tmp_path, GOOD_COMPLETION, GOOD_CHAT)
-    with pytest.raises(UsageError, match=f"suite file {path} is over {len(GOOD_COMPLETION)} bytes; split it"):
+    with pytest.raises(UsageError, match=f"^suite file {path} is larger than {len(GOOD_COMPLETION)} bytes$"):
         load_suite(path)
 
 

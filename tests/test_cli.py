@@ -247,6 +247,30 @@ def test_every_float_flag_of_every_command_refuses_nan_and_inf():
     assert [(name, value) for name, param in flags for value in ("nan", "inf", "-inf") if takes(param, value)] == []
 
 
+def test_no_help_shows_a_range_bound_of_none():
+    """A float flag without bounds showed "[x<=None]" in --help (click describes any FloatRange
+    as if it had a bound); one with bounds still shows them."""
+
+    def helps(command, path):
+        yield path, command.get_help(click.Context(command, info_name=path))
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from helps(sub, f"{path} {name}")
+
+    texts = dict(helps(cli.main, "edgespec"))
+    assert [path for path, text in texts.items() if "None]" in text or "None;" in text] == []
+    assert "0<=x<=100" in texts["edgespec models tune"]
+
+
+def test_stats_json_through_a_symlink_writes_its_target(env):
+    """A results file the user keeps behind a link is written through it, not replaced by a file."""
+    (env / "results").mkdir()
+    target, link = env / "results" / "stats.json", env / "stats.json"
+    link.symlink_to(target)
+    r = invoke("run", "def add(a, b):", "--raw", "--max-tokens", "4", "--stats-json", str(link))
+    assert r.exit_code == 0, r.stderr
+    assert link.is_symlink() and json.loads(target.read_text())["tokens"] > 0
+
+
 def test_whitespace_only_stdin_without_prompt_exits_2(env):
     assert "nothing to do" in one_line_error(invoke("run", "-m", "missing", input=" \n\t\n"), 2)
 

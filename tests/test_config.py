@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.models.config import load_registry
+from edgespec.models.config import CONFIG_BYTES, load_registry
 from edgespec.models.registry import DRAFT_WINDOW, ConfigError, Derived, HubSource, PypiChunks, UnknownPair
 
 
@@ -160,6 +160,26 @@ def test_user_file_from_platform_config_dir(tmp_path, monkeypatch):
 def test_missing_user_file(tmp_path):
     with pytest.raises(ConfigError, match=r"nope\.toml: cannot read"):
         load_registry(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["[" * 20_000 + "]" * 20_000, "{a = " * 5_000 + "1" + "}" * 5_000],
+    ids=["arrays", "inline-tables"],
+)
+def test_a_user_file_nested_too_deeply_is_one_config_error(tmp_path, value):
+    """tomllib recurses once per level: a RecursionError escaped as a traceback."""
+    path = tmp_path / "deep.toml"
+    path.write_text(f"default = {value}\n")
+    with pytest.raises(ConfigError, match=r"deep\.toml: TOML nested too deeply$"):
+        load_registry(path)
+
+
+def test_a_user_file_is_read_up_to_its_bound(tmp_path):
+    path = tmp_path / "big.toml"
+    path.write_text('default = "tiny"\n' + "# a comment\n" * (CONFIG_BYTES // 12))
+    with pytest.raises(ConfigError, match=r"big\.toml is larger than 64 KiB$"):
+        load_registry(path)
 
 
 def test_unknown_pair_lists_the_available_ones():

@@ -9,10 +9,11 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.costs import CostModel
+from edgespec.decoding.controller import LONGEST_DRAFT
+from edgespec.decoding.costs import CostModel, ends_first
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.quiet_cost import SESSIONS
-from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.engine import CALIBRATION_BUDGET_S, SAY_AFTER_S, GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 
@@ -153,7 +154,7 @@ def test_a_contradicted_curve_is_measured_again_before_the_next_reply(own_calibr
 
     evals_before = len(engine.target.evals)
     generate(engine, clock)  # the same process, its next reply
-    assert engine.target.evals[evals_before : evals_before + 18] == [1] + list(range(1, 18))  # measured first
+    assert engine.target.evals[evals_before : evals_before + 18] == [1, *ends_first(17)]  # measured first
     assert engine.costs.verify(10) == pytest.approx(cpu_like(10), rel=0.2)
 
 
@@ -263,3 +264,73 @@ def test_every_cost_aware_policy_starts_from_the_measured_curve(own_calibration_
         list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, k=KSetting.parse(k))))
     assert engine.costs.calibrated
     assert engine.costs.verify(3) == pytest.approx(cpu_like(3), rel=0.5)
+
+
+def told(engine, clock: VirtualClock) -> list[tuple[float, str]]:
+    """What the engine says to the user (`Engine.notice`), each line with the simulated time it was said."""
+    lines: list[tuple[float, str]] = []
+    engine.notice = lambda message: lines.append((clock.now, message))
+    return lines
+
+
+def test_a_calibration_on_a_machine_too_busy_stops_at_its_budget_and_says_what_it_kept(own_calibration_file):
+    """A pass costing 25 times the quiet machine's: one round of every size would take about a
+    minute, three about three. It stops once its budget is spent (the pass under way ends first)
+    and keeps what it timed, the ends of the range among them, so the sizes it never reached are
+    interpolated rather than guessed."""
+    clock = VirtualClock()
+    busy = loaded(25.0)
+    engine = fake_engine(clock, verify=busy, draft_step=0.01)
+    lines = told(engine, clock)
+    with simulated_time(clock):
+        engine.cost_model()
+    assert clock.now <= CALIBRATION_BUDGET_S + busy(1) + busy(LONGEST_DRAFT + 1)  # warm-up, and the last pass
+    _, entry = saved_entry(own_calibration_file)
+    timed = sorted(map(int, entry["verify"]))
+    assert 1 in timed and LONGEST_DRAFT + 1 in timed and 2 <= len(timed) < LONGEST_DRAFT + 1
+    untimed = next(n for n in range(2, LONGEST_DRAFT + 1) if n not in timed)
+    assert engine.costs.verify(untimed) == pytest.approx(busy(untimed))
+    assert [message.split(" (")[0] for _, message in lines] == [
+        "measuring this machine's speed with 'fake'",
+        f"speed measurement stopped at its {CALIBRATION_BUDGET_S:g} s limit",
+    ]
+    assert f"{len(timed)} of {LONGEST_DRAFT + 1} sizes timed" in lines[1][1]
+
+
+def test_a_calibration_the_user_waits_for_is_said_while_it_runs_and_when_it_ends(own_calibration_file):
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)  # about 8 s of passes in all
+    lines = told(engine, clock)
+    with simulated_time(clock):
+        engine.cost_model()
+    assert len(lines) == 2, lines
+    (started, first), (ended, last) = lines
+    assert first.startswith("measuring this machine's speed with 'fake'")
+    assert SAY_AFTER_S <= started < ended == clock.now  # said while it ran
+    assert last.startswith("speed measured in ") and "1 token 30 ms, over 17 tokens 270 ms" in last
+
+
+def test_a_calibration_too_short_to_notice_is_not_said(own_calibration_file):
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=lambda n: 0.001 * n)
+    lines = told(engine, clock)
+    with simulated_time(clock):
+        engine.cost_model()
+    assert engine.costs.calibrated and lines == []
+
+
+@pytest.mark.parametrize(("measured_at", "contradicted"), [(3.0, True), (1.5, False)])
+def test_live_passes_at_one_size_far_below_the_curve_contradict_it(own_calibration_file, measured_at, contradicted):
+    """A short reply (the 8 tokens an agent first asks for) may verify one size only: live passes
+    there at a third of the saved figure prove the measurement ran on a busy machine, and the
+    curve is measured again (said once); at two thirds, one size is not enough to say so."""
+    clock = VirtualClock()
+    save_curve_measured_at(measured_at, clock)
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    lines = told(engine, clock)
+    reply(engine, (2,), cpu_like)
+    reply(engine, (2,), cpu_like)
+    assert saved_entry(own_calibration_file)[1]["measure_again"] is contradicted
+    assert [message.split(" than")[0] for _, message in lines] == (
+        ["live passes ran up to 3.0x faster"] if contradicted else []
+    )

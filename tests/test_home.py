@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgespec.cli import main as cli
+from tests.edgespec_process import without_speed_lines
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,7 +80,7 @@ def test_run_from_a_read_only_home_works_and_says_once_what_it_does_not_save(tmp
     r = edgespec(read_only, home, env_for(tmp_path, home, config), "run", prompt, "--raw", "--max-tokens", "8")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
-    lines = r.stderr.splitlines()
+    lines = without_speed_lines(r.stderr)
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert lines[0].startswith("edgespec: warning: cannot save the model hash record in ")
     assert str(home / "models") in lines[0] and "prompt cache" in lines[0]

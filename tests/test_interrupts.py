@@ -9,14 +9,17 @@ set at tens of seconds for work that takes well under one.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -231,6 +234,74 @@ def test_serve_tells_the_requests_in_flight_and_exits_with_the_signal(endless_en
     err = "".join(lines)
     assert lines[-1].strip() == f"edgespec: {interrupts.SIGNALS[signum]}", err
     assert not [sign for sign in CRASH_SIGNS + ("ERROR",) if sign in err], err
+
+
+# A busy loop that ends by itself: the load a test puts on the machine is bounded even if the
+# test dies before it can kill it.
+BUSY_LOOP = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass"
+
+
+@contextlib.contextmanager
+def busy_cpus(n: int, seconds: float) -> Iterator[None]:
+    """`n` busy-loop processes for at most `seconds`: a loaded machine, made by the test."""
+    burners = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(seconds)]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
+def streamed_events(client: httpx.Client, url: str, body: dict) -> tuple[int, list[str]]:
+    """A streamed request's status and its `data:` lines (the error body's, when not 200)."""
+    with client.stream("POST", url + "/completions", json={**body, "stream": True}) as stream:
+        if stream.status_code != 200:
+            return stream.status_code, [f"data: {stream.read().decode()}"]
+        return 200, [e for e in stream.iter_lines() if e.startswith("data:")]
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("run", range(3))
+def test_serve_stopped_under_load_with_streams_and_a_queued_request_exits_cleanly(endless_env, run):
+    """Issue 38: two streamed requests (one generating, one waiting its turn) and a queued one,
+    then SIGINT, on a loaded machine: the log held a traceback. The replies ended only when the
+    engine thread got round to each job; under load that took longer than uvicorn waits (2 s),
+    and uvicorn cancelled them (a traceback each, a stream cut mid-body, plain-text 500s). With
+    two busy processes per core the old code failed every run here; three runs make that sure.
+    Now every reply ends at once: an error event and `[DONE]`, or a 503."""
+    proc, url, lines, reader = start_serving(endless_env)
+    body = {"model": "endless", "prompt": "the river", "max_tokens": 30000}
+    try:
+        with busy_cpus(2 * (os.cpu_count() or 1), seconds=60), httpx.Client(timeout=60) as client:
+            with (
+                ThreadPoolExecutor(2) as pool,
+                client.stream("POST", url + "/completions", json={**body, "stream": True}) as stream,
+            ):
+                events = stream.iter_lines()
+                assert next(e for e in events if e.startswith("data:"))  # being generated
+                second = pool.submit(streamed_events, client, url, body)
+                queued = pool.submit(client.post, url + "/completions", json=body)
+                time.sleep(0.5)  # both wait behind the first
+                proc.send_signal(signal.SIGINT)
+                rest = [e for e in events if e.startswith("data:")]
+                second_status, second_events = second.result()
+                refused = queued.result()
+            assert proc.wait(timeout=60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+        reader.join(timeout=30)
+    err = "".join(lines)
+    assert not [sign for sign in CRASH_SIGNS + ("ERROR",) if sign in err], err
+    assert lines[-1].strip() == "edgespec: interrupted", err
+    assert rest[-1] == "data: [DONE]"
+    assert json.loads(rest[-2].removeprefix("data:"))["error"]["code"] == "server_stopping"
+    assert (
+        second_status == 503
+        and json.loads(second_events[0].removeprefix("data:"))["error"]["code"] == "server_stopping"
+    )
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_stopping"
 
 
 # -- the CLI, on the real pair (issue 9) ------------------------------------------------------------

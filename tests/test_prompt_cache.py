@@ -4,10 +4,15 @@ racing on one entry leave one whole entry; the memory tier keeps alternating pro
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +23,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _read, open_cache
+from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _digest, _read, open_cache
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError, ModelSpec, PairConfig
 from tests.fakes import fake_engine
@@ -385,3 +390,220 @@ def test_the_budget_from_the_environment_wins_and_a_bad_one_is_a_usage_error(cli
     monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "much")
     r = CliRunner().invoke(cli.main, ["run", "hi"])
     assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and "EDGESPEC_CACHE_BUDGET" in r.stderr
+
+
+# -- the budget ---------------------------------------------------------------------------------
+
+HUGE = "9" * 400
+
+
+@pytest.mark.parametrize("table, meaning", [("cache", "a size"), ("history", "a number of tokens")])
+@pytest.mark.parametrize(
+    "value", [f'"{HUGE}"', HUGE, f'"{HUGE}GB"', '"10000000000T"'], ids=["text", "integer", "GB", "beyond-2**63"]
+)
+def test_a_budget_too_large_for_any_disk_in_models_toml_is_one_line(tmp_path, table, meaning, value):
+    config = tmp_path / "models.toml"
+    config.write_text(f"[{table}]\nbudget = {value}\n")
+    with pytest.raises(ConfigError, match=rf'key "{table}.budget": .* is not {meaning}'):
+        load_registry(config)
+
+
+@pytest.mark.parametrize("command", [["run", "hi"], ["models", "list"]])
+def test_a_budget_of_400_digits_is_one_line_for_every_command(cli_env, monkeypatch, command):
+    from click.testing import CliRunner
+
+    from edgespec.cli import main as cli
+
+    config = cli_env / "models.toml"
+    config.write_text(config.read_text() + f'[cache]\nbudget = "{HUGE}"\n')
+    r = CliRunner().invoke(cli.main, command)
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
+    assert r.stderr.count("\n") == 1 and 'key "cache.budget"' in r.stderr
+    config.write_text(config.read_text().replace(f'"{HUGE}"', '"1G"'))
+    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", HUGE)
+    r = CliRunner().invoke(cli.main, ["run", "hi"])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit)
+    assert r.stderr.count("\n") == 1 and "EDGESPEC_CACHE_BUDGET" in r.stderr
+
+
+def test_a_budget_of_0_reads_saves_and_says_nothing(cli_env, monkeypatch):
+    run(cli_env, "Explain f1.")
+    before = {p: p.stat().st_mtime_ns for p in entries(cli_env)}
+    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "0")
+    from click.testing import CliRunner
+
+    from edgespec.cli import main as cli
+
+    stats = cli_env / "stats.json"
+    r = CliRunner().invoke(
+        cli.main, ["run", "Add type hints.", "--max-tokens", "8", "--stats-json", str(stats)], input=FILE
+    )
+    assert r.exit_code == 0 and "prompt cache" not in r.stderr
+    assert json.loads(stats.read_text())["prompt_cached"] == 0
+    assert {p: p.stat().st_mtime_ns for p in entries(cli_env)} == before  # neither used nor replaced
+
+
+# -- what the folder may hold under an entry's name ----------------------------------------------
+
+
+def within(seconds: float, call):
+    """`call()`'s result, or a failure when it has not returned after `seconds` (a hang detector:
+    generous, as a busy machine is slow; the stuck thread is a daemon and dies with the session)."""
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        pytest.fail(f"still running after {seconds} s")
+    return result[0]
+
+
+def entry_bytes(identity: str, n_tokens: int, state_size: int) -> bytes:
+    """The start of an entry whose header claims `n_tokens` and `state_size`, with nothing after it."""
+    header = json.dumps(
+        {"identity": identity, "n_tokens": n_tokens, "state_size": state_size, "tokens_crc32": 0, "state_crc32": 0}
+    ).encode()
+    return MAGIC + len(header).to_bytes(4, "little") + header
+
+
+def plant_fifo(path: Path, identity: str, elsewhere: Path) -> None:
+    os.mkfifo(path)
+
+
+def plant_folder(path: Path, identity: str, elsewhere: Path) -> None:
+    path.mkdir()
+
+
+def plant_link_to_a_whole_entry(path: Path, identity: str, elsewhere: Path) -> None:
+    (whole,) = elsewhere.glob("*.kv")
+    path.symlink_to(whole)
+
+
+def header_claiming(n_tokens: int, state_size: int):
+    def plant(path: Path, identity: str, elsewhere: Path) -> None:
+        path.write_bytes(entry_bytes(identity, n_tokens, state_size))
+
+    return plant
+
+
+def plant_deep_header(path: Path, identity: str, elsewhere: Path) -> None:
+    path.write_bytes(MAGIC + (60_000).to_bytes(4, "little") + b"[" * 60_000)
+
+
+@pytest.mark.parametrize(
+    "plant, said, removed",
+    [
+        (plant_fifo, "not a regular file", True),
+        (plant_link_to_a_whole_entry, "a link", True),
+        (plant_folder, "not a regular file", False),
+        (header_claiming(2**62, 0), "truncated", True),
+        (header_claiming(10**11, 0), "truncated", True),
+        (header_claiming(0, 2**62), "truncated", True),
+        (plant_deep_header, "bad header", True),
+    ],
+    ids=["fifo", "link", "folder", "tokens-2**62", "tokens-10**11", "state-2**62", "deep-header"],
+)
+def test_what_is_not_a_whole_regular_entry_is_ignored_at_once(tmp_path, tiny_gguf, cache, notes, plant, said, removed):
+    backend = load(tiny_gguf)
+    tokens = backend.tokenize(FILE)
+    backend.eval(tokens, 1)
+    elsewhere = PromptCache(tmp_path / "elsewhere")
+    elsewhere.save(backend)  # a whole entry of this model, outside the cache folder
+    backend.truncate(0)
+    identity = backend.cache_identity()
+    cache.folder.mkdir()
+    path = cache.folder / f"{_digest(identity.encode())}-{'0' * 16}.kv"
+    plant(path, identity, elsewhere.folder)
+
+    assert within(60, lambda: cache.warm(backend, tokens + [10])) == 0
+    assert backend.cached == []
+    assert len(notes) == 1 and said in notes[0]
+    if removed:
+        assert "removed" in notes[0] and not os.path.lexists(path)
+    else:
+        assert "cannot be removed" in notes[0] and path.is_dir()
+    assert len(list(elsewhere.folder.glob("*.kv"))) == 1  # a link's target is left alone
+    backend.close()
+
+
+def test_an_entry_that_cannot_be_removed_is_said_as_kept_once(monkeypatch, open_engine, cache, notes):
+    reply(open_engine(cache), FILE + "\n\nExplain f1.")
+    for path in cache.folder.glob("*.kv"):
+        garble_header(path)
+    kept = sorted(cache.folder.glob("*.kv"))
+
+    def refuse(self, missing_ok=False):  # a read-only folder, as a root test process has no other
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    cold_ids, _ = reply(open_engine(None), FILE + "\n\nAdd type hints.")
+    ids, summary = reply(open_engine(cache), FILE + "\n\nAdd type hints.")
+    assert ids == cold_ids and summary.prompt_cached == 0
+    assert set(kept) <= set(cache.folder.glob("*.kv"))
+    assert len(notes) == 1 and "cannot be removed (Permission denied)" in notes[0] and "removed a" not in notes[0]
+
+
+# -- the folder's modes, the model's identity --------------------------------------------------
+
+
+def test_folders_are_private_and_entries_too_whatever_the_umask(cli_env):
+    old = os.umask(0)
+    try:
+        run(cli_env, "Explain f1.")
+    finally:
+        os.umask(old)
+    home = cli_env / "home"
+    folders = [home, *(p for p in home.rglob("*") if p.is_dir())]
+    assert (home / "prompt-cache") in folders
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in folders} == {str(p): "0o700" for p in folders}
+    assert entries(cli_env) and all(p.stat().st_mode & 0o777 == 0o600 for p in entries(cli_env))
+
+
+def test_an_older_world_writable_cache_folder_is_made_private_on_the_next_save(cli_env):
+    folder = cli_env / "home" / "prompt-cache"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    run(cli_env, "Explain f1.")
+    assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "make, stated_sha256",
+    [(os.link, False), (os.link, True), (shutil.copyfile, True)],
+    ids=["hard-link", "hard-link-with-sha256", "copy-with-sha256"],
+)
+def test_a_link_to_the_model_or_a_verified_copy_keeps_its_entries(
+    cli_env, tiny_gguf, tiny_draft_gguf, make, stated_sha256
+):
+    """A file with no stated sha256 is named by path, size and mtime: a copy elsewhere is another
+    file, whose entries are its own."""
+    models = cli_env / "models"
+    models.mkdir()
+    files = {name: models / f"{name}.gguf" for name in ("t", "d")}
+    shutil.copyfile(tiny_gguf, files["t"])
+    shutil.copyfile(tiny_draft_gguf, files["d"])
+
+    def configure(paths: dict[str, Path]) -> None:
+        (cli_env / "models.toml").write_text(
+            'default = "tiny"\n'
+            + "".join(
+                f'[models.{name}]\nformat = "gguf"\npath = "{path}"\n'
+                + (f'sha256 = "{sha256_of(path)}"\n' if stated_sha256 else "")
+                for name, path in paths.items()
+            )
+            + '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+        )
+
+    configure(files)
+    run(cli_env, "Explain f1.")
+    others = {name: models / f"{name}-other.gguf" for name in files}
+    for name, path in files.items():
+        make(path, others[name])
+    if make is shutil.copyfile:
+        configure(others)
+    _, warm = run(cli_env, "Add type hints.")
+    assert warm["prompt_cached"] > len(FILE) // 2

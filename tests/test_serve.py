@@ -8,6 +8,7 @@ origin (draft, correction, bonus, and target for the first token). Tests that ne
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -21,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import openai
@@ -35,7 +37,7 @@ from edgespec.decoding.events import Source, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
-from edgespec.server.app import MAX_BODY_BYTES
+from edgespec.server.app import MAX_BODY_BYTES, create_app
 from edgespec.server.stop_strings import StopCut
 from tests.live_server import serving, serving_app
 
@@ -451,6 +453,37 @@ def test_a_server_that_stops_ends_the_replies_in_flight_with_a_503(config):
             replies = [running.result(), waiting.result(), post(own, "/chat/completions", json=body)]
     for reply in replies:
         assert error_of(reply, 503)["code"] == "server_stopping"
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_let_go_without_an_error():
+    """The app reads the body itself (to check it off the event loop): a client that goes away
+    part way through is answered as one that left (499), not as a failure with a traceback."""
+    served = SimpleNamespace(engine=SimpleNamespace(pair=SimpleNamespace(name="tiny", tool_format=None)))
+    app = create_app(served, SETTINGS)
+    incoming = [{"type": "http.request", "body": b'{"model": ', "more_body": True}, {"type": "http.disconnect"}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return incoming.pop(0)
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    asyncio.run(app(scope, receive, send))  # an error would be raised here, as uvicorn would log it
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
 
 
 def test_a_client_that_leaves_while_queued_is_skipped(live):

@@ -50,21 +50,6 @@ def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
         yield live
 
 
-@pytest.fixture
-def generations(live):
-    """How many generations the engine began while the test ran."""
-    engine, started = live.worker.engine, []
-    real = engine.generate_tokens
-
-    def counting(*args, **kwargs):
-        started.append(args[1].constraint)
-        return real(*args, **kwargs)
-
-    engine.generate_tokens = counting
-    yield started
-    del engine.generate_tokens
-
-
 def ask(live, response_format, **fields) -> httpx.Response:
     body = {"model": "tiny", "messages": [{"role": "user", "content": "a pet"}], "max_tokens": 8}
     body |= {"response_format": response_format, **fields}

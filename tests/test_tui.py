@@ -20,7 +20,8 @@ from rich.text import Text
 from textual.app import App
 
 from edgespec.decoding.backend import Placement
-from edgespec.decoding.events import Source, Step, Token
+from edgespec.decoding.drafters import DrafterKind
+from edgespec.decoding.events import ControllerState, Source, Step, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
@@ -30,7 +31,7 @@ from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
 from edgespec.tui.history import COPIED, SPAN_KINDS, ChatStore, Conversation
 from edgespec.tui.pacing import SHARED_CPU, SPARE_CORE, Budget, UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
-from edgespec.tui.stats import ReplyFigures, ReplyStats, frozen_line, sparkline
+from edgespec.tui.stats import ReplyFigures, ReplyStats, StatsBar, frozen_line, sparkline
 from edgespec.tui.transcript import (
     LEGEND_LABELS,
     REJECTED,
@@ -119,6 +120,27 @@ def test_copied_drafts_are_a_span_kind_of_their_own_and_merge_like_drafts():
     spans.token(Source.BONUS, "d", copied=True)  # only accepted drafts are copies
     assert message["spans"] == [[COPIED, "ab"], ["draft", "c"], ["bonus", "d"]]
     assert COPIED in SPAN_KINDS and COPIED in dict(LEGEND_LABELS)
+
+
+@pytest.mark.asyncio
+async def test_the_status_bar_names_the_drafter_by_its_value():
+    """The engine's controller reports a DrafterKind; the bar read "K 2 DrafterKind.MODEL" while it
+    was a str-mixin Enum (Python 3.11 formats those by name)."""
+    state = ControllerState("auto", 2, DrafterKind.MODEL, 0.5, 1.2, 1.1)
+    stats = ReplyStats(sent_at=0.0)
+    stats.add(0.1, Step(2, 2, (1, 2), (), 0.01, 0.02, drafter=DrafterKind.MODEL, controller=state))
+    for n in range(3):
+        stats.add(0.2 + n * 0.01, Token(n, "a", Source.DRAFT))
+
+    class BarOnly(App):
+        def compose(self):
+            yield StatsBar()
+
+    app = BarOnly()
+    async with app.run_test():
+        bar = app.query_one(StatsBar)
+        bar.show(stats.figures(), generating=True)
+        assert " · K 2 model " in str(bar.render())
 
 
 def test_live_figures_come_from_the_tally_and_the_stamps_until_the_summary():
@@ -705,7 +727,7 @@ def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_
     assert result.exit_code == 0, result.output
     rescued = tmp_path / "rescued" / f"{seen['id']}.json"
     assert json.loads(rescued.read_text())["messages"][-1]["content"] == REPLY
-    line = f"chat {seen['id']} could not be saved in {tmp_path / 'chats'} (File exists); it was saved to {rescued}"
+    line = f"chat {seen['id']} could not be saved in {tmp_path / 'chats'} (Not a directory); it was saved to {rescued}"
     assert seen["notes"] == [("Saved elsewhere", line)]
     assert result.stderr.splitlines()[-1] == f"edgespec: warning: {line}"
     assert (tmp_path / "chats").read_text() == "a file where the chats folder belongs\n"

@@ -15,9 +15,10 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.tune import ORIGINAL, Measured, TuneError, check_space, recommend
 from edgespec.cli import main as cli
 from edgespec.models import layouts
-from edgespec.models.config import load_registry
-from edgespec.models.registry import Derived
+from edgespec.models.config import CONFIG_BYTES, load_registry
+from edgespec.models.registry import ConfigError, Derived
 from edgespec.models.store import Store
+from edgespec.models.user_registry import register
 from edgespec.models.vocab import read_vocabulary
 from edgespec.quality.fidelity import Fidelity, measure_fidelity
 from edgespec.quality.noise_floor import calibration_tokens
@@ -290,3 +291,33 @@ def test_a_tune_removes_the_partial_files_that_killed_tunes_left(env):
     r = tune("tiny", "--layouts", "q4_0", "--prompts", "0")
     assert r.exit_code == 0, r.stderr
     assert not any(path.exists() for path in left)
+
+
+def test_registering_writes_through_a_symlinked_user_file_keeping_its_mode(env):
+    """A models.toml kept elsewhere behind a link (a dotfiles repository) was replaced by a plain
+    file: the link is kept, its target gets the new pair, and the target's permissions stay."""
+    config = env / "models.toml"
+    dotfiles = env / "dotfiles"
+    dotfiles.mkdir()
+    real = dotfiles / "edgespec.toml"
+    config.rename(real)
+    real.chmod(0o644)
+    config.symlink_to(real)
+    pair = {"description": "copy", "backend": "llamacpp", "target": "t", "drafter": "d", "context": 512}
+    path, changed = register([], "tiny-copy", pair)
+    assert changed and config.is_symlink() and config.resolve() == real
+    assert "[pairs.tiny-copy]" in real.read_text() and real.read_text().startswith("# my own models")
+    assert real.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in dotfiles.iterdir()] == ["edgespec.toml"]  # no temporary file left
+    assert load_registry().pair("tiny-copy").target.name == "t"
+
+
+def test_registering_never_writes_a_file_too_large_to_read_back(env):
+    config = env / "models.toml"
+    config.write_text(config.read_text() + "#" * (CONFIG_BYTES - len(config.read_bytes()) - 10) + "\n")
+    before = config.read_bytes()
+    load_registry()  # read as it is
+    pair = {"description": "copy", "backend": "llamacpp", "target": "t", "drafter": "d", "context": 512}
+    with pytest.raises(ConfigError, match=r'adding pair "tiny-copy" would make it larger than 64 KiB'):
+        register([], "tiny-copy", pair)
+    assert config.read_bytes() == before

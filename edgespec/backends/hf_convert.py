@@ -22,6 +22,7 @@ from pathlib import Path
 
 from edgespec.backends.hf_quiet import first_line, quiet_transformers
 from edgespec.decoding.backend import BackendError
+from edgespec.util.paths import private_folder
 
 DONE = "edgespec-conversion.json"  # written last: its presence marks a complete conversion
 
@@ -39,7 +40,7 @@ def converted_dir(gguf: Path, cache_dir: Path, *, dtype, sha256: str | None = No
     out = Path(cache_dir) / conversion_name(gguf, dtype, sha256)
     if (out / DONE).exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         convert_gguf(gguf, tmp, dtype=dtype)

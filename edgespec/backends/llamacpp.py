@@ -53,18 +53,23 @@ def _u8_array(buffer: bytearray):
     return (ctypes.c_uint8 * len(buffer)).from_buffer(buffer)
 
 
-def _state_identity(lc, path: Path, mparams, cparams, placement: Placement) -> str:
+def _state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placement: Placement) -> str:
     """What a saved KV state depends on besides its tokens (see `LlamaCppBackend.cache_identity`).
-    The model file is named by path, size, inode and times: any change to it (a new pull, an edit)
-    makes a new identity, without hashing a gigabyte on every load; the store verified its sha256
-    before the load."""
-    st = Path(path).stat()
+    The model is named by its content: the sha256 the store verified before the load, so a hard
+    link, a copy or a move keeps every entry. A file with no known sha256 (a local `path` without
+    one) is named by path, size and mtime, without hashing a gigabyte on every load: a new hard link
+    changes the file's ctime and inode count, not these."""
+    if sha256 is not None:
+        model = f"sha256 {sha256}"
+    else:
+        st = Path(path).stat()
+        model = f"{Path(path).resolve()} {st.st_size} {st.st_mtime_ns}"
     settings = {name: getattr(cparams, name) for name in _STATE_SETTINGS}
     return "|".join(
         [
             f"llama-cpp-python {lc.__version__}",
             lc.llama_print_system_info().decode("utf-8", "replace").strip(),
-            f"{Path(path).resolve()} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}",
+            model,
             f"n_gpu_layers {mparams.n_gpu_layers}",
             f"{placement.device} {placement.detail}",
             " ".join(f"{k} {v}" for k, v in settings.items()),
@@ -93,12 +98,21 @@ _STATE_SETTINGS = (
 class LlamaCppBackend:
     """One GGUF model with its own context and KV cache (sequence 0)."""
 
-    def __init__(self, path: Path, n_ctx: int, *, n_gpu_layers: int | None = None, threads: int | None = None):
-        """`n_gpu_layers`: layers to offload (-1 all); None offloads all where llama.cpp can (`gpu_layers`)."""
+    def __init__(
+        self,
+        path: Path,
+        n_ctx: int,
+        *,
+        n_gpu_layers: int | None = None,
+        threads: int | None = None,
+        sha256: str | None = None,
+    ):
+        """`n_gpu_layers`: layers to offload (-1 all); None offloads all where llama.cpp can (`gpu_layers`).
+        `sha256`: the file's, where the caller verified it (names the model in `cache_identity`)."""
         import llama_cpp as lc
 
         self._lc = lc
-        self.path = path
+        self.path, self._sha256 = path, sha256
         # what close() frees, whenever loading stops
         self._model: llama_cpp.llama_model_p | None = None
         self._ctx: llama_cpp.llama_context_p | None = None
@@ -149,7 +163,7 @@ class LlamaCppBackend:
         if not self._ctx:
             raise BackendError(runtime.failure(f"llama.cpp could not create a {self.n_ctx}-token context for {path}"))
         self._mem = lc.llama_get_memory(self._ctx)
-        self._identity = _state_identity(lc, path, mparams, cparams, self.placement)
+        self._identity = _state_identity(lc, path, self._sha256, mparams, cparams, self.placement)
         self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
         self.read_chunk = READ_CHUNK

@@ -11,21 +11,15 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from edgespec.util.errors import UsageError
+from edgespec.util.user_files import read_user_file
 
 
 def json_objects(path: Path, max_bytes: int, what: str = "suite file") -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of `path`, a file of at most `max_bytes`
-    (read no further: a wrong file, a disk image or a log, does not fill memory). `what` names the
-    file in the errors about the whole file ("suite file x.jsonl is over ...")."""
-    if not path.is_file():
-        raise UsageError(f"{what} {path} {'is not a regular file' if path.exists() else 'does not exist'}")
-    try:
-        with path.open("rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as e:
-        raise UsageError(f"{what} {path}: cannot read ({e.strerror or e})") from None
-    if len(data) > max_bytes:
-        raise UsageError(f"{what} {path} is over {max_bytes:,} bytes; split it")
+    """(line number, object) for each non-blank line of `path`, a file (or a pipe: `<(zcat x.gz)`) of
+    at most `max_bytes` (read no further: a wrong file, a log, an endless pipe, does not fill
+    memory; `read_user_file`). `what` names the file in the errors about the whole file ("suite
+    file x.jsonl is larger than ...")."""
+    data = read_user_file(path, max_bytes, f"{what} {path}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -51,6 +51,7 @@ from edgespec.quality.fidelity import Fidelity, measure_fidelity
 from edgespec.quality.noise_floor import calibration_tokens
 from edgespec.quality.perplexity import Quality, shipped_quality
 from edgespec.util.errors import EdgespecError
+from edgespec.util.paths import private_folder
 
 ORIGINAL = "original"
 DRAFT_ONLY = "draft-only"  # the original target with the tuned draft
@@ -125,7 +126,7 @@ def tuned_path(tuned_dir: Path, source_sha256: str, layout: str) -> Path:
 
 
 def check_space(folder: Path, needed: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    private_folder(folder)
     free = shutil.disk_usage(folder).free
     if free < needed:
         raise TuneError(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import functools
-import json
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from edgespec.util import interrupts
 from edgespec.util.errors import EdgespecError, SettingError, UsageError
 from edgespec.util.stdout import PipeClosed
 from edgespec.util.text_check import context_bytes
+from edgespec.util.user_files import read_user_file
 
 if TYPE_CHECKING:
     from edgespec.constraints.guidance import ConstraintSpec
@@ -94,6 +94,11 @@ class FiniteFloat(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        """The range shown in --help ("0<=x<=100"), or nothing for a flag with no bounds: click's
+        own would print "x<=None" (it assumes one bound at least)."""
+        return "" if self.min is None and self.max is None else super()._describe_range()
 
 
 class NameList(click.ParamType):
@@ -194,32 +199,33 @@ def json_options(f: Callable) -> Callable:
     )(f)
 
 
+# The most bytes of a --json-schema file read: what one request to `serve` may carry whole.
+SCHEMA_BYTES = 4 << 20
+
+
 def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpec | None:
-    """The constraint --json / --json-schema ask for, checked (compiled without a model): a usage
-    error for a file that cannot be read, text that is not JSON, or a schema feature the engine
-    cannot enforce, naming it."""
-    from edgespec.constraints.guidance import ConstraintSpec, grammar_of  # llguidance only when asked
+    """The constraint --json / --json-schema ask for, checked (compiled whole without a model,
+    `guidance.check`): a usage error for a file that cannot be read, text that is not JSON or
+    nests too deep, a schema no finite document satisfies, or one the engine cannot enforce or
+    build, naming it."""
+    from edgespec.constraints.guidance import ConstraintSpec, check  # llguidance only when asked
 
     if any_object and schema_file is not None:
         raise UsageError("--json and --json-schema exclude each other (a schema says what JSON to write)")
     if schema_file is not None:
         try:
-            text = schema_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise UsageError(f"--json-schema: cannot read {schema_file}: {getattr(e, 'strerror', None) or e}") from None
-        try:
-            schema = json.loads(text)
-        except ValueError as e:
-            raise UsageError(f"--json-schema: {schema_file} is not JSON: {e}") from None
-        if not isinstance(schema, dict | bool):
-            raise UsageError(f"--json-schema: {schema_file} holds no JSON schema (an object)")
+            text = read_user_file(schema_file, SCHEMA_BYTES, str(schema_file)).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"--json-schema: {schema_file} is not UTF-8 text (at byte {e.start})") from None
+        except UsageError as e:
+            raise UsageError(f"--json-schema: {e}") from None
         spec = ConstraintSpec.json_schema(text)
     elif any_object:
         spec = ConstraintSpec("json_object")
     else:
         return None
     try:
-        grammar_of(spec)
+        check(spec)
     except UsageError as e:
         raise UsageError(f"--json-schema: {e}" if schema_file is not None else f"--json: {e}") from None
     return spec

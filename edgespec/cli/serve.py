@@ -143,7 +143,9 @@ def serve(
         try:
             engine.sources = engine_thread.call(open_sources, engine.target, config, no_history, context)
             sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
-            app = create_app(worker, GenerateSettings(sampling=sampling, draft=draft, k=k), api_key)
+            defaults = GenerateSettings(sampling=sampling, draft=draft, k=k)
+            app = create_app(worker, defaults, api_key)
+            worker.prepare(defaults)  # on the engine thread while uvicorn starts: /health says 503 until it ends
             click.echo(
                 f"edgespec: serving {pair_config.name!r} at {base_url(sock)} (model name "
                 f"{pair_config.name!r}); Ctrl-C stops",

@@ -18,13 +18,13 @@ feature llguidance cannot enforce), never a constraint silently dropped.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, grammar_of
+from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, check
+from edgespec.constraints.json_schemas import subschemas
 
 
 class _Strict(BaseModel):
@@ -77,21 +77,18 @@ def format_constraint(fmt: ResponseFormat | None) -> ConstraintSpec | None:
     else:
         schema, name = fmt.json_schema.schema_, fmt.json_schema.name
         what = f"invalid schema for response_format {name!r}"
+        try:
+            spec = ConstraintSpec.json_schema(schema)  # its depth first: strict_problem walks it
+        except ConstraintError as e:
+            raise ConstraintError(f"{what}: {e}") from None
         problem = strict_problem(schema) if fmt.json_schema.strict else None
         if problem:
             raise ConstraintError(f"{what} (strict): {problem}")
-        spec = ConstraintSpec.json_schema(schema)
     try:
-        grammar_of(spec)
+        check(spec)
     except ConstraintError as e:
         raise ConstraintError(f"{what}: {e}") from None
     return spec
-
-
-# keywords whose value is a schema, a list of schemas, or a name -> schema map
-_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
-_LIST = ("items", "prefixItems", "anyOf", "allOf", "oneOf")
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def strict_problem(schema: dict) -> str | None:
@@ -99,8 +96,8 @@ def strict_problem(schema: dict) -> str | None:
     None when it keeps them all."""
     if schema.get("type") != "object":
         return "the root must be an object ('type': 'object'), not anyOf or another type"
-    for where, node in _subschemas(schema, ""):
-        if not _is_object(node):
+    for where, node in subschemas(schema):
+        if not isinstance(node, dict) or not _is_object(node):
             continue
         at = where or "the root"
         if node.get("additionalProperties") is not False:
@@ -116,25 +113,3 @@ def strict_problem(schema: dict) -> str | None:
 def _is_object(node: dict) -> bool:
     kind = node.get("type")
     return kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in node
-
-
-def _subschemas(node: dict, where: str) -> Iterator[tuple[str, dict]]:
-    """`node` and every schema within it, each with its JSON pointer."""
-    yield where, node
-    for key in dict.fromkeys(_ONE + _LIST + _MAP):
-        value = node.get(key)
-        if isinstance(value, dict) and key in _MAP:
-            children = [(f"{where}/{key}/{_escaped(name)}", child) for name, child in value.items()]
-        elif isinstance(value, dict):
-            children = [(f"{where}/{key}", value)]
-        elif isinstance(value, list) and key in _LIST:
-            children = [(f"{where}/{key}/{i}", child) for i, child in enumerate(value)]
-        else:
-            continue
-        for pointer, child in children:
-            if isinstance(child, dict):
-                yield from _subschemas(child, pointer)
-
-
-def _escaped(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")

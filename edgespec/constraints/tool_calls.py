@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from edgespec.constraints.guidance import JSON_LAYOUT, ConstraintError, ConstraintSpec, grammar_of
+from edgespec.constraints.guidance import JSON_LAYOUT, ConstraintError, ConstraintSpec, check
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ def call_constraint(
     parameters llguidance cannot enforce and the feature it rejected."""
     for name, schema in tools.items():
         try:
-            grammar_of(ConstraintSpec.json_schema(schema))
+            check(ConstraintSpec.json_schema(schema))
         except ConstraintError as e:
             raise ConstraintError(f"the parameters of tool {name!r}: {e}") from None
     more = f" ({_literal(fmt.between + fmt.open)} body)*" if parallel else ""
@@ -72,7 +72,7 @@ def call_constraint(
         lines.append(f"body_{i}: {head} args_{i} {tail}")
         lines.append(f"args_{i}: %json {json.dumps({**schema, 'x-guidance': JSON_LAYOUT})}")
     spec = ConstraintSpec("lark", "\n".join(lines) + "\n")
-    grammar_of(spec)  # each part compiled above; the whole is checked once more
+    check(spec)  # each part checked above; the whole is compiled once more
     return spec
 
 

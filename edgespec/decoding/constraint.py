@@ -7,6 +7,11 @@ or verifies with is masked first (`masked`), the draft model drafts under the sa
 n-gram copy is cut at the first forbidden token, so verification stays the usual acceptance test
 on masked distributions: greedy takes the allowed argmax, sampling renormalises over the allowed
 tokens, and the output follows the target restricted to what the constraint allows.
+
+A constraint can lead nowhere: a state where it allows only the end although the reply is not a
+complete match (a schema no finite document satisfies that no check before decoding found, or the
+grammar engine failing mid-reply). The end there is no success: the decoder raises
+`ConstraintDeadEnd` instead of ending the reply as if it were whole.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
+
+from edgespec.util.errors import EdgespecError
 
 
 class Constraint(Protocol):
@@ -53,6 +60,21 @@ class Constraint(Protocol):
     def done(self) -> bool:
         """Nothing but the end of the reply may follow."""
         ...
+
+    def accepting(self) -> bool:
+        """The reply so far is a complete match: an end there is a success."""
+        ...
+
+
+class ConstraintDeadEnd(EdgespecError):
+    """The constraint allowed nothing but the end of a reply that does not match it yet: the reply
+    failed (exit 1 in `run`, an error in `serve`), however much of it was already sent."""
+
+    def __init__(self, tokens: int):
+        super().__init__(
+            f"the constraint leads nowhere: after {tokens} tokens it allows only the end of an incomplete "
+            "reply (a schema no finite document satisfies, or one past the grammar engine's limits)"
+        )
 
 
 def masked(rows: np.ndarray, allowed: np.ndarray) -> np.ndarray:

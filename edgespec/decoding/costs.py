@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from edgespec.decoding.backend import Backend
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
 from edgespec.decoding.quiet_cost import QuietCost
@@ -37,9 +39,12 @@ class CostModel:
 
     SMOOTH = 0.15
     # The quiet curve is contradicted when live passes put it this much lower, since it was last
-    # measured or restored, at SEVERAL sizes or more: the measurement ran on a busy machine.
+    # measured or restored, at SEVERAL sizes or more: the measurement ran on a busy machine. Or FAR
+    # times lower at any one size: a short reply may try only one, and no noise makes a pass twice
+    # as fast as the machine can run it.
     MARGIN = 0.15
     SEVERAL = 2
+    FAR = 2.0
 
     def __init__(self) -> None:
         self._verify: dict[int, float] = {}
@@ -111,17 +116,21 @@ class CostModel:
         learnt = [q.end_session() for q in (*self._quiet_verify.values(), self._quiet_draft, self._quiet_read)]
         return any(learnt)
 
-    def contradicted(self) -> bool:
-        """Whether live passes have put the quiet curve MARGIN lower than it was when last measured
-        or restored, at SEVERAL sizes or more. Then the measurement ran while other work did, and
-        the sizes no live pass has tried since are likely as inflated: the controller, finding
-        them dear, would never try them and learn otherwise. A curve live passes find higher is
-        no contradiction: busy moments only ever add time, and the quiet curve rises by itself
-        when the machine really is slower."""
-        fell = [
-            n for n, now in self.quiet_curve().items() if n in self._start and now < (1 - self.MARGIN) * self._start[n]
-        ]
-        return len(fell) >= self.SEVERAL
+    def contradicted(self) -> float | None:
+        """How many times too dear live passes have proved the quiet curve (the largest ratio of a
+        size's figure when last measured or restored to its figure now), when they contradict it:
+        MARGIN lower at SEVERAL sizes or more, or FAR lower at one; else None. A size counts once
+        live passes gave it a figure (a session of MIN_TIMINGS passes or more, in one reply or
+        several). Then the measurement ran while other work did, and the sizes no live pass has
+        tried since are likely as inflated: the controller, finding them dear, would never try
+        them and learn otherwise. A curve live passes find higher is no contradiction: busy
+        moments and long contexts only ever add time, and the quiet curve rises by itself when
+        the machine really is slower."""
+        ratios = [self._start[n] / s for n, s in self.quiet_curve().items() if n in self._start]
+        fell = [ratio for ratio in ratios if ratio > 1 / (1 - self.MARGIN)]
+        if len(fell) >= self.SEVERAL or any(ratio > self.FAR for ratio in fell):
+            return max(fell)
+        return None
 
     def quiet_curve(self) -> dict[int, float]:
         """Seconds per target pass by tokens verified, when nothing else runs (what is saved)."""
@@ -202,56 +211,104 @@ class CostModel:
         slope = (pts[hi] - pts[lo]) / (hi - lo)
         return max(pts[lo] + slope * (n - lo), 1e-6)
 
-    def calibrate(self, target, draft=None, max_n: int = 17, rounds: int = 3) -> None:
-        """Time every verification size from 1 to `max_n` on the target (and one draft step) on
-        dummy tokens, then roll the caches back.
+    def calibrate(
+        self,
+        target,
+        draft=None,
+        max_n: int = 17,
+        rounds: int = 3,
+        budget_s: float | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> Calibration:
+        """Time every verification size from 1 to `max_n` on the target (and a draft step and a
+        read of the draft model) on dummy tokens, then roll the caches back.
 
         Every size, not a few to interpolate between: the curve is not monotone where llama.cpp
         repacks weights for GEMM kernels that take 4 or 8 rows at once (verifying 4 tokens can cost
-        less than 3), and the controller should
-        draft the length that is cheap to verify, not the one a straight line suggests.
+        less than 3), and the controller should draft the length that is cheap to verify, not the
+        one a straight line suggests.
 
         Each size's `rounds` interleaved timings are one session of its quiet cost (their low
         quantile: the fastest of three), added to the sessions restored before, if any: another
         process waking up only ever adds time, and one busy moment in a measurement would
-        otherwise rule out the sizes it hit. The live estimates then start from the quiet curve."""
-        for backend, ns in ((target, range(1, max_n + 1)), (draft, (1,))):
-            if backend is None:
-                continue
-            start = len(backend.cached)
-            room = backend.n_ctx - start
-            backend.eval([0], 1)  # warm-up: first calls pay for allocation
-            backend.truncate(start)
-            timings: dict[int, list[float]] = {}
-            for _ in range(rounds):
-                for n in ns:
-                    if n > room:
-                        break
-                    t0 = time.perf_counter()
-                    backend.eval([0] * n, n)
-                    elapsed = time.perf_counter() - t0
-                    backend.truncate(start)
-                    timings.setdefault(n, []).append(elapsed)
-            for n, seconds in timings.items():
-                if backend is target:
-                    self._quiet_verify.setdefault(n, QuietCost()).add_session(seconds)
-                else:
-                    self._quiet_draft.add_session([s / n for s in seconds])
-        if draft is not None and draft.n_ctx - len(draft.cached) >= self.READ_PROBE:
-            self._quiet_read.add_session(self._read_timings(draft, rounds))
+        otherwise rule out the sizes it hit. The live estimates then start from the quiet curve.
+
+        `budget_s` bounds the time: on a machine too slow or too busy to finish, it stops once
+        the budget is spent and keeps what it timed (at least two sizes, the least a curve needs;
+        a round times the ends first, so a cut round still spans the range, and the draft step
+        first, so it is seldom left to its prior, a one-token pass). `progress` is called after
+        every timing with the seconds spent so far (a front end says a long one is under way); an
+        exception it raises stops the calibration, the caches rolled back and nothing kept."""
+        start = time.perf_counter()
+        probes = self._probes(target, draft, max_n)
+        for backend in (target, draft):
+            if backend is not None and backend.n_ctx > len(backend.cached):
+                at = len(backend.cached)
+                backend.eval([0], 1)  # warm-up: first calls pay for allocation
+                backend.truncate(at)
+        timings: dict[tuple[str, int], list[float]] = {}
+        cut = False
+        for _ in range(rounds):
+            for backend, key, tokens, logits in probes:
+                spent = time.perf_counter() - start
+                if budget_s is not None and spent > budget_s and sum(k[0] == "verify" for k in timings) >= 2:
+                    cut = True
+                    break
+                at = len(backend.cached)
+                t0 = time.perf_counter()
+                backend.eval([0] * tokens, logits)
+                elapsed = time.perf_counter() - t0
+                backend.truncate(at)
+                timings.setdefault(key, []).append(elapsed if key[0] == "verify" else elapsed / tokens)
+                if progress is not None:
+                    progress(time.perf_counter() - start)
+            if cut:
+                break
+        for (what, n), seconds in timings.items():
+            quiet = {"draft": self._quiet_draft, "read": self._quiet_read}.get(what)
+            (quiet or self._quiet_verify.setdefault(n, QuietCost())).add_session(seconds)
         self._start_from_quiet()
+        wanted = sum(key[0] == "verify" for _, key, _, _ in probes)
+        sizes = sum(key[0] == "verify" for key in timings)
+        return Calibration(sizes, wanted, cut, time.perf_counter() - start)
 
     READ_PROBE = 64  # tokens the draft model reads, to time its catch-up
 
-    def _read_timings(self, draft, rounds: int) -> list[float]:
-        """Seconds per token of the draft model reading READ_PROBE tokens in one batch, `rounds` times."""
-        start, per_token = len(draft.cached), []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            draft.eval([0] * self.READ_PROBE, 1)
-            per_token.append((time.perf_counter() - t0) / self.READ_PROBE)
-            draft.truncate(start)
-        return per_token
+    def _probes(self, target, draft, max_n: int) -> list[tuple[Backend, tuple[str, int], int, int]]:
+        """One round of a calibration, in order: (backend, what it times, tokens, logits asked)."""
+        room = target.n_ctx - len(target.cached)
+        probes: list[tuple[Backend, tuple[str, int], int, int]] = []
+        if draft is not None and draft.n_ctx > len(draft.cached):
+            probes.append((draft, ("draft", 1), 1, 1))
+        probes += [(target, ("verify", n), n, n) for n in ends_first(max_n) if n <= room]
+        if draft is not None and draft.n_ctx - len(draft.cached) >= self.READ_PROBE:
+            probes.append((draft, ("read", 0), self.READ_PROBE, 1))
+        return probes
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one `CostModel.calibrate` did: `sizes` of the `wanted` verification sizes timed, in
+    `seconds`; `cut`: its budget ran out before its last round ended."""
+
+    sizes: int
+    wanted: int
+    cut: bool
+    seconds: float
+
+
+def ends_first(max_n: int) -> list[int]:
+    """1..max_n, the ends first and then each gap halved: any prefix spans the range evenly."""
+    order, gaps = [1, max_n][:max_n], [(1, max_n)]
+    while gaps:
+        halved = []
+        for lo, hi in gaps:
+            if hi - lo > 1:
+                mid = (lo + hi) // 2
+                order.append(mid)
+                halved += [(lo, mid), (mid, hi)]
+        gaps = halved
+    return order
 
 
 def best_k(acceptance: Sequence[float], cost: Callable[[int], float], base: float = 1.0) -> tuple[int, float]:

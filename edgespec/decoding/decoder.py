@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from edgespec.decoding.backend import Backend, ContextOverflow, reused_prefix, sync_cache
-from edgespec.decoding.constraint import Constraint, masked
+from edgespec.decoding.constraint import Constraint, ConstraintDeadEnd, masked
 from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.plan import Plan, Policy, RoundContext
@@ -168,6 +168,8 @@ class SpeculativeDecoder:
         summary.decode_s = time.perf_counter() - t_decode
         if constraint is not None:
             summary.constraint_s = constraint.busy_s
+            if stop == "eos" and not constraint.accepting():
+                raise ConstraintDeadEnd(summary.tokens)
         summary.stop_reason = stop
         yield summary
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
@@ -27,7 +27,7 @@ from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Token
 from edgespec.decoding.backend import Backend, BackendError, Placement, ThreadedBackend
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.corpus_drafter import CorpusDrafter
-from edgespec.decoding.costs import CostModel
+from edgespec.decoding.costs import Calibration, CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter
 from edgespec.decoding.events import Event, Summary, Token
@@ -38,6 +38,7 @@ from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.threads import ThreadPolicy
 from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
+from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
 from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import machine_target
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -48,7 +49,7 @@ from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import EdgespecError, SettingError
 from edgespec.util.hardware import OtherLoad, physical_cores
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class GenerateSettings:
     draft: DraftChoice = DraftChoice.AUTO
     k: KSetting = KSetting("auto")
     constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
+
+
+class CalibrationStopped(Exception):
+    """The front end stopped a calibration (`cost_model`'s `stop`): none of it is kept."""
 
 
 class NoDraftModel(SettingError):
@@ -94,6 +99,9 @@ class Engine:
         self.threads = thread_policy(pair, target, draft, self.costs)
         self._costs_loaded = False  # measured or restored: only then is what live passes teach it saved
         self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
+        # where the engine says what the user waits for (a calibration) or should know (one that
+        # live passes contradicted): stderr, or the chat app's notifications
+        self.notice: Callable[[str], None] = say_on_stderr
         self._noise_floor: NoiseFloor | None = None
         self._tokenizer: Tokenizer | None = None  # llguidance's view of the target's vocabulary, built once
         # seconds `open_engine` spent per part of the load: "check" (the model files' size and
@@ -126,7 +134,7 @@ class Engine:
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         copying = self.sources.drafters(prompt, draft.kinds)
         if self._measure_again and settings.k.cost_aware:
-            self.measure_costs()
+            self._calibrate(again=True)
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
@@ -215,10 +223,11 @@ class Engine:
             self._policies[key] = make_policy(settings.k, settings.draft, costs)
         return self._policies[key]
 
-    def cost_model(self) -> CostModel:
-        """The cost curve of this pair on this machine: the saved calibration, or one measured now."""
+    def cost_model(self, stop: threading.Event | None = None) -> CostModel:
+        """The cost curve of this pair on this machine: the saved calibration, or one measured now
+        (raising CalibrationStopped within a pass of `stop` being set, if it is)."""
         if not self._costs_loaded:
-            self._load_or_calibrate()
+            self._load_or_calibrate(stop)
         return self.costs
 
     def _runtime_key(self, backends: Sequence[Backend | None]) -> list[str]:
@@ -238,11 +247,11 @@ class Engine:
         was calibrated, `CALIBRATION_VERSION`)."""
         return "|".join([CALIBRATION_VERSION, *self._runtime_key((self.target, self.draft))])
 
-    def _load_or_calibrate(self) -> None:
+    def _load_or_calibrate(self, stop: threading.Event | None = None) -> None:
         """The curve is kept between runs, so only the first run on a machine pays for measuring
-        it (a few seconds on a small CPU), and every reply refines it (`keep_costs`). A saved
-        curve that a damaged file holds is measured again; so is one that live passes
-        contradicted, keeping what they taught it."""
+        it (a few seconds on a small CPU, CALIBRATION_BUDGET_S at most), and every reply refines
+        it (`keep_costs`). A saved curve that a damaged file holds is measured again; so is one
+        that live passes contradicted, keeping what they taught it."""
         saved = _read_saved(_calibration_file(), self._calibration_key())
         if saved:
             try:
@@ -252,25 +261,75 @@ class Engine:
         if saved and self.costs.calibrated and not saved.get("measure_again"):
             self._costs_loaded = True
             return
-        self.measure_costs()
+        self._calibrate(again=bool(saved), stop=stop)
+
+    def _calibrate(self, again: bool, stop: threading.Event | None = None) -> None:
+        """Measure the curve for the front ends, within CALIBRATION_BUDGET_S, and save it. One that
+        lasts SAY_AFTER_S or more is said (`notice`) while it runs and when it ends, with what it
+        found: the user is waiting for it (a shorter one, on a GPU or tiny models, is not worth a
+        line). `again`: a saved curve is measured again."""
+        said = False
+
+        def progress(spent: float) -> None:
+            nonlocal said
+            if stop is not None and stop.is_set():
+                raise CalibrationStopped
+            if not said and spent >= SAY_AFTER_S:
+                said = True
+                how_often = "again" if again else "(once per machine and pair)"
+                self.notice(
+                    f"measuring this machine's speed with {self.pair.name!r} {how_often}, "
+                    f"{CALIBRATION_BUDGET_S:g} s at most…"
+                )
+
+        run = self._measure(CALIBRATION_BUDGET_S, progress)
+        if said:
+            self.notice(self._measured(run))
+
+    def _measured(self, run: Calibration) -> str:
+        """One line on a calibration that was said to be running: what it found and, if its budget
+        cut it short, what the engine goes on with."""
+        curve = self.costs.quiet_curve()
+        ends = (f"{n} token{'s' * (n > 1)} {curve[n] * 1000:.0f} ms" for n in (min(curve), max(curve)))
+        found = "a pass over " + ", over ".join(ends)
+        if not run.cut:
+            return f"speed measured in {run.seconds:.1f} s: {found}"
+        estimated = f", {run.wanted - run.sizes} estimated from them" if run.sizes < run.wanted else ""
+        return (
+            f"speed measurement stopped at its {CALIBRATION_BUDGET_S:g} s limit (a busy or slow machine) with "
+            f"{run.sizes} of {run.wanted} sizes timed{estimated}: {found}; live passes correct it"
+        )
 
     def measure_costs(self) -> CostModel:
         """Time the target's verification at every length auto may draft, and a draft step; add
-        them to the curve and save it (`models tune` measures each candidate layout this way)."""
-        self.costs.calibrate(self.target, self.draft, max_n=LONGEST_DRAFT + 1)
+        them to the curve and save it (`models tune` measures each candidate layout this way,
+        without a time limit)."""
+        self._measure()
+        return self.costs
+
+    def _measure(self, budget_s: float | None = None, progress: Callable[[float], None] | None = None) -> Calibration:
+        run = self.costs.calibrate(
+            self.target, self.draft, max_n=LONGEST_DRAFT + 1, budget_s=budget_s, progress=progress
+        )
         self._costs_loaded, self._measure_again = self.costs.calibrated, False
         self._save_costs()
-        return self.costs
+        return run
 
     def keep_costs(self) -> None:
         """Fold the live passes since the last call, whatever their policy, into the saved curve
         once there is one (`cost_model`), after each reply and at close. Cheap (one small JSON file
         rewritten) and only when they taught it something. A curve they contradict
-        (`CostModel.contradicted`) is measured again before the next reply: in this process if
-        there is one, else in the next (the file says so)."""
+        (`CostModel.contradicted`) is said in one line and measured again before the next reply:
+        in this process if there is one, else in the next (the file says so)."""
         if not self._costs_loaded or not self.costs.end_session():
             return
-        self._measure_again = self.costs.contradicted()
+        overstated = self.costs.contradicted()
+        if overstated is not None and not self._measure_again:
+            self.notice(
+                f"live passes ran up to {overstated:.1f}x faster than the saved speed measurement (taken "
+                "while the machine was busy); measuring it again before the next reply"
+            )
+        self._measure_again = overstated is not None
         self._save_costs()
 
     def _save_costs(self) -> None:
@@ -316,6 +375,10 @@ class Engine:
 # figures and are refined by live passes; "v3" ones kept one fastest timing per size; "v2" ones
 # timed 1, 2, 4, 8 and 16 tokens and interpolated between.
 CALIBRATION_VERSION = "v4"
+# A calibration stops after this long and goes on with what it timed: a machine that needs longer
+# is busy, so the figures would be inflated anyway, and live passes correct them (`keep_costs`).
+CALIBRATION_BUDGET_S = 30.0
+SAY_AFTER_S = 1.0  # a calibration that lasts this long is said on the front end (see `_calibrate`)
 # "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
 NOISE_FLOOR_VERSION = "floor-v2"
 
@@ -349,7 +412,7 @@ def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
         except (ValueError, AttributeError):
             data = {}
         data[key] = value
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(path.parent)
         write_text_atomic(path, json.dumps(data, indent=1))
     except OSError as e:
         unsaved.cannot_save(what, path.parent, e)
@@ -375,13 +438,14 @@ def thread_policy(pair: PairConfig, target: Backend, draft: Backend | None, cost
     return ThreadPolicy(cores, apply, costs, OtherLoad())
 
 
-def load_backend(pair: PairConfig, model: ModelSpec, path: Path) -> Backend:
+def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | None = None) -> Backend:
+    """`sha256`: the file's, as the store verified it (names the model for the prompt cache)."""
     # Each runtime is imported only when a pair uses it: llama_cpp loads its shared libraries, and
     # the hf backend needs the optional torch and transformers (seconds to import).
     if pair.backend == "llamacpp":
         from edgespec.backends.llamacpp import LlamaCppBackend
 
-        return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads)
+        return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads, sha256=sha256)
     from edgespec.backends.hf_loading import load_hf_backend
 
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
@@ -410,13 +474,13 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: 
     use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
     draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
     t1 = time.perf_counter()
-    target = load_backend(pair, pair.target, target_path)
+    target = load_backend(pair, pair.target, target_path, store.expected_sha256(pair.target))
     t2 = time.perf_counter()
     load_s = {"check": t1 - t0, "target": t2 - t1}
     try:
         draft_backend = None
         if draft_path is not None:
-            draft_backend = _load_draft(pair, target, target_path, draft_path)
+            draft_backend = _load_draft(pair, target, target_path, draft_path, store.expected_sha256(pair.draft))
             load_s["draft"] = time.perf_counter() - t2
     except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
         target.close()
@@ -424,14 +488,14 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: 
     return Engine(pair, target, draft_backend, load_s=load_s, cache=cache)
 
 
-def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path) -> Backend:
+def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path, sha256: str | None) -> Backend:
     """The draft model's backend, refused (IncompatibleDraft) when its vocabulary is not the target's.
 
     A draft the runtime cannot load at all may still have a readable vocabulary: when that differs
     from the target's, the error says how (as `edgespec models check` does), not what the runtime
     logged on the way down."""
     try:
-        draft = load_backend(pair, pair.draft, path)
+        draft = load_backend(pair, pair.draft, path, sha256)
     except BackendError:
         _refuse_unlike_vocabularies(pair, target_path, path)
         raise

@@ -25,13 +25,17 @@ cold. Backends without `save_state` (the transformers one) are left alone.
 On disk (`home()/prompt-cache`), one file per state, named `<identity hash>-<tokens hash>.kv`:
 MAGIC, the header's length (4 bytes), the header (JSON: the backend's `cache_identity`, the token
 count, the state's size, CRC-32s of the token ids and of the state), the token ids (int32, little
-endian), then the state. Nothing is trusted from a name: a lookup reads headers only (a few KB, no
-states) and checks identity and token ids; a load checks the state's CRC. A damaged, truncated,
-foreign or older-format entry is ignored, removed and said once on stderr; a cache folder that
-cannot be written costs only the cache. Writes are atomic (`atomic_file`), so two processes that
-save the same entry leave one whole entry. The folder holds at most `budget` bytes (default 2 GB,
-`[cache] budget` in models.toml, or EDGESPEC_CACHE_BUDGET); the least recently used entries go
-first (a hit or a save that finds its state covered touches the file's mtime).
+endian), then the state. Nothing is trusted from a name or a header: only regular files are
+opened (no link is followed, and a FIFO never blocks the open), sizes are checked against the file
+before anything is read, a lookup reads headers only (a few KB, no states) and checks identity and
+token ids; a load checks the state's CRC. A damaged, truncated, foreign or older-format entry, or
+anything else under an entry's name, is ignored, removed and said once on stderr (where the folder
+does not let it go, that is said instead); a cache folder that cannot be written costs only the
+cache. The folder is made 0700 and entries are 0600, whatever the umask. Writes are atomic
+(`atomic_file`), so two processes that save the same entry leave one whole entry. The folder holds
+at most `budget` bytes (default 2 GB, `[cache] budget` in models.toml, or EDGESPEC_CACHE_BUDGET; 0
+turns the cache off); the least recently used entries go first (a hit or a save that finds its
+state covered touches the file's mtime).
 
 In memory (`memory_entries` > 0, for `serve`): the last few states of each model, so an editor
 that alternates between two files loads neither from disk; the disk is the fallback.
@@ -39,9 +43,11 @@ that alternates between two files loads neither from disk; the disk is the fallb
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 import struct
 import sys
 import time
@@ -50,12 +56,13 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from edgespec.decoding.backend import Backend, BackendError, chunk_start, common_prefix, exact_prefix, reused_prefix
 from edgespec.models.config import budget_setting, load_registry
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_atomic
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 
 MAGIC = b"edgespec prompt cache 1\n"  # a new format changes the number; older entries are then removed
 MIN_TOKENS = 32  # shorter states are not saved, and a load must gain at least this many tokens
@@ -129,7 +136,7 @@ class PromptCache:
             try:
                 backend.load_state(state, entry.tokens)
             except BackendError as e:
-                self._drop(entry, "refused", f"{e}; removed the entry")
+                self._drop(entry, "refused", f"an entry llama.cpp refused: {e}")
                 return 0  # the backend's cache is empty now: the reader reads the whole prompt
             backend.truncate(shared)
             self._used(entry, state)
@@ -179,7 +186,7 @@ class PromptCache:
         except FileNotFoundError:  # removed since the lookup (another process evicted it)
             return None
         except Damaged as e:
-            self._drop(entry, "damaged", f"removed a damaged entry ({e}): {entry.path.name}")
+            self._drop(entry, "damaged", f"a damaged entry ({e}): {entry.path.name}")
             return None
         except OSError as e:
             self._say("read", f"prompt cache: cannot read {entry.path} ({e.strerror or e})")
@@ -200,13 +207,16 @@ class PromptCache:
             return
         _stamp(entry.path)
 
-    def _drop(self, entry: Entry, kind: str, message: str) -> None:
-        """Forget an entry that cannot be used, and say so (once per kind of problem)."""
+    def _drop(self, entry: Entry, kind: str, what: str) -> None:
+        """Forget an entry that cannot be used, and say so once per kind of problem: "removed `what`",
+        or, where the folder does not let it go (read-only), that `what` is ignored and kept."""
         if entry.path is None:
             self._memory[entry.identity].remove(entry)
+        problem = None if entry.path is None else _remove(entry.path)
+        if problem is None:
+            self._say(kind, f"prompt cache: removed {what}")
         else:
-            _remove(entry.path)
-        self._say(kind, f"prompt cache: {message}")
+            self._say(f"{kind}, kept", f"prompt cache: ignored {what}, which cannot be removed ({problem})")
 
     def _say(self, kind: str, message: str) -> None:
         if kind not in self._said:
@@ -234,13 +244,13 @@ class PromptCache:
             except FileNotFoundError:
                 continue
             except Damaged as e:
-                self._drop(Entry(identity, [], path), "damaged", f"removed a damaged entry ({e}): {path.name}")
+                self._drop(Entry(identity, [], path), "damaged", f"a damaged entry ({e}): {path.name}")
                 continue
             except OSError as e:
                 self._say("read", f"prompt cache: cannot read {path} ({e.strerror or e})")
                 continue
             if entry.identity != identity:
-                self._drop(entry, "foreign", f"removed an entry saved by another model or runtime: {path.name}")
+                self._drop(entry, "foreign", f"an entry saved by another model or runtime: {path.name}")
                 continue
             entries.append(entry)
         return entries
@@ -266,7 +276,7 @@ class PromptCache:
             return
         path = self.folder / f"{_digest(entry.identity.encode())}-{_digest(_token_bytes(entry.tokens))}.kv"
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_folder(self.folder, tighten=True)
             write_atomic(path, lambda tmp: _write_file(tmp, header, entry.tokens, state))
             _stamp(path)
             for old in superseded:
@@ -284,7 +294,7 @@ class PromptCache:
         with os.scandir(self.folder) as it:
             for item in it:
                 try:
-                    st = item.stat()
+                    st = item.stat(follow_symlinks=False)
                 except OSError:
                     continue
                 if item.name.endswith(".kv"):
@@ -310,8 +320,13 @@ def _superseded(entry: Entry, tokens: list[int]) -> bool:
 
 
 def _read(path: Path, with_state: bool) -> Entry:
-    """The entry in `path`: its header and token ids, and its state too if asked (CRC-checked)."""
-    with open(path, "rb") as f:
+    """The entry in `path`: its header and token ids, and its state too if asked (CRC-checked).
+
+    The folder may hold anything under an entry's name: only a regular file is read
+    (`_open_regular`), and every size the header claims is checked against the file's before
+    anything is read or allocated, so a header claiming 2**62 tokens is Damaged at once."""
+    with _open_regular(path) as f:
+        file_size = os.fstat(f.fileno()).st_size
         head = f.read(len(MAGIC) + _LENGTH.size)
         if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
             raise Damaged("not an entry of this version")
@@ -322,18 +337,19 @@ def _read(path: Path, with_state: bool) -> Entry:
             meta = json.loads(f.read(length))
             identity, n_tokens, size = meta["identity"], meta["n_tokens"], meta["state_size"]
             tokens_crc, state_crc = meta["tokens_crc32"], meta["state_crc32"]
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, RecursionError):
             raise Damaged("bad header") from None
         if not (
             isinstance(identity, str)
             and all(isinstance(v, int) and v >= 0 for v in (n_tokens, size, tokens_crc, state_crc))
         ):
             raise Damaged("bad header")
+        claimed = f.tell() + 4 * n_tokens + size
+        if file_size != claimed:
+            raise Damaged("truncated" if file_size < claimed else "trailing bytes")
         raw = f.read(4 * n_tokens)
         if len(raw) != 4 * n_tokens or zlib.crc32(raw) != tokens_crc:
             raise Damaged("token ids do not match their checksum")
-        if os.fstat(f.fileno()).st_size != f.tell() + size:
-            raise Damaged("truncated" if os.fstat(f.fileno()).st_size < f.tell() + size else "trailing bytes")
         entry = Entry(identity, _token_list(raw), path)
         if with_state:
             state = bytearray(size)
@@ -341,6 +357,24 @@ def _read(path: Path, with_state: bool) -> Entry:
                 raise Damaged("the state does not match its checksum")
             entry.state = state
     return entry
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file itself; Damaged if it is a link or anything
+    else. O_NONBLOCK: opening a FIFO returns at once (to be refused) instead of waiting for a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Damaged("a link, not a file") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Damaged("not a regular file")
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _write_file(tmp: Path, header: bytes, tokens: list[int], state: bytearray) -> None:
@@ -379,11 +413,14 @@ def _stamp(path: Path) -> None:
         pass  # a read-only cache still serves what it holds
 
 
-def _remove(path: Path) -> None:
+def _remove(path: Path) -> str | None:
+    """Remove `path` (a file, link or FIFO; a folder named like an entry is left); None when it is
+    gone, else why not (a read-only folder: the entry stays, and is found and ignored next time)."""
     try:
         path.unlink(missing_ok=True)
-    except OSError:
-        pass  # a read-only folder: the entry stays, and is found (and ignored) again next time
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _to_stderr(message: str) -> None:
@@ -396,7 +433,10 @@ def cache_budget(from_config: int | None) -> int:
 
 
 def open_cache(config: Path | None, no_cache: bool, memory_entries: int = 0) -> PromptCache | None:
-    """The prompt cache a front end hands its engine, or None with --no-cache / EDGESPEC_NO_CACHE."""
+    """The prompt cache a front end hands its engine, or None with --no-cache / EDGESPEC_NO_CACHE or
+    a budget of 0 (a cache that keeps nothing is no cache: nothing is read, saved or said, and the
+    entries saved earlier are left as they are)."""
     if no_cache:
         return None
-    return PromptCache(budget=cache_budget(load_registry(config).cache_budget), memory_entries=memory_entries)
+    budget = cache_budget(load_registry(config).cache_budget)
+    return PromptCache(budget=budget, memory_entries=memory_entries) if budget > 0 else None

@@ -50,7 +50,7 @@ import numpy as np
 from edgespec.decoding.suffix_index import SegmentedIndex, SuffixIndex
 from edgespec.models.config import budget_setting
 from edgespec.util.atomic_file import write_atomic
-from edgespec.util.paths import display_path, home
+from edgespec.util.paths import display_path, home, private_folder
 
 LOG_MAGIC = b"edgespec reply history 1\n"  # a new format changes the number
 _GENERATION = 16
@@ -119,7 +119,7 @@ class ReplyHistory:
         line) when the folder cannot be used."""
         history = cls(folder, budget_tokens, say)
         try:
-            _private_folder(folder)
+            private_folder(folder, tighten=True)
             with history._locked():
                 log = history._trimmed(history._read_log())
                 saved = history._saved_index(log)
@@ -430,22 +430,6 @@ def _save_array(path: Path, array: np.ndarray) -> None:
     with open(path, "wb") as f:  # a file, not a name: np.save would add ".npy" to the temporary name
         np.save(f, array)
     os.chmod(path, 0o600)
-
-
-def _private_folder(folder: Path) -> None:
-    """Make `folder` and any missing parent 0700 (whatever the umask); an existing parent is left as
-    it is."""
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
-    missing = []
-    at = folder
-    while not at.exists():
-        missing.append(at)
-        at = at.parent
-    for path in reversed(missing):
-        path.mkdir(exist_ok=True)
-        os.chmod(path, 0o700)
-    os.chmod(folder, 0o700)
 
 
 def _remove_stale_partials(folder: Path) -> None:

@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.decoding.suffix_index import SuffixIndex
-from edgespec.util.errors import UsageError
+from edgespec.util.errors import EdgespecError, UsageError
+from edgespec.util.paths import private_folder
+from edgespec.util.user_files import read_user_file
 
 MAX_FILES = 5000  # files indexed at most
 MAX_FILE_BYTES = 256 << 10  # a larger file is data or generated code, seldom what a reply copies
@@ -77,15 +79,12 @@ def context_files(paths: Sequence[Path]) -> list[Path]:
 
 def read_text(path: Path) -> str | None:
     """A file's text, or None for what is not worth indexing: too big, binary, not UTF-8, unreadable,
-    not a regular file (a FIFO would block)."""
+    not a regular file (a pipe in a folder is not waited for: `read_user_file` with `pipes` off)."""
     try:
-        if not path.is_file():
-            return None
-        with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError:
+        data = read_user_file(path, MAX_FILE_BYTES, str(path), pipes=False)
+    except EdgespecError:
         return None
-    if len(data) > MAX_FILE_BYTES or b"\0" in data:
+    if b"\0" in data:
         return None
     try:
         return data.decode("utf-8")
@@ -144,7 +143,7 @@ class RepositoryCorpus:
             return None
         tokens = np.asarray(self.tokenize(text), dtype=np.int32)
         try:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_folder(self.folder)
             tmp = kept.with_suffix(f".{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:

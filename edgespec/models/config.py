@@ -18,6 +18,7 @@ import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from edgespec.models.registry import (
 from edgespec.models.toml_table import Table, show
 from edgespec.util.errors import UsageError
 from edgespec.util.paths import display_path
+from edgespec.util.user_files import read_user_file
 
 BACKENDS = ("llamacpp", "hf")
 FORMATS = ("gguf", "hf")
@@ -80,6 +82,9 @@ _PAIR_KEYS = (
 )
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# The most bytes of a user's models.toml read: the built-in one is under 10 KiB. The bound also
+# bounds tomllib's time, which grows with the square of a dotted key's length (`a.a.a...`).
+CONFIG_BYTES = 64 << 10
 
 
 def load_registry(user_file: Path | None = None) -> Registry:
@@ -87,11 +92,12 @@ def load_registry(user_file: Path | None = None) -> Registry:
     user = _user_file(user_file)
     if user is None:
         return _merge([_builtin()])
-    try:
-        data = user.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{display_path(user)}: cannot read: {e.strerror or e}") from None
-    return registry_with(user, data)
+    return registry_with(user, read_user_config(user))
+
+
+def read_user_config(path: Path) -> bytes:
+    """The user's models.toml as bytes, at most CONFIG_BYTES of them (`read_user_file`)."""
+    return read_user_file(path, CONFIG_BYTES, display_path(path), error=ConfigError)
 
 
 def registry_with(user: Path, data: bytes) -> Registry:
@@ -144,6 +150,8 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
         raise ConfigError(f"{file}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: TOML syntax error: {e}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise ConfigError(f"{file}: TOML nested too deeply") from None
     top = Table(file, "", doc, _TOP_KEYS)
     default = top.get("default", str, None)
     models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
@@ -164,7 +172,7 @@ def _budget(top: Table, table: str, meaning: str) -> int | None:
     if value is None:
         return None
     size = parse_size(value) if isinstance(value, str) else value
-    if isinstance(value, bool) or not isinstance(size, int) or size < 0:
+    if isinstance(value, bool) or not isinstance(size, int) or not 0 <= size <= MAX_SIZE:
         raise t.key_error("budget", f"{show(value)} is not {meaning}")
     return size
 
@@ -181,12 +189,16 @@ def budget_setting(env: str, from_config: int | None, default: int, meaning: str
     return size
 
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
+_SIZE = re.compile(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
+# The largest size (a budget of bytes or tokens): what a file offset holds. Anything larger is a
+# typo, and refusing it keeps every later sum and ratio inside a float and a C integer.
+MAX_SIZE = 2**63 - 1
 
 
 def parse_size(text: str) -> int | None:
     """Bytes in "2GB", "2G", "500M", "1.5GiB", "4096" (K, M, G, T in powers of 1000; with i, of 1024),
-    or None when `text` is not such a size."""
+    or None when `text` is not such a size or is larger than MAX_SIZE. Computed exactly (Fraction,
+    not float): a long run of digits is refused, never an OverflowError."""
     match = _SIZE.fullmatch(text)
     if match is None:
         return None
@@ -194,7 +206,8 @@ def parse_size(text: str) -> int | None:
     power = "kmgt".find(unit.lower()) + 1 if unit else 0
     if binary and not unit:
         return None
-    return int(float(number) * (1024 if binary else 1000) ** power)
+    size = int(Fraction(number) * (1024 if binary else 1000) ** power)
+    return size if size <= MAX_SIZE else None
 
 
 def _model(file: str, name: str, raw: Any) -> ModelSpec:

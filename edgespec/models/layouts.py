@@ -26,6 +26,7 @@ import gguf
 
 from edgespec.util.atomic_file import partial_path
 from edgespec.util.errors import EdgespecError
+from edgespec.util.paths import private_folder
 
 
 class LayoutError(EdgespecError):
@@ -198,7 +199,7 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
         table[len(overrides)].pattern = None
         params.tt_overrides = ctypes.cast(table, type(params.tt_overrides))
         keep_alive.append(table)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(dest.parent)
     partial = partial_path(dest)
     try:
         run_quantizer(source, partial, params, f"llama.cpp could not write layout {layout.name} of {source}")

@@ -43,7 +43,7 @@ from edgespec.models.registry import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import partial_path, remove_stale_partials, write_text_atomic
 from edgespec.util.errors import EdgespecError
-from edgespec.util.paths import HomeError, home
+from edgespec.util.paths import HomeError, home, private_folder
 
 
 class ModelMissing(EdgespecError):
@@ -144,7 +144,7 @@ class Store:
         """Before fetching or building a model: the models folder can take a new file, or one
         HomeError line naming it (a read-only home, a full disk), before anything is downloaded."""
         try:
-            self.models_dir.mkdir(parents=True, exist_ok=True)
+            private_folder(self.models_dir)
             with tempfile.NamedTemporaryFile(dir=self.models_dir, prefix=".probe-"):
                 pass
         except OSError as e:
@@ -299,7 +299,7 @@ class Store:
         hashes = self._hashes()
         hashes[str(path.resolve())] = {"stamp": stamp, "sha256": sha256}
         try:
-            self.models_dir.mkdir(parents=True, exist_ok=True)
+            private_folder(self.models_dir)
             write_text_atomic(self._hashes_file, json.dumps(hashes, indent=1))  # a concurrent reader sees old or new
         except OSError as e:
             unsaved.cannot_save("model hash record", self.models_dir, e)

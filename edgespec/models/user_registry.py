@@ -18,10 +18,11 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
-from edgespec.models.config import registry_with, user_config_path
+from edgespec.models.config import CONFIG_BYTES, read_user_config, registry_with, user_config_path
 from edgespec.models.registry import ConfigError, PairConfig
 from edgespec.util.atomic_file import write_text_atomic
-from edgespec.util.paths import display_path
+from edgespec.util.paths import display_path, private_folder
+from edgespec.util.user_files import size_text
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,11 @@ def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Pat
     it changed). ConfigError when the file cannot be parsed or already names any differently."""
     path = user_config_path(config)
     try:
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-        doc = tomlkit.parse(text)
+        doc = tomlkit.parse(read_user_config(path).decode("utf-8") if path.exists() else "")
     except UnicodeDecodeError:
         raise ConfigError(f"{display_path(path)}: not UTF-8 text") from None
     except TOMLKitError as e:
         raise ConfigError(f"{display_path(path)}: TOML syntax error: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"{display_path(path)}: cannot read: {e.strerror or e}") from None
     changed = False
     for model in models:
         model_table = {"format": "gguf", "file": model.file, "source": {"derive": model.base, "layout": model.layout}}
@@ -77,10 +75,15 @@ def register(models: list[DerivedModel], pair_name: str, pair: dict, config: Pat
     if not changed:
         return path, False
     new_text = tomlkit.dumps(doc)
+    if len(new_text.encode()) > CONFIG_BYTES:  # edgespec would refuse to read what it wrote
+        raise ConfigError(
+            f'{display_path(path)}: adding pair "{pair_name}" would make it larger than '
+            f"{size_text(CONFIG_BYTES)}, the most edgespec reads; remove entries you no longer use"
+        )
     registry_with(path, new_text.encode())  # validated as edgespec will read it, before it is written
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, new_text)
+        private_folder(path.parent)
+        write_text_atomic(path, new_text, users=True)  # through a symlink, keeping the mode
     except OSError as e:
         raise ConfigError(f"{display_path(path)}: cannot write: {e.strerror or e}") from None
     return path, True

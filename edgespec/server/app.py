@@ -1,7 +1,8 @@
 """The HTTP surface: OpenAI's chat and text completions, the model list and a health check.
 
 A request is checked (pydantic, and a `response_format` compiled: see structured.py) before
-anything is queued, queued for the engine (503 when the queue is full), and answered once the
+anything is queued, in a worker thread so that no request's checks hold the event loop
+(request_body.py), queued for the engine (503 when the queue is full), and answered once the
 engine has read its prompt: then the status is known (a prompt longer than the context is a 400,
 not a broken stream). Streamed replies are server-sent events ending in `data: [DONE]`; the
 figures (`usage`, `metrics.speculative_decoding`) come in the last chunk, as vLLM sends them. A
@@ -16,12 +17,14 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 from pydantic import BaseModel
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import ClientDisconnect
 
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
@@ -31,6 +34,7 @@ from edgespec.server import openai_errors
 from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
 from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
+from edgespec.server.request_body import body_model, checked
 from edgespec.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest, ModelCard, ModelList
 from edgespec.server.structured import one_constraint, response_constraint
 from edgespec.server.tool_choice import tool_plan
@@ -42,11 +46,24 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 DONE = format_sse_event(data_str="[DONE]")
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A request that passed every check and is ready to queue: its body, how its reply is
+    written, its prompt (token ids made on the engine thread), the request field that holds the
+    prompt, and the constraint it decodes under."""
+
+    body: GenerationRequest
+    fmt: ChatFormat | TextFormat
+    tokens: Callable[[Engine], list[int]]
+    param: str
+    constraint: ConstraintSpec | None = None
+
+
 class ClientGone(Exception):
     """The client closed the connection before its reply was ready."""
 
 
-async def client_gone(request: Request, error: ClientGone) -> Response:
+async def client_gone(request: Request, error: Exception) -> Response:
     return Response(status_code=499)  # nginx's "client closed request", for the access log; nobody reads it
 
 
@@ -76,6 +93,7 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
     app = FastAPI(title="edgespec", max_body_size=MAX_BODY_BYTES, openapi_url=None)
     openai_errors.install(app)
     app.add_exception_handler(ClientGone, client_gone)
+    app.add_exception_handler(ClientDisconnect, client_gone)  # gone while its body was being read
     if api_key:
         app.add_middleware(
             AuthenticationMiddleware,
@@ -89,17 +107,36 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
         )
         return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
 
-    async def answer(
-        request: Request,
-        body: GenerationRequest,
-        fmt: ChatFormat | TextFormat,
-        tokens: Callable[[Engine], list[int]],
-        param: str,
-        constraint: ConstraintSpec | None = None,
-    ) -> Response:
+    def checked_chat(raw: bytes, content_type: str | None) -> Checked:
+        body = body_model(ChatCompletionRequest, raw, content_type)
+        tools = tool_plan(body, served, worker.engine.pair.tool_format)
+        messages = body.chat_messages()
+        response = response_constraint(body.response_format)  # compiled now: a bad schema is a 400
+        return Checked(
+            body,
+            ChatFormat(served, calls=tools.parser),
+            lambda engine: engine.chat_tokens(messages, tools.rendered),
+            "messages",
+            one_constraint(response, tools.constraint),
+        )
+
+    def checked_completion(raw: bytes, content_type: str | None) -> Checked:
+        """Special tokens in the prompt are read as such (as llama.cpp's server does), so editors'
+        fill-in-the-middle prompts (<|fim_prefix|> ...) work."""
+        body = body_model(CompletionRequest, raw, content_type)
+        text = body.text
+        return Checked(body, TextFormat(served), lambda engine: engine.target.tokenize(text), "prompt")
+
+    async def answer(request: Request, checked_request: Checked) -> Response:
+        body, fmt = checked_request.body, checked_request.fmt
         if body.model != served:
             raise unknown_model(body.model, served)
-        job = Job(tokens, param, settings(body, constraint), body.token_limit)
+        job = Job(
+            checked_request.tokens,
+            checked_request.param,
+            settings(body, checked_request.constraint),
+            body.token_limit,
+        )
         worker.submit(job)
         started_item = await while_connected(request, job, job.next())
         if isinstance(started_item, Failed):
@@ -113,25 +150,12 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
         return Response(whole.model_dump_json(), media_type="application/json")
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        tools = tool_plan(body, served, worker.engine.pair.tool_format)
-        messages = body.chat_messages()
-        response = response_constraint(body.response_format)  # compiled now: a bad schema is a 400
-        return await answer(
-            request,
-            body,
-            ChatFormat(served, calls=tools.parser),
-            lambda engine: engine.chat_tokens(messages, tools.rendered),
-            "messages",
-            one_constraint(response, tools.constraint),
-        )
+    async def chat_completions(request: Request) -> Response:
+        return await answer(request, await checked(request, checked_chat))
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        """Special tokens in the prompt are read as such (as llama.cpp's server does), so editors'
-        fill-in-the-middle prompts (<|fim_prefix|> ...) work."""
-        text = body.text
-        return await answer(request, body, TextFormat(served), lambda engine: engine.target.tokenize(text), "prompt")
+    async def completions(request: Request) -> Response:
+        return await answer(request, await checked(request, checked_completion))
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -140,6 +164,9 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
 
     @app.get("/health")
     async def health() -> dict:
+        """200 once the server is ready; 503 while it measures its speed (EngineWorker.prepare)."""
+        if not worker.ready.is_set():
+            raise openai_errors.not_ready()
         return {"status": "ok", "model": served}
 
     return app

@@ -6,11 +6,16 @@ and at most `queue_size` wait; a request beyond that is refused at once (503 wit
 instead of waiting for minutes. The prompt is tokenized on the engine thread too, so a prompt
 longer than the context is found when its turn comes.
 
-A job's events (Started, then the engine's Token / Step / Summary, or Failed; always Finished last)
-come back to the event loop one by one through an asyncio queue, so a reply streams while it is
-generated. `cancel` stops a generation within one target pass; a job cancelled while it waited
-(its client left) is skipped without reading its prompt. When the server stops (`stop`), every job
-queued or running ends with a 503 (server_stopping) instead, and a new one is refused with it.
+A job's events (Started, then the engine's Token / Step / Summary, or Failed; Finished last: the
+first Finished ends what is read) come back to the event loop one by one through an asyncio
+queue, so a reply streams while it is generated. `cancel` stops a generation within one target
+pass; a job cancelled while it waited (its client left) is skipped without reading its prompt.
+When the server stops (`stop`), every job queued or running ends with a 503 (server_stopping)
+instead, and a new one is refused with it.
+
+Before the first job, `prepare` measures the engine's speed on the same thread (the first
+request once did, for minutes on a busy machine, saying nothing): jobs queue behind it, and
+`ready` tells /health when it is over.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.events import Summary
-from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.engine import CalibrationStopped, Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.server.openai_errors import (
     APIError,
+    constraint_dead_end,
     context_length_exceeded,
     engine_failure,
     queue_full,
@@ -93,12 +100,33 @@ class EngineWorker:
         self.engine_thread = engine_thread
         self._lock = threading.Lock()
         self._jobs: set[Job] = set()  # queued or running
-        self._stopping = False
+        self._stopping = threading.Event()  # set once: the server stops (a calibration too)
         self._mean_job_s = 2.0  # running mean of how long a job holds the engine, for Retry-After
+        self.ready = threading.Event()  # clear while `prepare` runs
+        self.ready.set()
+
+    def prepare(self, settings: GenerateSettings) -> None:
+        """Queue ahead of every job what the first generation under `settings` would do first:
+        restore or measure the cost curve (`Engine.cost_model`, within its time limit, said on
+        stderr), when they price passes by it. `ready` is clear until it is over. A server that
+        stops meanwhile stops it within a pass, keeping none of it (the next start measures)."""
+        if settings.k.cost_aware:
+            self.ready.clear()
+            self.engine_thread.submit(self._prepare)
+
+    def _prepare(self) -> None:
+        try:
+            self.engine.cost_model(stop=self._stopping)
+        except CalibrationStopped:
+            pass
+        except Exception as e:  # said here, where the log shows it; the first request tries again
+            self.engine.notice(f"could not measure this machine's speed: {engine_failure(e).detail.message}")
+        finally:
+            self.ready.set()
 
     def submit(self, job: Job) -> None:
         with self._lock:
-            if self._stopping:
+            if self._stopping.is_set():
                 raise server_stopping()
             if len(self._jobs) > self.queue_size:  # one running, queue_size waiting
                 raise queue_full(self.retry_after())
@@ -118,6 +146,8 @@ class EngineWorker:
                 self._generate(job)
         except APIError as e:
             job.put(Failed(e))
+        except ConstraintDeadEnd as e:
+            job.put(Failed(constraint_dead_end(e)))
         except Exception as e:  # a failure of the engine fails this request, not the server
             job.put(Failed(engine_failure(e)))
         finally:
@@ -143,16 +173,25 @@ class EngineWorker:
 
     def stop(self) -> None:
         """The server stops: refuse new jobs, and end those queued or running with a 503 (a job
-        that its client or a stop string already cancelled ends as it would have)."""
+        that its client or a stop string already cancelled ends as it would have).
+
+        The 503 is handed to each reply here, on the event loop, rather than when the engine
+        thread gets round to the job: on a loaded machine that took longer than uvicorn waits for
+        replies to end (2 s), and uvicorn then cancelled them, a traceback each and a stream cut
+        mid-body. The engine thread still stops the job within one target pass; what it sends
+        after this comes after FINISHED, where nobody reads."""
         with self._lock:
-            self._stopping = True
+            self._stopping.set()
             for job in self._jobs:
                 if not job.cancel.is_set():
                     job.stopped = True
                     job.cancel.set()
+                    job.put(Failed(server_stopping()))
+                    job.put(FINISHED)
 
     def close(self) -> None:
         """Cancel what is queued or running, then free the engine on its own thread."""
+        self._stopping.set()
         with self._lock:
             for job in self._jobs:
                 job.cancel.set()

@@ -35,6 +35,8 @@ import re
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
+from edgespec.util import json_depth
+
 FENCE = "```"
 _WS = " \t\n\r"  # JSON's whitespace
 # A call's opening as steps: None is any JSON whitespace, a tuple is one of its strings (the first
@@ -134,8 +136,9 @@ def call_of(value: Any, names: Collection[str]) -> tuple[str, str] | None:
 
 
 def json_value(text: str) -> Any:
-    """The JSON value of `text`, or None where it is not JSON (or is null, which no call is)."""
+    """The JSON value of `text`, or None where it is not JSON (or is null, which no call is, or
+    nested too deeply to read: edgespec.util.json_depth)."""
     try:
-        return json.loads(text)
+        return json_depth.loads(text)
     except ValueError:
         return None

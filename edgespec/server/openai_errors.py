@@ -65,6 +65,12 @@ def engine_failure(error: Exception) -> APIError:
     return APIError(500, f"the engine failed: {text}", type="server_error", code="engine_failure")
 
 
+def constraint_dead_end(error: Exception) -> APIError:
+    """The reply's constraint allowed only the end of an incomplete document
+    (edgespec.decoding.constraint): the reply failed, never a "stop" with a cut document."""
+    return APIError(500, str(error), type="server_error", code="constraint_dead_end")
+
+
 def queue_full(retry_after: int) -> APIError:
     return APIError(
         503,
@@ -78,6 +84,18 @@ def queue_full(retry_after: int) -> APIError:
 def server_stopping() -> APIError:
     return APIError(
         503, "the server is shutting down; this request was not finished", type="server_error", code="server_stopping"
+    )
+
+
+def not_ready() -> APIError:
+    """/health while the server measures the machine's speed, in the shape llama.cpp's server
+    answers while it loads (503, type `unavailable_error`), which load balancers and clients that
+    poll it already read; requests sent meanwhile wait their turn instead."""
+    return APIError(
+        503,
+        "measuring this machine's speed before the first request; requests sent now wait for it",
+        type="unavailable_error",
+        code="loading",
     )
 
 
@@ -98,13 +116,19 @@ def _param(error: dict) -> str:
     return ".".join([part for part in parts[: len(parts) - len(unknown)] if not _UNION_MEMBER.search(part)] + unknown)
 
 
-def _validation_error(errors: list[dict]) -> APIError:
-    """The first problem FastAPI found in the request, as one line naming the field. For a field
-    of several types, the type that came closest: its error is not merely "not this type", and it
-    may lie within the field (`content`'s list: `messages.0.content.1.text`)."""
+def request_error(errors: list[dict]) -> APIError:
+    """The first problem found in the request's body (pydantic's errors, located under "body" as
+    FastAPI locates them), as one line naming the field. For a field of several types, the type
+    that came closest: its error is not merely "not this type", and it may lie within the field
+    (`content`'s list: `messages.0.content.1.text`). A body can hold tens of thousands of errors:
+    the search stops at the first that fits."""
     first = _param(errors[0])
-    within = [e for e in errors if _param(e) == first or first and _param(e).startswith(first + ".")]
-    e = next((e for e in within if not e["type"].endswith("_type")), errors[0])
+
+    def within(e: dict) -> bool:
+        param = _param(e)
+        return param == first or bool(first) and param.startswith(first + ".")
+
+    e = next((e for e in errors if not e["type"].endswith("_type") and within(e)), errors[0])
     param = _param(e) or None
     kind, loc = e["type"], [part for part in (param or "").split(".") if part]
     if kind == "json_invalid":
@@ -135,7 +159,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        return _validation_error(list(error.errors())).response()
+        return request_error(list(error.errors())).response()
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:

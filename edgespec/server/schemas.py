@@ -168,16 +168,17 @@ class ChatCompletionRequest(GenerationRequest):
     @field_validator("tools")
     @classmethod
     def _names_differ(cls, tools: list[Tool] | None) -> list[Tool] | None:
-        names = [t.function.name for t in tools or ()]
-        twice = next((n for n in names if names.count(n) > 1), None)
-        if twice:
-            raise PydanticCustomError("invalid_value", f"two tools are named {twice!r}")
+        seen: set[str] = set()  # in one pass: a request may carry tens of thousands of tools
+        for tool in tools or ():
+            if tool.function.name in seen:
+                raise PydanticCustomError("invalid_value", f"two tools are named {tool.function.name!r}")
+            seen.add(tool.function.name)
         return tools
 
     @field_validator("tool_choice")
     @classmethod
     def _choice_among_tools(cls, choice: ToolChoice | None, info: ValidationInfo) -> ToolChoice | None:
-        names = [t.function.name for t in info.data.get("tools") or ()]
+        names = {t.function.name for t in info.data.get("tools") or ()}
         if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
             raise PydanticCustomError("invalid_value", f"no tool named {choice.function.name!r} in tools")
         if choice == "required" and not names:

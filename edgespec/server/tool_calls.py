@@ -28,7 +28,6 @@ Without `parallel_tool_calls` the reply holds at most one call: what follows the
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Collection
@@ -38,6 +37,7 @@ from edgespec.constraints.tool_calls import ToolFormat
 from edgespec.server.json_calls import FENCE, Openings, call_of, fence_close, json_calls, json_value
 from edgespec.server.schemas import ChatMessage, Delta, FinishReason, FunctionDelta, ToolCallDelta
 from edgespec.server.tool_schemas import CalledFunction, ToolCall
+from edgespec.util import json_depth
 
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
@@ -268,7 +268,7 @@ def _opening(index: int, call: _Call) -> Delta:
 
 def _parses(text: str) -> bool:
     try:
-        json.loads(text)
+        json_depth.loads(text)
     except ValueError:
         return False
     return True

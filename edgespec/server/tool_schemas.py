@@ -3,12 +3,12 @@ the calls of earlier turns that a conversation's history carries back."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
 from edgespec.server.schema_base import Strict, Text
+from edgespec.util import json_depth
 
 ToolName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]  # OpenAI's rule for a function's name
 
@@ -28,9 +28,10 @@ class ToolCall(Strict):
 
 def arguments_value(call: ToolCall) -> Any:
     """A call's arguments as the chat template takes them: an object (templates write it with
-    `tojson`), or the text as it came where it is not JSON."""
+    `tojson`), or the text as it came where it is not JSON or is nested too deeply to read
+    (edgespec.util.json_depth)."""
     try:
-        return json.loads(call.function.arguments)
+        return json_depth.loads(call.function.arguments)
     except ValueError:
         return call.function.arguments
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
@@ -119,15 +120,17 @@ class ChatApp(ChatActions, App):
         if getattr(self.engine, "cache", None) is not None:
             self.engine.cache.warn = lambda message: self._engine_note(message, "Prompt cache")
         unsaved.say = lambda message: self._engine_note(message, "Not saved")
+        self.engine.notice = lambda message: self._engine_note(message, "Speed", "information")
         self.sub_title = describe_pair(self.engine, self.settings.constraint)
         await self._show_conversation()
         self.query_one(PromptBox).focus()
         if self._first_message:
             self.send(self._first_message)
 
-    def _engine_note(self, message: str, title: str) -> None:
-        """A problem the engine thread says once (a prompt cache entry, a file it cannot save)."""
-        self.call_from_thread(self.notify, message, title=title, severity="warning")
+    def _engine_note(self, message: str, title: str, severity: SeverityLevel = "warning") -> None:
+        """What the engine thread says once: a problem (a prompt cache entry, a file it cannot
+        save), or what a reply waits for (measuring the machine's speed)."""
+        self.call_from_thread(self.notify, message, title=title, severity=severity)
 
     @property
     def transcript(self) -> Transcript:

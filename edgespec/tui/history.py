@@ -49,8 +49,9 @@ from edgespec.decoding.events import Source
 from edgespec.tui.stats import ReplyFigures
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import EdgespecError
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 from edgespec.util.text_check import text_problem
+from edgespec.util.user_files import read_user_file
 
 FORMAT_VERSION = 1
 REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away
@@ -58,6 +59,9 @@ REJECTED = "rejected"  # a span kind that is not a Source: drafted text the targ
 COPIED = "copied"
 SPAN_KINDS = (*(s.value for s in Source), COPIED, REJECTED)
 ROLES = ("user", "assistant")
+# The most bytes of a saved chat read back: thousands of long replies with their figures fit; a
+# file past it is something else and is reported, never read into memory whole.
+CHAT_BYTES = 64 << 20
 
 
 class HistoryError(EdgespecError):
@@ -326,7 +330,7 @@ class ChatStore:
 
 
 def _write(folder: Path, conversation: Conversation) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+    private_folder(folder)
     path = folder / f"{conversation.id}.json"
     write_text_atomic(path, json.dumps(conversation.to_dict(), ensure_ascii=False, separators=(",", ":")))
     return path
@@ -334,10 +338,9 @@ def _write(folder: Path, conversation: Conversation) -> Path:
 
 def _read(path: Path) -> Conversation:
     """The checked conversation in `path`, or one HistoryError line naming the file and what is wrong."""
+    data = read_user_file(path, CHAT_BYTES, f"saved chat {path}", pipes=False, error=HistoryError)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise HistoryError(f"cannot read saved chat {path}: {e.strerror or e}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise HistoryError(f"saved chat {path} is not UTF-8 text (at byte {e.start})") from None
     try:

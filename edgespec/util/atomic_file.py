@@ -15,21 +15,33 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomic(path: Path, write: Callable[[Path], None], keep_suffix: bool = False) -> None:
+def write_atomic(path: Path, write: Callable[[Path], None], keep_suffix: bool = False, users: bool = False) -> None:
     """`write(tmp)` fills a temporary file next to `path`, which then replaces `path`. The temporary
     name ends in `.partial` (no reader's glob matches it) unless `keep_suffix`, for writers that
-    choose the format from the name (matplotlib). A failure removes the temporary file and raises."""
+    choose the format from the name (matplotlib). A failure removes the temporary file and raises.
+
+    `users`: the file is the user's (models.toml, a results file they named), who may keep it
+    elsewhere behind a symlink and may have set its permissions. The link's final target is what
+    gets replaced (written beside it), so the link stays a link, and the new file keeps the old
+    one's mode. edgespec's own stores leave `users` off: a link planted in their folders is
+    replaced, never written through."""
+    if users:
+        path = Path(os.path.realpath(path))
     fd, tmp = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix if keep_suffix else ".partial"
     )
     os.close(fd)
     try:
         write(Path(tmp))
+        if users:
+            with contextlib.suppress(FileNotFoundError):  # a new file: mkstemp's private mode
+                os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -61,5 +73,5 @@ def _running(pid: int) -> bool:
     return True
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+def write_text_atomic(path: Path, text: str, users: bool = False) -> None:
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), users=users)

@@ -9,13 +9,14 @@ error says where (`write_or_rescue`).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from edgespec.util.atomic_file import write_atomic
 from edgespec.util.errors import EdgespecError, UsageError
-from edgespec.util.paths import home
+from edgespec.util.paths import home, private_folder
 
 
 class OutputLost(EdgespecError):
@@ -31,7 +32,7 @@ def check_writable(path: Path, flag: str) -> None:
         raise UsageError(f"{where}: is a folder; give a file name")
     if path.exists() and not path.is_file():
         raise UsageError(f"{where}: is not a regular file")
-    parent = path.parent
+    parent = Path(os.path.realpath(path)).parent  # a link's target is what gets written (`write_atomic`)
     if not parent.is_dir():
         raise UsageError(f"{where}: the folder {parent} does not exist")
     try:
@@ -47,13 +48,13 @@ def write_or_rescue(path: Path, write: Callable[[Path], None], what: str) -> Non
     If that fails, write it to `home()/rescued/` instead and raise OutputLost naming both places;
     if even that fails, the error says so (the caller has printed the figures already)."""
     try:
-        write_atomic(path, write, keep_suffix=True)
+        write_atomic(path, write, keep_suffix=True, users=True)
         return
     except OSError as e:
         why = e.strerror or str(e)
     rescue = home() / "rescued" / path.name
     try:
-        rescue.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(rescue.parent)
         write_atomic(rescue, write, keep_suffix=True)
     except OSError as e:
         raise OutputLost(f"could not write the {what} to {path} ({why}), nor to {rescue} ({e.strerror or e})") from None

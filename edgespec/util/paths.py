@@ -3,7 +3,9 @@ prompt caches, chats, rescued output)."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 import platformdirs
@@ -32,3 +34,26 @@ def display_path(path: Path) -> str:
         return "~/" + str(path.expanduser().absolute().relative_to(Path.home()))
     except ValueError:
         return str(path)
+
+
+def private_folder(folder: Path, tighten: bool = False) -> None:
+    """Make `folder` and every missing parent as folders only their owner may enter (0700),
+    whatever the umask: with umask 000 a plain mkdir would let any local user plant files where
+    edgespec reads its caches. Folders that exist are left as they are (a home or a config folder
+    the user chose), except `folder` itself with `tighten`, for a folder only edgespec writes (one an
+    older edgespec made under a loose umask). NotADirectoryError where a file stands in the way."""
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+    missing = []
+    at = folder
+    while not at.exists():
+        missing.append(at)
+        at = at.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # made meanwhile by another process: left as it made it
+            continue
+        os.chmod(path, 0o700)  # the umask can take bits away from mkdir's mode
+    if tighten and stat.S_IMODE(folder.stat().st_mode) != 0o700:
+        os.chmod(folder, 0o700)
