@@ -24,7 +24,7 @@ from tests.fakes import ArgmaxRecorder
 
 @pytest.fixture()
 def target(tiny_gguf):
-    b = LlamaCppBackend(tiny_gguf, 256, threads=2)
+    b = LlamaCppBackend(tiny_gguf, 256, threads=2, read_chunk=32)  # whole chunks fit the tiny context
     yield b
     b.close()
 

@@ -29,11 +29,12 @@ from edgespec.models.registry import ConfigError, ModelSpec, PairConfig
 from tests.fakes import fake_engine
 
 FILE = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(4))  # about 110 tokens
+LONGER = FILE + "".join(f"def g{i}(a):\n    return a - {i}\n\n" for i in range(1))  # over 128 tokens
 SETTINGS = GenerateSettings(max_tokens=24, draft=DraftChoice.MODEL, k=KSetting.parse("3"))
 
 
 def load(path: Path) -> LlamaCppBackend:
-    return LlamaCppBackend(path, 256, threads=2)
+    return LlamaCppBackend(path, 256, threads=2, read_chunk=32)  # whole chunks fit the tiny context
 
 
 @pytest.fixture
@@ -105,8 +106,7 @@ def test_asking_again_covers_the_entry_and_a_longer_file_replaces_it(open_engine
     before = sorted(p.name for p in cache.folder.glob("*.kv"))
     reply(open_engine(cache), FILE + "\n\nExplain f2.")  # the same file: its state is kept as it was
     assert sorted(p.name for p in cache.folder.glob("*.kv")) == before
-    longer = FILE + "".join(f"def g{i}(a):\n    return a - {i}\n\n" for i in range(3))
-    reply(open_engine(cache), longer + "\n\nExplain g1.")  # near-duplicates replace each other
+    reply(open_engine(cache), LONGER + "\n\nExplain g1.")  # near-duplicates replace each other
     after = sorted(p.name for p in cache.folder.glob("*.kv"))
     assert len(after) == 2 and not set(after) & set(before)
 
@@ -228,7 +228,7 @@ WRITER = textwrap.dedent("""
     from pathlib import Path
     from edgespec.backends.llamacpp import READ_CHUNK, LlamaCppBackend
     from edgespec.engine.prompt_cache import Entry, PromptCache
-    backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2)
+    backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2, read_chunk=32)
     backend.eval(backend.tokenize(sys.argv[3]), 1)
     backend.truncate(backend.exact)  # what the cache saves: the whole chunks read from the start
     cache = PromptCache(Path(sys.argv[2]))
@@ -326,10 +326,11 @@ def entries(tmp_path: Path) -> list[Path]:
 
 @pytest.mark.parametrize("system", [(), ("-s", "You are terse.")])
 def test_run_with_the_same_stdin_and_another_instruction_reads_only_the_rest(cli_env, system):
-    _, first = run(cli_env, "Explain f1.", *system)
+    # the CLI's backends read in READ_CHUNK tokens: a file of more than one chunk
+    _, first = run(cli_env, "Explain f1.", *system, stdin=LONGER)
     assert first["prompt_cached"] == 0 and len(entries(cli_env)) == 2
-    cold_text, cold = run(cli_env, "Add type hints.", "--no-cache", *system)
-    warm_text, warm = run(cli_env, "Add type hints.", *system)
+    cold_text, cold = run(cli_env, "Add type hints.", "--no-cache", *system, stdin=LONGER)
+    warm_text, warm = run(cli_env, "Add type hints.", *system, stdin=LONGER)
     assert warm_text == cold_text and cold["prompt_cached"] == 0
     # the instruction, the template's end, and what the last whole read chunk leaves
     assert warm["prompt_tokens"] - warm["prompt_cached"] < len("Add type hints.") + 16 + READ_CHUNK

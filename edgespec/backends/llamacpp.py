@@ -38,7 +38,9 @@ _BATCH = 512  # the most tokens one llama_decode call may hold (a tree pass's li
 # any other point would compute different numbers than a fresh read: a warm call's reply could then
 # differ from a cold call's at a near-tie. `exact` counts the leading cached tokens read in whole
 # chunks from position 0; a later read keeps at most those, and forms the fresh read's chunks after.
-READ_CHUNK = 64
+# 128 reads a prompt as fast as any size tried (benchmarks/read_chunk.py), and a warm call reads
+# at most 127 tokens of its shared prefix again.
+READ_CHUNK = 128
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
 # is at most 17 tokens) are not: the abort check is a Python call per graph node, about 600 a pass
 # for a 1.5B model, a few percent of a draft pass, and such a batch ends soon anyway.
@@ -53,7 +55,7 @@ def _u8_array(buffer: bytearray):
     return (ctypes.c_uint8 * len(buffer)).from_buffer(buffer)
 
 
-def _state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placement: Placement) -> str:
+def _state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placement: Placement, read_chunk: int) -> str:
     """What a saved KV state depends on besides its tokens (see `LlamaCppBackend.cache_identity`).
     The model is named by its content: the sha256 the store verified before the load, so a hard
     link, a copy or a move keeps every entry. A file with no known sha256 (a local `path` without
@@ -73,7 +75,7 @@ def _state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placem
             f"n_gpu_layers {mparams.n_gpu_layers}",
             f"{placement.device} {placement.detail}",
             " ".join(f"{k} {v}" for k, v in settings.items()),
-            f"read_chunk {READ_CHUNK}",  # states saved under another cut would not be exact
+            f"read_chunk {read_chunk}",  # states saved under another cut would not be exact
         ]
     )
 
@@ -106,13 +108,19 @@ class LlamaCppBackend:
         n_gpu_layers: int | None = None,
         threads: int | None = None,
         sha256: str | None = None,
+        read_chunk: int = READ_CHUNK,
     ):
         """`n_gpu_layers`: layers to offload (-1 all); None offloads all where llama.cpp can (`gpu_layers`).
-        `sha256`: the file's, where the caller verified it (names the model in `cache_identity`)."""
+        `sha256`: the file's, where the caller verified it (names the model in `cache_identity`).
+        `read_chunk`: tokens per read chunk (`exact`; small ones let tests on tiny contexts see whole
+        chunks)."""
         import llama_cpp as lc
 
         self._lc = lc
         self.path, self._sha256 = path, sha256
+        if not 0 < read_chunk <= _BATCH:
+            raise ValueError(f"read_chunk {read_chunk}")
+        self.read_chunk = read_chunk
         # what close() frees, whenever loading stops
         self._model: llama_cpp.llama_model_p | None = None
         self._ctx: llama_cpp.llama_context_p | None = None
@@ -163,10 +171,9 @@ class LlamaCppBackend:
         if not self._ctx:
             raise BackendError(runtime.failure(f"llama.cpp could not create a {self.n_ctx}-token context for {path}"))
         self._mem = lc.llama_get_memory(self._ctx)
-        self._identity = _state_identity(lc, path, self._sha256, mparams, cparams, self.placement)
+        self._identity = _state_identity(lc, path, self._sha256, mparams, cparams, self.placement, self.read_chunk)
         self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
-        self.read_chunk = READ_CHUNK
         self.exact = 0  # leading cached tokens a fresh read computes the same (`ChunkedBackend`)
         # what eval_tree left for keep_path: nodes' branches, tokens, branch count
         self._tree: tuple[list[list[int]], list[int], int] | None = None
@@ -187,10 +194,10 @@ class LlamaCppBackend:
         first_logit = len(tokens) - n_logits
         earlier: list[np.ndarray] = []  # rows of chunks before the last, copied before the next decode
         n_out = 0
-        for start in range(0, len(tokens), READ_CHUNK):
+        for start in range(0, len(tokens), self.read_chunk):
             if n_out:
                 earlier.append(self._logits(n_out).copy())
-            chunk = tokens[start : start + READ_CHUNK]
+            chunk = tokens[start : start + self.read_chunk]
             pos0 = len(self.cached)
             n_out = 0
             for i, tok in enumerate(chunk):
@@ -200,8 +207,8 @@ class LlamaCppBackend:
             rc = self._run(len(chunk), n_branches=1)
             if rc == 0:
                 self.cached.extend(chunk)
-                if pos0 == self.exact and len(chunk) == READ_CHUNK:
-                    self.exact += READ_CHUNK
+                if pos0 == self.exact and len(chunk) == self.read_chunk:
+                    self.exact += self.read_chunk
             self._raise_on(rc)
         last = self._logits(n_out)
         return np.concatenate([*earlier, last]) if earlier else last
@@ -306,7 +313,7 @@ class LlamaCppBackend:
         if n < len(self.cached):
             self._lc.llama_memory_seq_rm(self._mem, 0, n, -1)
             del self.cached[n:]
-            self.exact = min(self.exact, n - n % READ_CHUNK)
+            self.exact = min(self.exact, n - n % self.read_chunk)
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         data = text.encode("utf-8")
@@ -396,7 +403,7 @@ class LlamaCppBackend:
             lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
             raise BackendError(runtime.failure("llama.cpp could not load a saved state"))
         self.cached = list(tokens)
-        self.exact = len(tokens) - len(tokens) % READ_CHUNK
+        self.exact = len(tokens) - len(tokens) % self.read_chunk
 
     # -- lifetime ----------------------------------------------------------------------------
 
