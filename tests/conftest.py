@@ -139,6 +139,23 @@ def tiny_draft_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
     return tiny_gguf_factory(**DRAFT)
 
 
+@pytest.fixture
+def tiny_cli_home(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
+    """An empty home and a models.toml naming the tiny pair (and a pair whose file is gone)."""
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    config = tmp_path / "models.toml"
+    config.write_text(
+        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+        f'[models.gone]\nformat = "gguf"\npath = "{tmp_path / "nope.gguf"}"\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+        '[pairs.missing]\nbackend = "llamacpp"\ntarget = "gone"\ndrafter = "none"\ncontext = 256\n'
+    )
+    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+    return tmp_path
+
+
 @pytest.fixture(scope="module")
 def endless_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of an `edgespec` subprocess on the endless tiny pair (tests/edgespec_process.py),

@@ -13,11 +13,9 @@ from collections.abc import Iterator, Sequence
 import jsonschema
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from scipy import stats
 
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.cli import main as cli
 from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, check
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.constraint import ConstraintDeadEnd
@@ -33,6 +31,7 @@ from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.quality.divergence import TIE, first_divergence, verdict
 from tests.fakes import ArgmaxRecorder
+from tests.tiny_cli import invoke, one_line_error
 
 PET = {
     "type": "object",
@@ -381,42 +380,15 @@ def test_a_constraint_that_cannot_be_enforced_is_a_usage_error_naming_why(spec, 
 # -- run --json / --json-schema -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
-    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    config = tmp_path / "models.toml"
-    config.write_text(
-        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        f'[models.gone]\nformat = "gguf"\npath = "{tmp_path / "nope.gguf"}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-        '[pairs.missing]\nbackend = "llamacpp"\ntarget = "gone"\ndrafter = "none"\ncontext = 256\n'
-    )
-    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
-    return tmp_path
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli.main, list(args))
-
-
-def one_line_error(result, code: int) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    lines = [s for s in result.stderr.splitlines() if s.strip()]
-    assert len(lines) == 1 and lines[0].startswith("edgespec: error:"), result.stderr
-    return lines[0]
-
-
-def test_run_json_schema_writes_one_valid_document(env):
-    schema = env / "pet.json"
+def test_run_json_schema_writes_one_valid_document(tiny_cli_home):
+    schema = tiny_cli_home / "pet.json"
     schema.write_text(json.dumps(PET))
     r = invoke("run", "a pet", "--raw", "--json-schema", str(schema), "--temperature", "0", "--max-tokens", "200")
     assert r.exit_code == 0, r.stderr
     jsonschema.validate(json.loads(r.stdout), PET)
 
 
-def test_run_json_cut_before_the_document_ends_is_an_error(env):
+def test_run_json_cut_before_the_document_ends_is_an_error(tiny_cli_home):
     r = invoke("run", "a pet", "--raw", "--json", "--temperature", "0", "--max-tokens", "3")
     assert one_line_error(r, 1).endswith("the JSON document is incomplete: --max-tokens was reached before it ended")
     assert r.stdout.startswith("{")
@@ -431,8 +403,8 @@ def test_run_json_cut_before_the_document_ends_is_an_error(env):
         (None, "cannot read"),
     ],
 )
-def test_run_refuses_a_bad_schema_file_before_loading(env, content, named):
-    schema = env / "schema.json"
+def test_run_refuses_a_bad_schema_file_before_loading(tiny_cli_home, content, named):
+    schema = tiny_cli_home / "schema.json"
     if content is not None:
         schema.write_text(content)
     # the pair's model file does not exist: an error about the schema came before any loading
@@ -440,8 +412,8 @@ def test_run_refuses_a_bad_schema_file_before_loading(env, content, named):
     assert line.startswith("edgespec: error: --json-schema: ") and named in line
 
 
-def test_run_json_and_json_schema_exclude_each_other(env):
-    schema = env / "s.json"
+def test_run_json_and_json_schema_exclude_each_other(tiny_cli_home):
+    schema = tiny_cli_home / "s.json"
     schema.write_text("{}")
     assert "exclude each other" in one_line_error(invoke("run", "x", "--json", "--json-schema", str(schema)), 2)
 

@@ -43,7 +43,9 @@ def test_a_warm_read_computes_the_cold_reads_logits_bit_for_bit(real_engine, tmp
     for prompt in _prompts(real_engine):
         target.truncate(0)
         cold = sync_cache(target, prompt, 1).copy()
-        for cut in (100, len(prompt) // 2 + 1, len(prompt) - 1):
+        chunk = target.read_chunk
+        assert len(prompt) > chunk + 6
+        for cut in (chunk + 5, (chunk + len(prompt)) // 2, len(prompt) - 1):
             target.truncate(0)
             sync_cache(target, prompt[:cut] + [13] * (cut < len(prompt) - 1), 1)  # parts at `cut`
             for t in target.tokenize(" return None  # a reply"):
@@ -75,7 +77,8 @@ def test_a_warm_reply_of_the_real_pair_equals_the_cold_one(real_engine, tmp_path
     real_engine.cache = None
     cold_ids, cold = reply("Add type hints to first_branch.")
     assert cold.prompt_cached == 0
-    assert warm.prompt_cached > 0.9 * warm.prompt_tokens
+    # all but the instruction, the template's end, and what the last whole read chunk leaves
+    assert warm.prompt_tokens - warm.prompt_cached < 32 + real_engine.target.read_chunk
     assert warm_ids == cold_ids
 
 

@@ -154,10 +154,12 @@ def test_a_run_killed_in_the_middle_of_a_save_costs_nothing_after_it(env, tmp_pa
 
     out, _, stats = run(env, "Add type hints.")
     assert out == expected["Add type hints."] and stats["prompt_cached"] == 0
+    assert partial.exists()  # as fresh as another process's write in flight: left alone
     old = time.time() - 2 * 3600  # as a killed writer's file looks two hours later
     os.utime(partial, (old, old))
     out, _, stats = run(env, "Rename f2.")
     assert out == expected["Rename f2."] and stats["prompt_cached"] > 0
+    run(env, "Rename f2.", "-s", "Be brief.")  # another prefix: a save that writes, and sweeps
     assert_whole_entries_only(folder(env))
 
 

@@ -26,7 +26,7 @@ from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine.engine import GenerateSettings
 from tests.fakes import MarkovBackend
 from tests.live_server import serving, tiny_tool_pair
-from tests.test_constraints import env, invoke, one_line_error  # noqa: F401 (fixtures)
+from tests.tiny_cli import invoke, one_line_error
 
 SELF_REF = {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}
 NODE = {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}, "required": ["next"]}
@@ -67,8 +67,8 @@ def deep(levels: int) -> dict:
 
 
 @pytest.mark.parametrize("schema, said", NOWHERE)
-def test_run_refuses_a_schema_that_leads_nowhere_before_loading(env, schema, said):  # noqa: F811
-    path = env / "schema.json"
+def test_run_refuses_a_schema_that_leads_nowhere_before_loading(tiny_cli_home, schema, said):
+    path = tiny_cli_home / "schema.json"
     path.write_text(json.dumps(schema))
     line = one_line_error(invoke("run", "x", "-m", "missing", "--json-schema", str(path)), 2)
     assert line.startswith("edgespec: error: --json-schema: ") and said in line
@@ -78,8 +78,8 @@ def test_run_refuses_a_schema_that_leads_nowhere_before_loading(env, schema, sai
     "text, said",
     [(deep_text(10_000), "deeper than 100 levels"), pytest.param(json.dumps(HUGE), "beyond", marks=pytest.mark.heavy)],
 )
-def test_run_refuses_a_schema_too_deep_or_too_large_to_build_before_loading(env, text, said):  # noqa: F811
-    path = env / "schema.json"
+def test_run_refuses_a_schema_too_deep_or_too_large_to_build_before_loading(tiny_cli_home, text, said):
+    path = tiny_cli_home / "schema.json"
     path.write_text(text)
     line = one_line_error(invoke("run", "x", "-m", "missing", "--json-schema", str(path)), 2)
     assert line.startswith("edgespec: error: --json-schema: ") and said in line
@@ -220,8 +220,8 @@ def unchecked(monkeypatch):
         monkeypatch.setattr(module, "check", lambda spec: None)
 
 
-def test_run_ends_a_reply_at_a_dead_end_with_exit_1(env, unchecked):  # noqa: F811
-    path = env / "schema.json"
+def test_run_ends_a_reply_at_a_dead_end_with_exit_1(tiny_cli_home, unchecked):
+    path = tiny_cli_home / "schema.json"
     path.write_text(json.dumps(ENDLESS))
     r = invoke("run", "a pet", "--raw", "--json-schema", str(path), "--temperature", "0", "--max-tokens", "50")
     assert "the constraint leads nowhere" in one_line_error(r, 1)
