@@ -17,7 +17,7 @@ from edgespec.constraints.tool_calls import HERMES
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
-from edgespec.server import openai_errors, schema_base
+from edgespec.server import openai_errors, request_body, schema_base
 from edgespec.server.app import MAX_BODY_BYTES
 from edgespec.server.schemas import ChatCompletionRequest
 from edgespec.server.tool_calls import ToolCallParser
@@ -245,3 +245,14 @@ def test_a_reply_whose_json_is_too_deep_to_read_is_content_as_written(arguments)
     deltas = parser.feed(text) + parser.end()
     assert "".join(d.content or "" for d in deltas) == text
     assert not any(d.tool_calls for d in deltas)
+
+
+def test_a_long_list_checked_in_slices_keeps_each_errors_place(live):
+    """A list longer than a slice is validated a slice per call (one call holds Python's lock); an
+    error past the first slices is located as in the whole list, and the first field's error is the
+    one said, as when the body is validated in one call."""
+    tools = [{"type": "function", "function": {"name": f"tool_{i}"}} for i in range(3 * request_body.SLICE)]
+    bad = 2 * request_body.SLICE + 7
+    tools[bad]["function"]["name"] = "a b"
+    assert error_of(post(live, chat(tools=tools)), 400)["param"] == f"tools.{bad}.function.name"
+    assert error_of(post(live, chat(tools=tools, temperature="hot")), 400)["param"] == "temperature"
