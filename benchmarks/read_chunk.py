@@ -58,7 +58,7 @@ def main(rounds: int, tokens: int, sizes: str, json_path: Path | None) -> None:
             f"{r['median_vs_512']:.3f}x of 512's"
         )
     if json_path:
-        doc = {"provenance": provenance(), "prompt_tokens": len(prompt), "rounds": rounds, "chunks": rows}
+        doc = {"meta": provenance(), "prompt_tokens": len(prompt), "rounds": rounds, "chunks": rows}
         json_path.write_text(json.dumps(doc, indent=1) + "\n")
     engine.close()
 

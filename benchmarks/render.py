@@ -383,6 +383,31 @@ def static_corpus(folder: Path) -> list[str]:
     return lines + [source(doc, name) + "<br>"]
 
 
+def read_chunk(folder: Path) -> list[str]:
+    """Prompt reading by the size of the chunks a read is cut into (benchmarks/read_chunk.py)."""
+    name = "read_chunk.json"
+    doc = load(folder, name)
+    lines = ["| chunk | tokens/s, median (best) | against 512 |", "|---|---|---|"]
+    for chunk, r in doc["chunks"].items():
+        lines.append(f"| {chunk} | {r['median_tok_s']:.1f} ({r['best_tok_s']:.1f}) | {r['median_vs_512']:.3f}x |")
+    lines.append("")
+    lines.append(f"A {doc['prompt_tokens']:,}-token prompt, {doc['rounds']} interleaved rounds.<br>")
+    return lines + [source(doc, name) + "<br>"]
+
+
+def health_latency(folder: Path) -> list[str]:
+    """/health while `serve` checks one request at the body cap (benchmarks/health_latency.py)."""
+    name = "health_latency.json"
+    doc = load(folder, name)
+    lines = ["| request | size | answer | /health most (median) |", "|---|---|---|---|"]
+    for what, r in doc["requests"].items():
+        lines.append(
+            f"| {what} | {r['bytes'] / 2**20:.1f} MiB | {r['status']} in {r['seconds']:.1f} s | "
+            f"{r['health_max_s'] * 1000:.0f} ms ({r['health_median_s'] * 1000:.0f} ms) |"
+        )
+    return lines + ["", source(doc, name) + "<br>"]
+
+
 QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped with the package
 
 
@@ -419,6 +444,8 @@ BLOCKS = {
     "whole-call": whole_call,
     "prompt-cache": prompt_cache,
     "prompt-cache-cost": prompt_cache_cost,
+    "read-chunk": read_chunk,
+    "health-latency": health_latency,
     "before-code-edit": before_code_edit,
     "draft-window": draft_window,
     "drafting-ceiling": drafting_ceiling,
