@@ -582,18 +582,9 @@ def test_plot_copes_with_ar_only(tmp_path):
 
 
 @pytest.fixture
-def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
-    """A user models.toml with a pair of tiny GGUFs, an empty store, and a two-suite JSONL file."""
-    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    config = tmp_path / "models.toml"
-    config.write_text(
-        f'default = "tiny"\n'
-        f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-    )
-    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+def cli_env(tiny_cli_home, monkeypatch):
+    """The tiny pair in a user models.toml, an empty store, and a two-suite JSONL file."""
+    tmp_path = tiny_cli_home
     lines = [
         {"id": "c/0", "suite": "code", "mode": "completion", "prompt": "def add(a, b):", "max_tokens": 12},
         {"id": "c/1", "suite": "code", "mode": "completion", "prompt": "for i in range(", "max_tokens": 12},

@@ -204,18 +204,10 @@ def test_a_table_without_structured_prompts_has_no_valid_column(tiny_engine):
 
 
 @pytest.mark.subprocess
-def test_the_bench_command_reports_validity_in_json_and_strict(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
+def test_the_bench_command_reports_validity_in_json_and_strict(tiny_cli_home):
     from edgespec.cli import main as cli
 
-    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    config = tmp_path / "models.toml"
-    config.write_text(
-        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-    )
-    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
+    tmp_path = tiny_cli_home
     chat = [{"role": "user", "content": "a pet please"}]
     write_suite(
         tmp_path,
