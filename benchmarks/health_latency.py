@@ -87,8 +87,7 @@ def _measure(root: str, body: bytes | None) -> dict:
 
     thread = threading.Thread(target=send)
     health: list[float] = []
-    # a new connection per poll: on a kept one, uvicorn's replies here wait out a 40 ms delayed
-    # ACK (httpx and http.client alike; curl too would keep the floor at 44 ms, not 2 ms)
+    # a new connection per poll, as a health checker makes one
     netloc = urlsplit(root).netloc
     _health(netloc)
     thread.start()

@@ -635,6 +635,32 @@ def test_a_client_that_connects_before_the_server_runs_waits_instead_of_being_re
         sock.close()
 
 
+def test_connections_to_the_listening_socket_send_without_delay():
+    """The server's side of a connection has Nagle's algorithm off, as asyncio sets it for uvicorn
+    (`loop.create_server(sock=...)`): with it on, a reply on a kept-alive connection waited out a
+    40 ms delayed ACK."""
+    sock = listen("127.0.0.1", 0)
+    accepted: list[int] = []
+
+    async def serve_one() -> None:
+        loop = asyncio.get_running_loop()
+        made = loop.create_future()
+
+        class Protocol(asyncio.Protocol):
+            def connection_made(self, transport) -> None:
+                accepted.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                made.set_result(None)
+
+        server = await loop.create_server(Protocol, sock=sock)
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        await asyncio.wait_for(made, 10)
+        writer.close()
+        server.close()
+
+    asyncio.run(serve_one())
+    assert accepted and accepted[0] != 0
+
+
 @pytest.mark.subprocess
 def test_edgespec_serve_answers_then_stops_on_ctrl_c(env):
     """The real command in a process of its own: it says where it serves, answers, and Ctrl-C ends
