@@ -20,7 +20,7 @@ from edgespec.engine.engine import GenerateSettings
 from edgespec.server import openai_errors, request_body, schema_base
 from edgespec.server.app import MAX_BODY_BYTES
 from edgespec.server.schemas import ChatCompletionRequest
-from edgespec.server.tool_calls import ToolCallParser
+from edgespec.server.tool_call_parser import ToolCallParser
 from edgespec.server.tool_schemas import FunctionDefinition, Tool
 from edgespec.util.json_depth import MAX_DEPTH
 from tests.live_server import serving, tiny_tool_pair

@@ -22,7 +22,7 @@ from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError
 from edgespec.server.schemas import ChatCompletionRequest, Delta
-from edgespec.server.tool_calls import ToolCallParser
+from edgespec.server.tool_call_parser import ToolCallParser
 from edgespec.server.tool_choice import tool_plan
 from tests.live_server import serving, serving_engine, tiny_tool_pair
 

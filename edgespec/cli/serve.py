@@ -48,12 +48,12 @@ def listen(host: str, port: int) -> socket.socket:
 
 def uvicorn_server(app, on_stop: Callable[[], None], log_level: str = "info"):
     """uvicorn as edgespec runs it. On SIGINT, SIGTERM or SIGHUP, `on_stop` tells the requests in
-    flight that the server stops (edgespec.server.stopping); stopping waits at most 2 s for their
+    flight that the server stops (edgespec.server.shutdown_signals); stopping waits at most 2 s for their
     replies to end, then cancels them like a client that left. The access log goes to stderr with
     the rest: stdout is for replies (`run`), and serve writes none."""
     import uvicorn
 
-    from edgespec.server.stopping import StoppingServer
+    from edgespec.server.shutdown_signals import StoppingServer
 
     logging = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     logging["handlers"]["access"]["stream"] = "ext://sys.stderr"

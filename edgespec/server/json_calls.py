@@ -1,5 +1,5 @@
 """Tool calls written as plain JSON instead of the format's markup, which `tool_choice` "auto"
-also takes (edgespec.server.tool_calls reads them).
+also takes (edgespec.server.tool_call_parser reads them).
 
 Small models shown Hermes' template often leave out the `<tool_call>` tags: the built-in 1.5B
 coder, asked for the weather with a weather tool offered, writes a Markdown block (seen here,

@@ -32,7 +32,7 @@ from edgespec.server.schemas import (
     Usage,
 )
 from edgespec.server.stop_strings import StopCut
-from edgespec.server.tool_calls import ToolCallParser
+from edgespec.server.tool_call_parser import ToolCallParser
 
 
 class Reply:
@@ -109,7 +109,7 @@ class _Format:
 class ChatFormat(_Format):
     """POST /v1/chat/completions: a message, or deltas after one that names the assistant's role.
     With `calls` (a request whose tools the reply may call), the text is read for tool calls
-    (edgespec.server.tool_calls): a delta per piece of content or of a call, and the finish reason
+    (edgespec.server.tool_call_parser): a delta per piece of content or of a call, and the finish reason
     "tool_calls" for a reply that called."""
 
     calls: ToolCallParser | None = None

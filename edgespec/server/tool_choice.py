@@ -2,7 +2,7 @@
 which tools the chat template renders, the constraint decoding follows, and how the reply is read.
 
 - "auto" (the default with tools): the template renders the tools, the model decides, and the
-  reply is read for calls (edgespec.server.tool_calls), in the format's markup or, for a tool
+  reply is read for calls (edgespec.server.tool_call_parser), in the format's markup or, for a tool
   that is not strict, as plain JSON (edgespec.server.json_calls). Decoding is free, unless a tool is
   `strict`: then a call, once the model opens one, is constrained to the tools offered, a strict
   tool's arguments to its parameters and another's to a JSON object (OpenAI's strict promise),
@@ -29,7 +29,7 @@ from edgespec.constraints.guidance import ConstraintError, ConstraintSpec
 from edgespec.constraints.tool_calls import FORMATS, call_constraint, parameters_schema
 from edgespec.server.openai_errors import APIError
 from edgespec.server.schemas import ChatCompletionRequest
-from edgespec.server.tool_calls import ToolCallParser
+from edgespec.server.tool_call_parser import ToolCallParser
 from edgespec.server.tool_schemas import NamedToolChoice
 
 
