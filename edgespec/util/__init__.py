@@ -1,2 +1,15 @@
-"""The bottom layer: helpers every other layer may use and that import nothing else of edgespec's
-(files written atomically, signals, errors, stdout, text checks, paths, the machine's hardware)."""
+"""The bottom layer: helpers every other layer may use and that import nothing else of edgespec's.
+
+errors.py        user-facing errors: one line on stderr and a non-zero exit
+interrupts.py    Ctrl-C, SIGTERM and SIGHUP in a process that lives inside C
+stdout.py        stdout that fails: one rule for every command
+paths.py         the home folder every command reads
+user_files.py    every file a user names or keeps, read bounded and in chunks
+output_files.py  files a command writes after its work is done
+atomic_file.py   replacing a file atomically
+unsaved.py       what is kept only to be faster next time, done without where unwritable
+json_depth.py    JSON from outside read with its nesting bounded
+text_check.py    checks on a user's text before any model loads
+hardware.py      this machine's cores, RAM and how busy it is
+provenance.py    where a measurement came from: command, code, machine
+"""
