@@ -49,12 +49,14 @@ check: lint check-tests
 
 # What .pre-commit-config.yaml runs: ruff lint and format, the layers contract (import-linter,
 # [tool.importlinter] in pyproject.toml: each layer imports only those below it, no package has an
-# import cycle; docs/design.md, "Layers") and mypy on the packages in [tool.mypy].
+# import cycle, edgespec never imports benchmarks/; docs/design.md, "Layers"), mypy on the packages
+# in [tool.mypy], and no dead pointer to a page, heading or anchor (tools/check_links.py).
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(BIN)/python tools/check_links.py
 
 # The tests that load no real model (`slow`), start no process (`subprocess`), run no long
 # statistical or generated checks (`heavy`) and no torch model (`torch`): markers in pyproject.toml.

@@ -1,6 +1,6 @@
 """The built-in Qwen2.5-Coder pair end to end (pulled by `make test` before the suite runs).
 
-Greedy losslessness on a real quantized model is tested the honest way (../DESIGN.md, Pitfalls):
+Greedy losslessness on a real quantized model is tested the honest way (docs/design.md, "One round"):
 every emitted token is the target's argmax of the logits it was verified with, and where the
 output parts from plain decoding it is at a near-tie of the logits, because a batch of n tokens does
 not give bit-identical logits to n single steps. How near is the target's measured noise floor

@@ -1,7 +1,7 @@
 """The prompt cache: the KV state of what a model has read, kept across calls and processes.
 
-Reading the prompt is most of a coding assistant's call on a small CPU (DESIGN.md, "The whole
-call"), and editors and scripts ask several things about one file. A call whose prompt starts with
+Reading the prompt is most of a coding assistant's call on a small CPU (docs/design.md, "Where a
+call's time goes"), and editors and scripts ask several things about one file. A call whose prompt starts with
 text read before (the same file with another instruction, a resumed chat) loads that state and
 reads only the rest; loading 2,000 tokens' state takes well under a second where reading them
 takes about 20 s.

@@ -88,7 +88,8 @@ def read_gguf_vocabulary(path: Path) -> Vocabulary:
 
 
 class _GGUFMetadata:
-    """A sequential reader of a GGUF header and key-value section (format: ggml's docs/gguf.md)."""
+    """A sequential reader of a GGUF header and key-value section (format: ggml's GGUF spec,
+    https://github.com/ggml-org/ggml/blob/master/docs/gguf.md)."""
 
     def __init__(self, buf: mmap.mmap):
         self.buf, self.pos, self.order = buf, 0, "<"

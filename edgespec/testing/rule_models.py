@@ -63,7 +63,7 @@ SHAPES = {
         max_position_embeddings=131072,
         rope_parameters={**LLAMA3_ROPE, "factor": 32.0},
     ),
-    # the same code paths on a CPU in seconds (--cpu-smoke)
+    # the same code paths on a CPU in seconds (--tiny)
     "tiny-target": dict(
         hidden_size=256,
         intermediate_size=512,
