@@ -35,7 +35,7 @@ from pathlib import Path
 import click
 import httpx
 
-from edgespec.util.provenance import provenance
+from edgespec.util.provenance import input_name, provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_throughput import run_once, start_server  # noqa: E402
@@ -229,7 +229,7 @@ def main(pair, input_path, chars, rounds, max_tokens, serve, cost, json_path):
         result = {
             **provenance(),
             "pair": pair,
-            "input": str(input_path),
+            "input": input_name(input_path),
             "chars": chars,
             "max_tokens": max_tokens,
             "runs": rows,

@@ -10,6 +10,11 @@ named after its CPU (`results/intel-xeon/`), and those blocks give a row per mac
 tests/test_render_results.py renders the committed files and fails when a page differs, so a table
 cannot drift from the run behind it.
 
+A page shows only runs of a committed tree: a figure from uncommitted code is a figure of code no
+one can check out again. The script refuses to render while any result file says its tree had
+uncommitted changes (`"dirty": true`), or does not say what made it (the command, the commit and
+whether the tree was clean, as edgespec.util.provenance records them), one line per file.
+
     make results        # = .venv/bin/python benchmarks/render.py
 """
 
@@ -35,6 +40,29 @@ _OPENING = re.compile(r"<!-- results:([\w-]+) -->")
 
 def load(folder: Path, name: str) -> dict:
     return json.loads((folder / name).read_text())
+
+
+def unfit(doc: dict) -> str | None:
+    """Why a result file's figures may not go on a page, or None: its provenance (under "meta", or at
+    the top level of the older files) is missing, or says the tree had uncommitted changes."""
+    meta = doc.get("meta", doc)
+    if not isinstance(meta, dict) or not meta.get("command") or not meta.get("commit"):
+        return "no provenance: the command and commit that made it are not recorded"
+    if "dirty" not in meta:
+        return "no provenance: whether the tree had uncommitted changes is not recorded"
+    if meta["dirty"]:
+        return "made with uncommitted changes"
+    return None
+
+
+def refused(folder: Path) -> list[str]:
+    """One line for each result file under `folder` that may not be rendered, naming it and why."""
+    lines = []
+    for path in sorted(folder.rglob("*.json")):
+        if why := unfit(json.loads(path.read_text())):
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            lines.append(f"{shown}: {why}")
+    return lines
 
 
 def on_every_machine(folder: Path, name: str) -> list[str]:
@@ -479,15 +507,19 @@ def plot(folder: Path, path: Path) -> None:
     bench_plot(path, rows, [s for doc in docs for s in doc["summary"]])
 
 
-def main() -> int:
+def main(folder: Path = RESULTS) -> int:
+    if refusals := refused(folder):
+        for line in refusals:
+            print(f"render.py: refused {line}; run it again on a committed tree", file=sys.stderr)
+        return 1
     for page in PAGES:
         path = ROOT / page
         text = path.read_text()
-        rendered = render_page(text)
+        rendered = render_page(text, folder)
         if rendered != text:
             path.write_text(rendered)
             print(f"rendered {page}")
-    plot(RESULTS, ROOT / PLOT)
+    plot(folder, ROOT / PLOT)
     print(f"plotted {PLOT}")
     return 0
 

@@ -27,7 +27,7 @@ from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.draft_sources import DraftSources, open_sources
 from edgespec.engine.engine import find_pair, open_engine
-from edgespec.util.provenance import provenance
+from edgespec.util.provenance import input_name, provenance
 
 AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
 CORPUS = "auto+corpus"
@@ -74,7 +74,7 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
     if args.json:
         meta = {**provenance(), "command": "benchmarks/static_corpus.py " + " ".join(sys.argv[1:])}
-        meta["corpus"] = str(args.corpus)
+        meta["corpus"] = input_name(args.corpus)
         for row in rows:
             del row["ids"]
         args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")

@@ -25,19 +25,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from edgespec.util.provenance import provenance
+from edgespec.util.provenance import input_name, provenance
 
 STDLIB = Path(os.__file__).parent
 
 
 def read_case(spec: str) -> tuple[str, str]:
-    """'FILE[:LINES]' (a bare name is looked up in Python's standard library) -> (label, text)."""
+    """'FILE[:LINES]' (a bare name is looked up in Python's standard library) -> (label, text). The
+    label is the spec, with a file named by a path named as a result file may name it (`input_name`:
+    never an absolute path)."""
     name, _, lines = spec.partition(":")
-    path = Path(name) if Path(name).exists() else STDLIB / name
+    named = Path(name).exists()
+    path = Path(name) if named else STDLIB / name
     text = path.read_text(encoding="utf-8")
     if lines:
         text = "".join(text.splitlines(keepends=True)[: int(lines)])
-    return spec, text
+    return (input_name(path) + (f":{lines}" if lines else "") if named else spec), text
 
 
 def parse_modes(text: str) -> dict[str, tuple[dict[str, str], list[str]]]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import sysconfig
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +59,12 @@ def test_a_measurement_records_the_backend_build():
     assert backends["llama-cpp-python"] == metadata.version("llama-cpp-python")
     assert backends["llama.cpp build"].startswith("CPU :")  # llama.cpp's own list of the features it was built with
     assert "cpus" in record["machine"] and "cpu_flags" in record["machine"]
+
+
+def test_an_input_is_named_by_its_repository_path_or_a_description(tmp_path):
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    python = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    assert p.input_name(p._SOURCE / "edgespec" / "data" / "dev.jsonl") == "edgespec/data/dev.jsonl"
+    assert p.input_name(stdlib) == f"{python}'s standard library"
+    assert p.input_name(stdlib / "json") == f"json of {python}'s standard library"
+    assert p.input_name(tmp_path / "controller200.py") == "controller200.py"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -106,3 +107,78 @@ def test_the_verify_curve_line_names_the_machine_s_pass_costs():
 def test_a_broken_marker_is_an_error(text, problem):
     with pytest.raises(ValueError, match=problem):
         render.render_page(text)
+
+
+# Made before the renderer refused them: each leaves this list when it is run again on a committed
+# tree (the pages keep showing them, marked "with uncommitted changes", until then).
+MADE_BEFORE_THE_RULE = {
+    "bench_before_code_edit.json": "no provenance: whether the tree had uncommitted changes is not recorded",
+    "bench_dev.json": "made with uncommitted changes",
+    "bench_heldout.json": "made with uncommitted changes",
+    "bench_mtbench.json": "made with uncommitted changes",
+    "draft_window.json": "no provenance: whether the tree had uncommitted changes is not recorded",
+    "peer_files.json": "made with uncommitted changes",
+    "prompt_cache.json": "made with uncommitted changes",
+    "sessions.json": "made with uncommitted changes",
+    "static_corpus.json": "made with uncommitted changes",
+    "whole_call.json": "made with uncommitted changes",
+}
+# Named an input by an absolute path before the runners named them by their path in the repository
+# or a description (edgespec.util.provenance.input_name); each leaves this list when run again.
+NAMED_BY_ABSOLUTE_PATHS = {
+    "bench_before_code_edit.json",
+    "bench_dev.json",
+    "bench_mtbench.json",
+    "peer.json",
+    "peer_files.json",
+    "prompt_cache.json",
+    "prompt_cache_cost.json",
+    "static_corpus.json",
+    "whole_call.json",
+}
+
+
+def test_a_result_made_with_uncommitted_changes_or_without_provenance_is_refused(tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    clean = json.loads((render.RESULTS / "read_chunk.json").read_text())
+    (folder / "clean.json").write_text(json.dumps(clean))
+    (folder / "dirty.json").write_text(json.dumps({**clean, "meta": {**clean["meta"], "dirty": True}}))
+    (folder / "unknown.json").write_text(json.dumps({"rows": []}))
+    assert render.main(folder) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"render.py: refused {folder / name}: {why}; run it again on a committed tree"
+        for name, why in (
+            ("dirty.json", "made with uncommitted changes"),
+            ("unknown.json", "no provenance: the command and commit that made it are not recorded"),
+        )
+    ]
+
+
+def test_the_committed_results_refused_are_those_made_before_the_rule():
+    prefix = "benchmarks/results/"
+    refused = dict(line.removeprefix(prefix).split(": ", 1) for line in render.refused(render.RESULTS))
+    assert refused == MADE_BEFORE_THE_RULE
+
+
+def absolute_paths(value) -> list[str]:
+    """The strings in a JSON value that start with an absolute path (/..., ~/..., C:\\...)."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in absolute_paths(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in absolute_paths(v)]
+    return [value] if isinstance(value, str) and re.match(r"(/|~/|[A-Za-z]:\\)", value) else []
+
+
+def test_absolute_paths_are_found_at_any_depth():
+    doc = {"meta": {"command": "x --json /tmp/a.json", "suite": "/tmp/s.jsonl"}, "rows": [{"case": "~/b.py | x"}]}
+    assert absolute_paths(doc) == ["/tmp/s.jsonl", "~/b.py | x"]
+
+
+def test_result_files_name_inputs_by_a_repository_path_or_a_description():
+    found = {
+        path.relative_to(render.RESULTS).as_posix()
+        for path in render.RESULTS.rglob("*.json")
+        if absolute_paths(json.loads(path.read_text()))
+    }
+    assert found == NAMED_BY_ABSOLUTE_PATHS

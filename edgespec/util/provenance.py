@@ -15,6 +15,7 @@ import re
 import shlex
 import subprocess
 import sys
+import sysconfig
 import time
 from importlib import metadata
 from pathlib import Path
@@ -100,3 +101,19 @@ def _code() -> dict:
         "commit": commit,
         "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
     }
+
+
+def input_name(path: str | Path) -> str:
+    """How a record names a measurement's input (a file or folder it read): its path in the checkout
+    edgespec runs from, or in Python's standard library, or else its file name. Never an absolute
+    path, which says only where one machine kept a file, and a temporary one not even that."""
+    path = Path(path).resolve()
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    python = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+    if (_SOURCE / ".git").exists() and path.is_relative_to(_SOURCE):
+        return path.relative_to(_SOURCE).as_posix()
+    if path == stdlib:
+        return f"{python}'s standard library"
+    if path.is_relative_to(stdlib):
+        return f"{path.relative_to(stdlib).as_posix()} of {python}'s standard library"
+    return path.name
