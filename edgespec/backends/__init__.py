@@ -2,6 +2,7 @@
 transformers. They import only decoding and util.
 
     llamacpp.py          one GGUF model through llama-cpp-python's low-level API
+    llamacpp_state.py    a context's saved KV state: its identity, copied out and back in
     llamacpp_runtime.py  llama.cpp's process-wide side: its log, Ctrl-C, devices, the quantizer
     chat_template.py     a model's own Jinja chat template rendered in a sandbox
     hf.py                one transformers model: bf16 on a CPU, quantized on a GPU

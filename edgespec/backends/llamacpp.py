@@ -25,7 +25,8 @@ import numpy as np
 
 from edgespec.backends import llamacpp_runtime as runtime
 from edgespec.backends.chat_template import render_chat
-from edgespec.decoding.backend import BackendError, ContextOverflow, Placement, Vocabulary
+from edgespec.backends.llamacpp_state import copy_in, copy_out, state_identity
+from edgespec.decoding.backend import BackendError, ContextOverflow, Vocabulary
 from edgespec.decoding.tree import branches_through, depths, leaves
 from edgespec.util import interrupts
 
@@ -48,53 +49,6 @@ _ABORTABLE_BATCH = 32
 _SEQUENCE_0 = (0,)  # the committed text's sequence (and a chain's)
 # The most branches one verify pass may hold (the context's n_seq_max; one cache sequence each).
 MAX_BRANCHES = 16
-
-
-def _u8_array(buffer: bytearray):
-    """A ctypes view of `buffer` (no copy) for llama.cpp's uint8_t* parameters."""
-    return (ctypes.c_uint8 * len(buffer)).from_buffer(buffer)
-
-
-def _state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placement: Placement, read_chunk: int) -> str:
-    """What a saved KV state depends on besides its tokens (see `LlamaCppBackend.cache_identity`).
-    The model is named by its content: the sha256 the store verified before the load, so a hard
-    link, a copy or a move keeps every entry. A file with no known sha256 (a local `path` without
-    one) is named by path, size and mtime, without hashing a gigabyte on every load: a new hard link
-    changes the file's ctime and inode count, not these."""
-    if sha256 is not None:
-        model = f"sha256 {sha256}"
-    else:
-        st = Path(path).stat()
-        model = f"{Path(path).resolve()} {st.st_size} {st.st_mtime_ns}"
-    settings = {name: getattr(cparams, name) for name in _STATE_SETTINGS}
-    return "|".join(
-        [
-            f"llama-cpp-python {lc.__version__}",
-            lc.llama_print_system_info().decode("utf-8", "replace").strip(),
-            model,
-            f"n_gpu_layers {mparams.n_gpu_layers}",
-            f"{placement.device} {placement.detail}",
-            " ".join(f"{k} {v}" for k, v in settings.items()),
-            f"read_chunk {read_chunk}",  # states saved under another cut would not be exact
-        ]
-    )
-
-
-# The context settings that decide what a state holds or how its numbers were computed.
-_STATE_SETTINGS = (
-    "n_ctx",
-    "n_batch",
-    "n_ubatch",
-    "n_seq_max",
-    "kv_unified",
-    "type_k",
-    "type_v",
-    "flash_attn_type",
-    "offload_kqv",
-    "swa_full",
-    "rope_freq_base",
-    "rope_freq_scale",
-)
 
 
 class LlamaCppBackend:
@@ -171,7 +125,7 @@ class LlamaCppBackend:
         if not self._ctx:
             raise BackendError(runtime.failure(f"llama.cpp could not create a {self.n_ctx}-token context for {path}"))
         self._mem = lc.llama_get_memory(self._ctx)
-        self._identity = _state_identity(lc, path, self._sha256, mparams, cparams, self.placement, self.read_chunk)
+        self._identity = state_identity(lc, path, self._sha256, mparams, cparams, self.placement, self.read_chunk)
         self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
         self.exact = 0  # leading cached tokens a fresh read computes the same (`ChunkedBackend`)
@@ -385,21 +339,15 @@ class LlamaCppBackend:
         as exact, so that a warm call computes what a cold one does."""
         if self.exact != len(self.cached):
             raise ValueError(f"saving {len(self.cached)} tokens of which {self.exact} are exact")
-        lc = self._lc
-        data = bytearray(lc.llama_state_seq_get_size(self._ctx, 0))
-        n = lc.llama_state_seq_get_data(self._ctx, _u8_array(data), len(data), 0) if data else 0
-        if n == 0:
-            raise BackendError("llama.cpp could not copy the cache's state")
-        return data[:n] if n < len(data) else data
+        return copy_out(self._lc, self._ctx)
 
     def load_state(self, data: bytes | bytearray, tokens: Sequence[int]) -> None:
         """Replace the cache with a state from `save_state` of a backend with this `cache_identity`,
         which held `tokens`. BackendError when llama.cpp refuses it; the cache is then empty."""
         lc = self._lc
         self.truncate(0)
-        buffer = data if isinstance(data, bytearray) else bytearray(data)
         runtime.error_lines.clear()
-        if len(tokens) > self.n_ctx or lc.llama_state_seq_set_data(self._ctx, _u8_array(buffer), len(buffer), 0) == 0:
+        if len(tokens) > self.n_ctx or not copy_in(lc, self._ctx, data):
             lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
             raise BackendError(runtime.failure("llama.cpp could not load a saved state"))
         self.cached = list(tokens)
