@@ -101,12 +101,6 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
             on_error=lambda conn, error: unauthorized(str(error) == "wrong").response(),
         )
 
-    def settings(body: GenerationRequest, constraint: ConstraintSpec | None) -> GenerateSettings:
-        sampling = sampling_from_flags(
-            defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.seed
-        )
-        return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
-
     def checked_chat(raw: bytes, content_type: str | None) -> Checked:
         body = body_model(ChatCompletionRequest, raw, content_type)
         tools = tool_plan(body, served, worker.engine.pair.tool_format)
@@ -127,35 +121,13 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
         text = body.text
         return Checked(body, TextFormat(served), lambda engine: engine.target.tokenize(text), "prompt")
 
-    async def answer(request: Request, checked_request: Checked) -> Response:
-        body, fmt = checked_request.body, checked_request.fmt
-        if body.model != served:
-            raise unknown_model(body.model, served)
-        job = Job(
-            checked_request.tokens,
-            checked_request.param,
-            settings(body, checked_request.constraint),
-            body.token_limit,
-        )
-        worker.submit(job)
-        started_item = await while_connected(request, job, job.next())
-        if isinstance(started_item, Failed):
-            raise started_item.error
-        if started_item is FINISHED:  # skipped: cancelled while it waited
-            raise ClientGone
-        reply = Reply(body.stops, started_item.prompt_tokens)
-        if body.stream:
-            return EventSourceResponse(stream(job, reply, fmt, body))
-        whole = await while_connected(request, job, collect(job, reply, fmt, body))
-        return Response(whole.model_dump_json(), media_type="application/json")
-
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        return await answer(request, await checked(request, checked_chat))
+        return await answer(request, await checked(request, checked_chat), worker, defaults)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await answer(request, await checked(request, checked_completion))
+        return await answer(request, await checked(request, checked_completion), worker, defaults)
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -170,6 +142,41 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
         return {"status": "ok", "model": served}
 
     return app
+
+
+def request_settings(
+    defaults: GenerateSettings, body: GenerationRequest, constraint: ConstraintSpec | None
+) -> GenerateSettings:
+    """A request's decoding settings: the command line's `defaults`, its sampling fields over them."""
+    sampling = sampling_from_flags(defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.seed)
+    return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
+
+
+async def answer(
+    request: Request, checked_request: Checked, worker: EngineWorker, defaults: GenerateSettings
+) -> Response:
+    """A checked request queued for the engine and answered, streamed or whole, while its client is
+    connected."""
+    body, fmt, served = checked_request.body, checked_request.fmt, worker.engine.pair.name
+    if body.model != served:
+        raise unknown_model(body.model, served)
+    job = Job(
+        checked_request.tokens,
+        checked_request.param,
+        request_settings(defaults, body, checked_request.constraint),
+        body.token_limit,
+    )
+    worker.submit(job)
+    started_item = await while_connected(request, job, job.next())
+    if isinstance(started_item, Failed):
+        raise started_item.error
+    if started_item is FINISHED:  # skipped: cancelled while it waited
+        raise ClientGone
+    reply = Reply(body.stops, started_item.prompt_tokens)
+    if body.stream:
+        return EventSourceResponse(stream(job, reply, fmt, body))
+    whole = await while_connected(request, job, collect(job, reply, fmt, body))
+    return Response(whole.model_dump_json(), media_type="application/json")
 
 
 async def sent_tokens(job: Job, reply: Reply) -> AsyncIterator[list[Token]]:
