@@ -11,6 +11,8 @@ as one and drafting were free).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -22,6 +24,9 @@ from textual.widgets import Static
 
 from edgespec.tui.stats import ReplyFigures
 from edgespec.tui.transcript import STYLES
+
+if TYPE_CHECKING:
+    from edgespec.decoding.events import Summary
 
 BAR = 30
 
@@ -85,17 +90,7 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
             f"{s.tokens_per_pass:.2f} tokens/pass",
         )
 
-    total = max(s.decode_s, s.draft_s + s.verify_s)
-    if total > 0:
-        other = max(0.0, total - s.draft_s - s.verify_s)
-        split = Text()
-        split.append(_bar(s.draft_s / total), style=STYLES["draft"])
-        split.append(_bar(s.verify_s / total), style="#5fd7ff")
-        split.append(_bar(other / total).replace("█", "░"), style="dim")
-        split.append(
-            f"\ndraft {s.draft_s:.2f} s ({s.draft_s / total:.0%}) · verify {s.verify_s:.2f} s "
-            f"({s.verify_s / total:.0%}) · other {other:.2f} s ({other / total:.0%})"
-        )
+    if split := _time_split(s):
         grid.add_row("time", split)
     grid.add_row("speedup", speedup_line(f))
     if s.sources:
@@ -108,16 +103,38 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
 
     parts: list = [grid]
     if s.k_histogram:
-        hist = s.k_histogram
-        most = max(hist.values()) or 1
-        table = Table.grid(padding=(0, 1))
-        table.add_column(justify="right", style="bold")
-        table.add_column()
-        table.add_column(justify="right")
-        for k in sorted(hist):
-            table.add_row(f"K={k}", Text(_bar(hist[k] / most, 24) or "▏", style="#5fd7ff"), str(hist[k]))
-        parts += [Text("\nK histogram (target passes per draft length)", style="bold"), table]
+        parts += [Text("\nK histogram (target passes per draft length)", style="bold"), _k_table(s.k_histogram)]
     return Group(*parts)
+
+
+def _time_split(s: Summary) -> Text | None:
+    """Where the decoding time went, as a bar and a line: drafting, verifying, the rest; None when
+    no time was measured."""
+    total = max(s.decode_s, s.draft_s + s.verify_s)
+    if total <= 0:
+        return None
+    other = max(0.0, total - s.draft_s - s.verify_s)
+    split = Text()
+    split.append(_bar(s.draft_s / total), style=STYLES["draft"])
+    split.append(_bar(s.verify_s / total), style="#5fd7ff")
+    split.append(_bar(other / total).replace("█", "░"), style="dim")
+    split.append(
+        f"\ndraft {s.draft_s:.2f} s ({s.draft_s / total:.0%}) · verify {s.verify_s:.2f} s "
+        f"({s.verify_s / total:.0%}) · other {other:.2f} s ({other / total:.0%})"
+    )
+    return split
+
+
+def _k_table(hist: dict[int, int]) -> Table:
+    """Target passes per draft length K, a bar each, scaled to the most common K."""
+    most = max(hist.values()) or 1
+    table = Table.grid(padding=(0, 1))
+    table.add_column(justify="right", style="bold")
+    table.add_column()
+    table.add_column(justify="right")
+    for k in sorted(hist):
+        table.add_row(f"K={k}", Text(_bar(hist[k] / most, 24) or "▏", style="#5fd7ff"), str(hist[k]))
+    return table
 
 
 class DetailsScreen(ModalScreen):
