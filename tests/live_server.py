@@ -19,6 +19,22 @@ from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker
 
 START_TIMEOUT_S = 20
+HELLO = [{"role": "user", "content": "hello there"}]
+
+
+def tiny_models_toml(folder: Path, tiny_gguf: Path, tiny_draft_gguf: Path) -> Path:
+    """A models.toml in `folder` with the tiny GGUF pair three ways: drafting with the draft model
+    ("tiny", the default), with n-grams ("tiny-ngram") and not at all ("tiny-plain")."""
+    path = folder / "models.toml"
+    path.write_text(
+        f'default = "tiny"\n'
+        f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
+        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
+        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
+        '[pairs.tiny-ngram]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 256\n'
+        '[pairs.tiny-plain]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "none"\ncontext = 256\n'
+    )
+    return path
 
 
 @dataclass

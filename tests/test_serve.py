@@ -10,53 +10,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import queue
-import re
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import openai
 import psutil
 import pytest
-from click.testing import CliRunner
 
-from edgespec.cli import main as cli
-from edgespec.cli.serve import listen
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.events import Source, Summary, Token
+from edgespec.decoding.events import Summary
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.server.app import MAX_BODY_BYTES, create_app
-from edgespec.server.stop_strings import StopCut
-from tests.live_server import serving, serving_app
+from tests.live_server import HELLO, serving, serving_app, tiny_models_toml
 
 TIMEOUT = httpx.Timeout(30.0)
-HELLO = [{"role": "user", "content": "hello there"}]
 
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
-    path = tmp_path_factory.mktemp("serve") / "models.toml"
-    path.write_text(
-        f'default = "tiny"\n'
-        f'[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-        '[pairs.tiny-ngram]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 256\n'
-        '[pairs.tiny-plain]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "none"\ncontext = 256\n'
-    )
-    return path
+    return tiny_models_toml(tmp_path_factory.mktemp("serve"), tiny_gguf, tiny_draft_gguf)
 
 
 SETTINGS = GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
@@ -551,143 +529,3 @@ def test_sixteen_clients_each_complete_or_get_503_with_retry_after(live):
                 assert r["usage"]["completion_tokens"] == r["tokens"] > 0
             assert len({next(iter(r["ids"])) for _, r in ok}) == len(ok)
     assert rss[1] - rss[0] < 20 * 2**20, "memory grew across a second burst"
-
-
-# -- stop strings ----------------------------------------------------------------------------------
-
-
-def _tokens(*texts: str) -> list[Token]:
-    return [Token(i, text, Source.DRAFT if i % 2 else Source.TARGET) for i, text in enumerate(texts)]
-
-
-def _fed(cut: StopCut, texts: list[str]) -> list[list[str]]:
-    return [[t.text for t in cut.feed(token)] for token in _tokens(*texts)]
-
-
-def test_a_stop_string_across_tokens_is_held_back_then_dropped():
-    cut = StopCut(("END",))
-    assert _fed(cut, ["abc", " E", "N", "Dmore", "later"]) == [["abc"], [], [], [" "], []]
-    assert cut.met and cut.flush() == []
-
-
-def test_text_that_only_began_like_a_stop_string_is_released():
-    cut = StopCut(("END",))
-    assert _fed(cut, ["abc E", "Nx"]) == [[], ["abc E", "Nx"]]
-    assert not cut.met
-
-
-def test_the_token_a_stop_string_starts_in_is_cut_there():
-    cut = StopCut(("\n\n", "zz"))
-    [released] = cut.feed(Token(7, "hello\n\nworld", Source.BONUS))
-    assert released == Token(7, "hello", Source.BONUS) and cut.met
-
-
-def test_the_earliest_stop_string_wins_and_held_text_is_flushed_at_the_end():
-    assert _fed(StopCut(("b", "a")), ["xxab"]) == [["xx"]]
-    cut = StopCut(("END",))
-    assert _fed(cut, ["ab", "E"]) == [["ab"], []]
-    assert [t.text for t in cut.flush()] == ["E"]
-    assert _fed(StopCut(()), ["any", "thing"]) == [["any"], ["thing"]]
-
-
-# -- the command -----------------------------------------------------------------------------------
-
-
-def _one_line_error(result, code: int) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("edgespec: error:") and "Traceback" not in result.stderr
-    return lines[0]
-
-
-@pytest.fixture
-def env(config, tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
-    return tmp_path
-
-
-def test_serve_refuses_bad_flags_in_one_line_before_loading(env):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = str(taken.getsockname()[1])
-        assert "cannot listen on 127.0.0.1:" in _one_line_error(
-            CliRunner().invoke(cli.main, ["serve", "--port", port]), 2
-        )
-    assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", "no.such.host.invalid"]), 2)
-    for host in ("a" * 64, "\udcff"):  # names the IDNA codec refuses (a raw byte arrives as a surrogate)
-        assert "--host" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--host", host]), 2)
-    _one_line_error(CliRunner().invoke(cli.main, ["serve", "--port", "70000"]), 2)
-    _one_line_error(CliRunner().invoke(cli.main, ["serve", "-m", "tiny-ngram", "--draft", "model"]), 2)
-    _one_line_error(CliRunner().invoke(cli.main, ["serve", "--temperature", "nan"]), 2)
-    assert "--api-key" in _one_line_error(CliRunner().invoke(cli.main, ["serve", "--api-key", "k\udcff"]), 2)
-
-
-def test_a_client_that_connects_before_the_server_runs_waits_instead_of_being_refused():
-    """`serve` prints where it serves before uvicorn starts accepting; the socket already listens,
-    so an editor that connects at once is queued (a bound socket alone refused it: seen in CI)."""
-    sock = listen("127.0.0.1", 0)
-    try:
-        with socket.create_connection(sock.getsockname()[:2], timeout=5):
-            pass
-    finally:
-        sock.close()
-
-
-def test_connections_to_the_listening_socket_send_without_delay():
-    """The server's side of a connection has Nagle's algorithm off, as asyncio sets it for uvicorn
-    (`loop.create_server(sock=...)`): with it on, a reply on a kept-alive connection waited out a
-    40 ms delayed ACK."""
-    sock = listen("127.0.0.1", 0)
-    accepted: list[int] = []
-
-    async def serve_one() -> None:
-        loop = asyncio.get_running_loop()
-        made = loop.create_future()
-
-        class Protocol(asyncio.Protocol):
-            def connection_made(self, transport) -> None:
-                accepted.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-                made.set_result(None)
-
-        server = await loop.create_server(Protocol, sock=sock)
-        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
-        await asyncio.wait_for(made, 10)
-        writer.close()
-        server.close()
-
-    asyncio.run(serve_one())
-    assert accepted and accepted[0] != 0
-
-
-@pytest.mark.subprocess
-def test_edgespec_serve_answers_then_stops_on_ctrl_c(env):
-    """The real command in a process of its own: it says where it serves, answers, and Ctrl-C ends
-    it with 130 and one line."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "edgespec", "serve", "--port", "0", "--queue", "1"],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
-    try:
-        deadline, url = time.monotonic() + 60, None
-        while url is None:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            if "serving" in line:
-                url = re.search(r"(http://\S+/v1)", line).group(1)
-        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=30)
-        assert client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=4).choices[0].message.content
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 130
-    finally:
-        process.kill()
-        process.wait()
-    rest = []
-    while not lines.empty():
-        rest.append(lines.get())
-    assert rest[-1].strip() == "edgespec: interrupted" and not any("Traceback" in line for line in rest)
