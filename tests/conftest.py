@@ -139,6 +139,29 @@ def tiny_draft_gguf(tiny_gguf_factory: Callable[..., Path]) -> Path:
     return tiny_gguf_factory(**DRAFT)
 
 
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny transformers models built from configs, a folder per architecture (edgespec.testing.tiny_hf),
+    for the hf backend's tests (tests/hf_models.py loads them)."""
+    from edgespec.testing.tiny_hf import ARCHS, build_tiny_hf
+
+    root = tmp_path_factory.mktemp("tiny_hf")
+    return {arch: build_tiny_hf(root / arch, arch) for arch in ARCHS}
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module of tiny-model tests (`usefixtures("one_thread")`). Tiny matmuls
+    gain nothing from threads, and on a busy 2-core machine OpenMP workers waiting for a descheduled
+    peer turn milliseconds into hundreds of them."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tiny_cli_home(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
     """An empty home and a models.toml naming the tiny pair (and a pair whose file is gone)."""
