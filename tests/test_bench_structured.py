@@ -21,7 +21,7 @@ from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.util.errors import UsageError
 
-STRUCTURED = Path(__file__).resolve().parents[1] / "bench" / "structured.jsonl"
+STRUCTURED = Path(__file__).resolve().parents[1] / "suites" / "structured.jsonl"
 
 PET = {
     "type": "object",
