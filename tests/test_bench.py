@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgespec.bench import report, suites
+from edgespec.bench import report, suites, tables
 from edgespec.bench.modes import Mode, Row, parse_modes, run_bench
 from edgespec.bench.report import summarize, to_json
 from edgespec.bench.suites import BenchPrompt, load_suite
@@ -536,12 +536,12 @@ def test_table_lists_every_suite_and_mode():
     from rich.console import Console
 
     console = Console(record=True, width=250)
-    console.print(report.table(summarize(HAND_ROWS)))
+    console.print(tables.table(summarize(HAND_ROWS)))
     text = console.export_text()
     assert "1.50x" in text and "0.50x" in text and "60%" in text and "0:1 2:4 10:1" in text
     assert text.index("whole vs ar") < text.index("decode vs ar")  # what the user waits for comes first
     console.print(
-        report.table(
+        tables.table(
             summarize(
                 [
                     timed_row("a/0", "ar", 11.0, 1.0, 9.0, 0.75, 0.0),
@@ -555,7 +555,7 @@ def test_table_lists_every_suite_and_mode():
     assert [x for x in speeds if x != "│"][:5] == ["a", "k2", "2.00x", "26.0", "2.36x"]
     assert "accepted path / tree size" not in text  # no auto mode: every draft was a chain of K
     auto = [replace(r, mode="auto") for r in HAND_ROWS if r.mode == "k2"] + [r for r in HAND_ROWS if r.mode == "ar"]
-    console.print(report.table(summarize(auto)))
+    console.print(tables.table(summarize(auto)))
     assert "accepted path / tree size per drafting pass: auto a 4.8/3.6, auto b 0.0/2.0" in console.export_text()
 
 
@@ -576,6 +576,83 @@ def test_plot_copes_with_ar_only(tmp_path):
     rows = [row("a/0", "a", "ar", 10.0, trace=[0, 0])]
     report.plot(tmp_path / "ar.png", rows, summarize(rows))
     assert (tmp_path / "ar.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- 80 columns and pipes ---------------------------------------------------------------------------
+
+LONG_PAIRS = ["qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-q4_0-tuned", "llama-3.1-8b-hf-4bit"]
+BENCH_MODES = ["ar", "k2", "k4", "model-k8", "heuristic", "auto"]
+
+
+def several_pairs_rows(pairs: list[str]) -> list[Row]:
+    """Two prompts of two suites in every default mode of each pair, every figure distinct, with K
+    histograms as long as a real reply's and a sampled output that parted from ar unchecked."""
+    rows = []
+    for p, pair in enumerate(pairs):
+        for s, suite in enumerate(("code-edit", "humaneval")):
+            for m, mode in enumerate(BENCH_MODES):
+                for i in range(2):
+                    n = 1 + p * 100 + s * 30 + m * 4 + i
+                    trace = [0] * (3 + m) + list(range(1, 2 + 2 * m)) * 3
+                    r = timed_row(f"{suite}/{i}", mode, 10.0 + n * 0.37, 0.5 + n * 0.011, 4.0 + n * 0.013, 0.4, 0.05)
+                    r.suite, r.pair, r.k_trace, r.drafted, r.accepted = suite, pair, trace, sum(trace), sum(trace) // 2
+                    r.vs_ar = None if mode == "ar" else ("unchecked" if (mode, i) == ("heuristic", 1) else "exact")
+                    rows.append(r)
+    return rows
+
+
+def shown_whole(text: str, summary: list[dict]) -> None:
+    """No cell cut short, and every figure of every summary entry among the words shown."""
+    assert "…" not in text
+    words = set(text.split())
+    for s in summary:
+        figures = [f"{s[key]:.2f}" for key in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")]
+        figures += [f"{s['total_tokens_per_s']:.1f}", f"{s['decode_tokens_per_s']:.1f}", f"{s['acceptance']:.0%}"]
+        figures += [f"{s['tokens_per_pass']:.2f}", f"{s['total_speedup_vs_ar']:.2f}x", f"{s['speedup_vs_ar']:.2f}x"]
+        figures += [f"{s['total_speedup_vs_first_ar']:.2f}x", f"{s['speedup_vs_first_ar']:.2f}x"]
+        figures += [f"{k}:{v}" for k, v in s["k_histogram"].items()]
+        assert set(figures) <= words, (s["pair"], s["suite"], s["mode"], set(figures) - words)
+    assert {s["pair"] for s in summary} <= words and {s["mode"] for s in summary} <= words
+
+
+@pytest.mark.parametrize("n_pairs", [2, 3])
+def test_the_tables_of_several_pairs_stay_whole_at_80_columns(n_pairs):
+    """Several pairs used to collapse the tables to "1…" cells at 80 columns: they stack instead."""
+    from rich.console import Console
+
+    rows = several_pairs_rows(LONG_PAIRS[:n_pairs])
+    summary = summarize(rows)
+    console = Console(record=True, width=80)
+    console.print(tables.table(summary, rows=rows))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    shown_whole(text, summary)
+    assert "unchecked)" in text and f"against {LONG_PAIRS[0]}'s ar" in text
+
+
+def test_the_tables_of_several_pairs_stay_whole_on_a_pipe(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    rows = several_pairs_rows(LONG_PAIRS[:2])
+    summary = summarize(rows)
+    out = io.StringIO()
+    Console(file=out).print(tables.table(summary, rows=rows))  # not a terminal: 80 columns
+    shown_whole(out.getvalue(), summary)
+
+
+def test_a_wide_terminal_keeps_one_table_with_a_pair_column():
+    from rich.console import Console
+
+    rows = several_pairs_rows(LONG_PAIRS[:2])
+    summary = summarize(rows)
+    console = Console(record=True, width=250)
+    console.print(tables.table(summary, rows=rows))
+    text = console.export_text()
+    shown_whole(text, summary)
+    assert text.count("K histogram") == 1 and f"decode vs {LONG_PAIRS[0]} ar" in " ".join(text.split())
 
 
 # -- the command --------------------------------------------------------------------------------

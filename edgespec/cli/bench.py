@@ -106,11 +106,11 @@ def bench(json_path: Path | None, plot_path: Path | None, **options) -> None:
 def _show_and_write(result, json_path: Path | None, plot_path: Path | None) -> None:
     """The tables, then --json and --plot, of the rows the bench finished; a bench that a signal
     stopped ends there, interrupted, as does one whose stdout closed."""
-    from edgespec.bench import report
+    from edgespec.bench import report, tables
 
     closed = None
     if result.rows:
-        closed = write_or_defer(lambda: Console().print(report.table(result.summary, result.floors, result.rows)))
+        closed = write_or_defer(lambda: Console().print(tables.table(result.summary, result.floors, result.rows)))
         if json_path:
             data = json.dumps(report.to_json(result.rows, result.summary, result.meta), indent=1) + "\n"
             write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "bench results")
