@@ -7,8 +7,8 @@ interleaved rounds. What `auto` gains is bounded by this ceiling; the gap betwee
 better drafts could still win, and the ceiling itself is what the verify curve and the time to
 first token leave.
 
-    .venv/bin/python benchmarks/drafting_ceiling.py --suite bench/structured.jsonl \\
-        --suite bench/structured-heldout.jsonl --json benchmarks/results/drafting_ceiling.json
+    .venv/bin/python benchmarks/drafting_ceiling.py --suite suites/structured.jsonl \\
+        --suite suites/structured-heldout.jsonl --json benchmarks/results/drafting_ceiling.json
 """
 
 from __future__ import annotations

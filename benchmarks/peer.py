@@ -24,7 +24,7 @@ answer`: Python and llama_cpp only, loading `Llama` and answering the same rende
 timed from process start to exit. edgespec is imported inside the functions that use it, so that
 process starts as llama.cpp alone would.
 
-    .venv/bin/python benchmarks/peer.py --suite bench/heldout-edits.jsonl --suite dev:humaneval,mtbench \\
+    .venv/bin/python benchmarks/peer.py --suite suites/heldout-edits.jsonl --suite dev:humaneval,mtbench \\
         --rounds 3 --json benchmarks/results/peer.json
     .venv/bin/python benchmarks/peer.py --file argparse.py:260 "Add type hints to every function." \\
         --whole-process --rounds 2 --json benchmarks/results/peer_files.json

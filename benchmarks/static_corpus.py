@@ -6,7 +6,7 @@ once, as the repository source (`engine/repository.py`), and is the same for eve
 figures: whole reply (the prompt's reading included) `ar` over each mode, the tokens the corpus's
 drafts gave, and the index's size. A corpus is worth shipping only if it pays on held-out prompts.
 
-    .venv/bin/python benchmarks/static_corpus.py --suite bench/heldout-edits.jsonl \\
+    .venv/bin/python benchmarks/static_corpus.py --suite suites/heldout-edits.jsonl \\
         --json benchmarks/results/static_corpus.json
 """
 

@@ -15,8 +15,9 @@ pytest.importorskip("transformers")
 from edgespec.backends.hf_loading import load_hf_backend  # noqa: E402
 from edgespec.bench.hf_assisted import assisted_generate  # noqa: E402
 from edgespec.bench.modes import parse_modes, prompt_ids, run_bench  # noqa: E402
-from edgespec.bench.report import summarize, table, to_json  # noqa: E402
+from edgespec.bench.report import summarize, to_json  # noqa: E402
 from edgespec.bench.suites import BenchPrompt  # noqa: E402
+from edgespec.bench.tables import table  # noqa: E402
 from edgespec.decoding.events import Token  # noqa: E402
 from edgespec.decoding.plan import KSetting  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402

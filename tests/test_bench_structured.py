@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.bench import report
+from edgespec.bench import report, tables
 from edgespec.bench.modes import parse_modes, run_bench, strict_failure
 from edgespec.bench.suites import BenchPrompt, load_suite
 from edgespec.constraints.guidance import ConstraintSpec
@@ -21,7 +21,7 @@ from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.util.errors import UsageError
 
-STRUCTURED = Path(__file__).resolve().parents[1] / "bench" / "structured.jsonl"
+STRUCTURED = Path(__file__).resolve().parents[1] / "suites" / "structured.jsonl"
 
 PET = {
     "type": "object",
@@ -181,7 +181,7 @@ def test_a_reply_that_does_not_validate_is_counted_named_and_fails_strict(tiny_e
     from rich.console import Console
 
     console = Console(record=True, width=250)
-    console.print(report.table(summary, rows=rows))
+    console.print(tables.table(summary, rows=rows))
     text = console.export_text()
     assert "valid" in text and "0/1" in text and "INVALID pet/0 auto: not JSON (cut at max_tokens)" in text
     assert "the constraint's matcher, share of those replies' time: ar structured " in text
@@ -199,7 +199,7 @@ def test_a_table_without_structured_prompts_has_no_valid_column(tiny_engine):
     from rich.console import Console
 
     console = Console(record=True, width=250)
-    console.print(report.table(report.summarize(rows), rows=rows))
+    console.print(tables.table(report.summarize(rows), rows=rows))
     assert "valid" not in console.export_text()
 
 

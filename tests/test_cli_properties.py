@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import edgespec.bench.tune
+import edgespec.bench.tuning
 import edgespec.cli.chat
 import edgespec.engine.engine
 import edgespec.models.store
@@ -63,8 +63,8 @@ def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
 
     monkeypatch.setattr(edgespec.engine.engine, "load_backend", stop)
     monkeypatch.setattr(edgespec.models.store.Store, "pull", stop)  # never the network
-    monkeypatch.setattr(edgespec.bench.tune, "build_candidate", stop)
-    monkeypatch.setattr(edgespec.bench.tune, "Tuner", stop)
+    monkeypatch.setattr(edgespec.bench.tuning, "build_candidate", stop)
+    monkeypatch.setattr(edgespec.bench.tuning, "Tuner", stop)
     monkeypatch.setattr(edgespec.cli.chat, "_reopen_terminal", stop)  # never fd 0 of the test run
     monkeypatch.setattr(edgespec.cli.chat, "_require_terminal", stop)
     return tmp_path

@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.bench import tune as tune_module
-from edgespec.bench.tune import PROMPT_TOKENS, choose_for_machine, typical_call_s
+from edgespec.bench import layout_ranking
+from edgespec.bench.layout_ranking import PROMPT_TOKENS, typical_call_s
+from edgespec.bench.tuning import choose_for_machine
 from edgespec.cli import main as cli
 from edgespec.engine.engine import open_engine
 from edgespec.models import layouts, machine_layout
@@ -214,7 +215,7 @@ def test_the_machine_choice_times_only_qualifying_layouts_and_keeps_one_build_at
     fails the rule is never built, and what was chosen is what is loaded."""
     good = judge(np.ones(256), np.ones(256), _fidelity())
     bad = judge(np.ones(256), np.ones(256) + 0.1, _fidelity())
-    monkeypatch.setattr(tune_module, "shipped_quality", lambda sha: {"q4_0": good, "iq4_nl": bad})
+    monkeypatch.setattr(layout_ranking, "shipped_quality", lambda sha: {"q4_0": good, "iq4_nl": bad})
     store, pair = Store(), load_registry().pairs["tiny"]
     lines: list[str] = []
     choice = choose_for_machine(pair, store, lines.append)

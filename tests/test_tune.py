@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.bench.tune import ORIGINAL, Measured, TuneError, check_space, recommend
+from edgespec.bench.candidates import TuneError, check_space
+from edgespec.bench.layout_ranking import ORIGINAL, Measured, recommend
 from edgespec.cli import main as cli
 from edgespec.models import layouts
 from edgespec.models.config import CONFIG_BYTES, load_registry

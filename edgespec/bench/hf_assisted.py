@@ -111,8 +111,14 @@ def assisted_generate(
         hook.remove()
     new = [int(t) for t in out[0, len(prompt_ids) :].tolist()]
     stop = next((i for i, t in enumerate(new) if t in target.eos_ids), len(new))
-    new = new[:stop]
-    passes = trace.passes
+    return _measured(new[:stop], trace.passes, start, clock)
+
+
+def _measured(
+    new: list[int], passes: list[tuple[float, int, int]], start: float, clock: Callable[[], float]
+) -> AssistedRun:
+    """The run's figures from its generated tokens (cut at the first end-of-generation token) and
+    the passes `_AssistedTrace` stamped, timed from `start` (see AssistedRun)."""
     validated = sum(n for _, n, _ in passes)
     rate = 0.0
     ttft = passes[0][0] - start if passes else clock() - start

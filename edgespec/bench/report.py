@@ -1,5 +1,5 @@
-"""The bench's results: per pair, suite and mode medians and speedups (`summarize`), the tables on
-stderr, the JSON document and the plot."""
+"""The bench's results: per pair, suite and mode medians and speedups (`summarize`), the JSON
+document and the plot; `tables` shows the summary on a terminal or a pipe."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from rich.console import Group
-from rich.table import Table
-
 from edgespec.bench.modes import EXACT, UNCHECKED, Row
-from edgespec.engine.figures import histogram_text
 from edgespec.quality.divergence import DIFF, TIE
-from edgespec.quality.noise_floor import NoiseFloor
 from edgespec.util.errors import UsageError
 from edgespec.util.output_files import check_writable
 
@@ -131,134 +126,6 @@ def verify_ms(curve: dict[int, float]) -> dict[str, float]:
     """A quiet verify curve (`CostModel.quiet_curve`) as result files record it: ms by tokens
     verified, to three significant figures (a tiny model's pass takes well under a tenth of a ms)."""
     return {str(n): float(f"{seconds * 1000:.3g}") for n, seconds in sorted(curve.items())}
-
-
-def table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None, rows: Iterable[Row] = ()) -> Group:
-    """The summary as two tables, each narrow enough for an 80-column terminal (no outer edge): where
-    a reply's time went (`times_table`), then the speedups and how the drafting went (`speed_table`),
-    which names the `rows` whose reply did not match its response_format."""
-    return Group(times_table(summary), speed_table(summary, floors, rows))
-
-
-def times_table(summary: list[dict]) -> Table:
-    """Median seconds per pair, suite and mode: the first token (of which the target's reading of
-    the prompt), the draft model's reading, decoding, the whole reply, and its tokens/s."""
-    several = _several_pairs(summary)
-    t = Table(
-        title="edgespec bench: where a reply's time goes (medians, seconds)",
-        show_edge=False,
-        caption="TTFT (time to first token) holds the target's reading of the prompt and the draft model's "
-        "reading before the first token; draft read: all the draft model's reading, before the first "
-        "token and while decoding; whole = TTFT + decode; -: the mode does not say",
-    )
-    for col in (("pair",) if several else ()) + (
-        "suite",
-        "mode",
-        "TTFT",
-        "target read",
-        "draft read",
-        "decode",
-        "whole",
-        "whole tok/s",
-    ):
-        _add_column(t, col)
-    for s in summary:
-        cells = [s["pair"]] if several else []
-        cells += [
-            s["suite"],
-            s["mode"],
-            *(_seconds(s[key]) for key in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")),
-        ]
-        t.add_row(*cells, f"{s['total_tokens_per_s']:.1f}")
-    return t
-
-
-def speed_table(summary: list[dict], floors: dict[str, NoiseFloor] | None = None, rows: Iterable[Row] = ()) -> Table:
-    """The speedups of the whole reply, then of decoding alone, and how the drafting went; `= ar`
-    counts outputs equal to plain decoding's, parted at a tie, and parted beyond the target's noise
-    floor (DIFF), in that order. The caption gives the auto modes' mean accepted path over their mean
-    tree size (nodes) per drafting pass. With several pairs, a pair column and each pair's speedups
-    against the first pair's ar. Where a suite has a response_format, a `valid` column counts the
-    replies that parse and validate, and the caption names each one that does not."""
-    caption = "= ar: outputs exact / parted at a near-tie / parted beyond the noise floor (DIFF)"
-    structured = any(s["replies"] for s in summary)
-    if structured:
-        caption += "\nvalid: replies that parse and validate against their response_format / replies under one"
-        if shares := [s for s in summary if s["constraint_share"] is not None]:
-            caption += "\nthe constraint's matcher, share of those replies' time: " + ", ".join(
-                f"{s['mode']} {s['suite']} {s['constraint_share']:.1%}" for s in shares
-            )
-        for r in (r for r in rows if r.valid is False):
-            caption += f"\nINVALID {r.id} {r.mode}: {r.invalid_reason}"
-    floors = floors or {}
-    for pair, floor in floors.items():
-        whose = "the target" if len(floors) == 1 else f"{pair}'s target"
-        caption += f"\nnoise floor of {whose}: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
-    trees = [s for s in summary if s["mode"].startswith("auto") and s["tree_size"]]
-    if trees:  # the modes whose drafts may branch; every row's figures are in --json
-        caption += "\naccepted path / tree size per drafting pass: " + ", ".join(
-            f"{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees
-        )
-    several = _several_pairs(summary)
-    first = summary[0]["pair"] if summary else ""
-    columns = (
-        (("pair",) if several else ())
-        + ("suite", "mode", "whole vs ar")
-        + ((f"whole vs {first} ar",) if several else ())
-        + ("decode tok/s", "decode vs ar")
-        + ((f"decode vs {first} ar",) if several else ())
-        + ("acceptance", "tokens/pass", "K histogram", "= ar")
-        + (("valid",) if structured else ())
-    )
-    t = Table(title="edgespec bench", caption=caption, show_edge=False)
-    for col in columns:
-        _add_column(t, col)
-    for s in summary:
-        hist = histogram_text({int(k): v for k, v in s["k_histogram"].items()})
-        cells = [s["pair"]] if several else []
-        cells += [s["suite"], s["mode"], _ratio(s["total_speedup_vs_ar"])]
-        cells += [_ratio(s["total_speedup_vs_first_ar"])] if several else []
-        cells += [f"{s['decode_tokens_per_s']:.1f}", _ratio(s["speedup_vs_ar"])]
-        cells += [_ratio(s["speedup_vs_first_ar"])] if several else []
-        cells += [f"{s['acceptance']:.0%}", f"{s['tokens_per_pass']:.2f}", hist, _vs_ar_text(s["vs_ar"])]
-        if structured:
-            replies = s["replies"]
-            cells.append("-" if replies is None else f"{replies['valid']}/{replies['valid'] + replies['invalid']}")
-        t.add_row(*cells)
-    return t
-
-
-_SQUEEZABLE = ("decode tok/s", "acceptance", "tokens/pass", "= ar", "valid")  # short figures beside long headers
-
-
-def _add_column(t: Table, name: str) -> None:
-    """Names are kept whole on a narrow terminal, and times and speeds ("2.36x") too; headers and
-    the other figures wrap instead."""
-    if name in ("pair", "suite", "mode"):
-        t.add_column(name, no_wrap=True)
-    elif name == "K histogram":
-        t.add_column(name)
-    else:
-        t.add_column(name, justify="right", min_width=5 if name not in _SQUEEZABLE else None)
-
-
-def _several_pairs(summary: list[dict]) -> bool:
-    return any("speedup_vs_first_ar" in s for s in summary)
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _vs_ar_text(counts: dict | None) -> str:
-    if counts is None:
-        return "-"
-    text = f"{counts[EXACT]}/{counts[TIE]}/{counts[DIFF]}"
-    return text + (f" ({counts[UNCHECKED]} unchecked)" if counts[UNCHECKED] else "")
 
 
 def check_plot_path(path: Path) -> None:

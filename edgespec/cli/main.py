@@ -1,7 +1,8 @@
-"""The `edgespec` command: run (pipes), chat (TUI), serve (OpenAI API), bench, models, export.
+"""The `edgespec` command: run (pipes), chat (TUI), serve (OpenAI API), bench, models, export, history.
 
-One module per command (run.py, chat.py, serve.py, bench.py, models.py, tune.py, export_vllm.py),
-and the options and error handling they share in common.py.
+One module per command (run.py, chat.py, serve.py, bench.py, models.py, tune.py, export_vllm.py,
+history.py), and the options and error handling they share in common.py. The workflows the bench and
+the tuner run live in edgespec/bench/; the command modules parse, show progress, print and write.
 
 Commands import the engine, the bench and the chat app when they run, not when this module loads,
 so `--help` and a bad flag answer at once instead of after numpy, llama.cpp and Textual load.

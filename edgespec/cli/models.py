@@ -98,9 +98,9 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
 
 
 def _choose_layout(pair: PairConfig, store: Store, err: Console) -> None:
-    """The target's layout for this machine: chosen once (`bench.tune.choose_for_machine`), its
+    """The target's layout for this machine: chosen once (`bench.tuning.choose_for_machine`), its
     build made again where it went missing."""
-    from edgespec.bench.tune import choose_for_machine  # llama.cpp and the bench: only when pulling
+    from edgespec.bench.tuning import choose_for_machine  # llama.cpp and the bench: only when pulling
 
     published = store.ensure(pair.target, pair.name)
     _, path, choice = machine_target(store, pair, published)

@@ -1,8 +1,9 @@
 """`edgespec models tune [PAIR]`: the table of candidate layouts, a recommendation, and (with
 --apply or a yes on a terminal) the tuned pair registered in the user's models.toml.
 
-Tables and results go to stdout; progress goes to stderr; errors are one line. The tuner (numpy,
-llama.cpp, the bench) is imported when the command runs, as the other commands do (see cli/main.py).
+Tables and results go to stdout; progress goes to stderr; errors are one line. The tuning itself
+(edgespec/bench/tuning.py: numpy, llama.cpp, the bench) is imported when the command runs, as the
+other commands do (see cli/main.py).
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from rich.table import Table
 
 from edgespec.cli.common import FiniteFloat, NameList, config_option, error_boundary
 from edgespec.models.config import load_registry
-from edgespec.models.store import Store
-from edgespec.util.atomic_file import remove_stale_partials
-from edgespec.util.errors import UsageError
 from edgespec.util.output_files import check_writable, write_or_rescue
 from edgespec.util.paths import display_path
 from edgespec.util.stdout import write_or_defer
@@ -98,199 +96,54 @@ def tune(pair, names, prompts, measure_quality_here, min_agreement, apply_, pick
     as q4_0): every candidate drafts with it, and the draft-only row keeps the original target.
     A draft's layout changes no output, since the target checks every token.
     """
-    from edgespec.bench import suites
-    from edgespec.bench.tune import (
-        DRAFT_ONLY,
-        ORIGINAL,
-        Tuner,
-        build_candidate,
-        check_tunable,
-        qualifying_layouts,
-        recommend,
-        tuned_path,
-        why_chosen,
-    )
-    from edgespec.models import layouts
-    from edgespec.models.machine_layout import PUBLISHED, Choice, derived_model, record_choice, wants_machine_layout
-    from edgespec.quality.perplexity import RULE, Reference, heldout_documents, measure_quality, shipped_quality
+    from edgespec.bench import tuning
+    from edgespec.bench.candidates import check_tunable
+    from edgespec.bench.layout_ranking import recommend
 
-    registry = load_registry(config)
-    chosen = registry.pair(pair)
+    chosen = load_registry(config).pair(pair)
     check_tunable(chosen)
     if json_path:
         check_writable(json_path, "--json")
-    store = Store()
-    store.check_writable()  # every candidate is built in it
-    source = store.ensure(chosen.target, chosen.name)
-    draft = store.ensure(chosen.draft, chosen.name) if chosen.draft is not None else None
-    suite = [p for p in suites.load_suite(suites.DEV_SET) if p.suite == "code-edit"][:prompts]
-    sha = chosen.target.sha256 or store.sha256(source)
-    known = shipped_quality(sha)
-    if names is not None:
-        chosen_layouts = [layouts.candidate(name) for name in names]
-    elif known:
-        chosen_layouts = [layout for layout, _ in qualifying_layouts(sha)[0]]
-    else:
-        chosen_layouts = list(layouts.CANDIDATES)
-    if pick is not None and pick not in {c.name for c in chosen_layouts} | {DRAFT_ONLY}:
-        raise UsageError(
-            f"--pick {pick}: not among the layouts measured "
-            f"({', '.join([c.name for c in chosen_layouts] + [DRAFT_ONLY])})"
-        )
-    tuned_dir = store.models_dir / "tuned"
-    if tuned_dir.is_dir():
-        remove_stale_partials(tuned_dir)  # what a tune killed part way left
-
-    def say(line: str) -> None:  # one line a step, on a pipe as on a terminal
-        click.echo(line, err=True)
-
-    source_layout = layouts.read_layout(source).text()  # refuses a file that is not a GGUF, before loading
-    say(f"tuning {chosen.name}: target {display_path(source)}, {source_layout}")
-    for c in layouts.CANDIDATES:
-        if c.name in known and c not in chosen_layouts:
-            say(f"{c.name}: not measured, {known[c.name].text()} fails the quality rule")
-    tuned_draft = None
-    if draft is not None and chosen.draft.format == "gguf" and layouts.converts_anything(draft, layouts.DRAFT):
-        tuned_draft = tuned_path(tuned_dir, chosen.draft.sha256 or store.sha256(draft), layouts.DRAFT.name)
-    elif pick == DRAFT_ONLY:
-        raise UsageError(f"--pick {DRAFT_ONLY}: the draft model of {chosen.name} has no tensors to convert")
-    interrupted = False
-    if tuned_draft is not None:
-        say("the draft model: building its q4_0 layout")
-        build_candidate(draft, tuned_draft, layouts.DRAFT)
-    say("loading the pair")
-    tuner = Tuner(chosen, source, draft, say, tuned_draft)
-    reference = None
-    if measure_quality_here and not known:
-        say("reading the held-out text with the original, the reference for perplexity")
-        reference = Reference(tuner.original, heldout_documents(tuner.original))
-    try:
-        tuner.measure(ORIGINAL, source_layout, source)
-        if tuned_draft is not None:
-            tuner.measure(DRAFT_ONLY, "the original; the draft as q4_0 where not repacked", source)
-        for layout in chosen_layouts:
-            say(f"{layout.name}: building")
-            path = build_candidate(source, tuned_path(tuned_dir, sha, layout.name), layout)
-            quality = known.get(layout.name)
-            if quality is None and reference is not None:
-                say(f"{layout.name}: perplexity on held-out text against the original")
-                candidate = tuner.load(path)
-                try:
-                    quality = measure_quality(reference, candidate)
-                finally:
-                    candidate.close()
-            tuner.measure(layout.name, layout.describe(), path, quality, fidelity=quality is None)
-        tuner.retime()
-        rows_done = [0]
-
-        def on_row(row):
-            rows_done[0] += 1
-            say(
-                f"bench {rows_done[0]}/{2 * len(suite) * len(tuner.rows)}: "
-                f"{row.pair} {row.mode} {row.decode_tokens_per_s:.1f} tok/s"
-            )
-
-        tuner.bench(suite, on_row)
-    except KeyboardInterrupt:
-        interrupted = True  # the layouts measured so far are still reported, and nothing is registered
-    finally:
-        tuner.close()
-
-    rows = tuner.rows
-    if interrupted and not rows:
+    run = tuning.tune(chosen, names, prompts, measure_quality_here, pick, lambda line: click.echo(line, err=True))
+    if run.interrupted and not run.rows:
         raise KeyboardInterrupt
-    best = recommend(rows, min_agreement / 100)
-    closed = write_or_defer(lambda: Console(width=None if sys.stdout.isatty() else 200).print(_table(rows)))
+    best = recommend(run.rows, min_agreement / 100)
+    _show_and_write(run, best, min_agreement, json_path)
+    _say_recommendation(run, best)
+    if names is None and pick is None and tuning.record_for_machine(run, best):  # every qualifying layout measured
+        click.echo(f"pair {chosen.name} now reads its target as {best.layout} on this machine")
+    chosen_row = next(m for m in run.rows if m.layout == pick) if pick else best
+    if not keep:
+        tuning.remove_unchosen(run, chosen_row)
+    if chosen_row is not None and (apply_ or pick or _confirmed(chosen_row)):
+        tuned_pair, path, changed = tuning.register_tuned(run, chosen_row, config)
+        state = "added to" if changed else "already in"
+        click.echo(f"pair {tuned_pair} {state} {display_path(path)}; use it with: edgespec chat -m {tuned_pair}")
+
+
+def _show_and_write(run, best, min_agreement: float, json_path: Path | None) -> None:
+    """The table, then --json, of the layouts measured; a tune that a signal stopped ends there,
+    interrupted, as does one whose stdout closed (nobody reads the recommendation, and nothing is
+    registered unasked)."""
+    closed = write_or_defer(lambda: Console(width=None if sys.stdout.isatty() else 200).print(_table(run.rows)))
     if json_path:
-        data = (
-            json.dumps(
-                {
-                    "pair": chosen.name,
-                    "min_agreement": min_agreement,
-                    "quality_rule": RULE,
-                    "prompts": len(suite),
-                    "interrupted": interrupted,
-                    "recommended": best.layout if best else None,
-                    "layouts": [m.to_dict() for m in rows],
-                },
-                indent=1,
-            )
-            + "\n"
-        )
+        data = json.dumps(run.to_dict(min_agreement, best), indent=1) + "\n"
         write_or_rescue(json_path, lambda tmp: tmp.write_text(data), "tune results")
-    if interrupted:
+    if run.interrupted:
         click.echo("edgespec: stopped; the layouts above were measured, nothing was registered", err=True)
         raise KeyboardInterrupt
-    if closed is not None:  # nobody reads the recommendation, and nothing is registered unasked
+    if closed is not None:
         raise closed
+
+
+def _say_recommendation(run, best) -> None:
+    from edgespec.quality.perplexity import RULE
+
     click.echo(f"quality rule: {RULE}")
     if best is None:
         click.echo("recommendation: keep the original (no layout that keeps its quality is clearly faster here)")
     else:
-        click.echo(f"recommendation: {best.layout} ({best.what}): {_gain_text(best, rows[0])}")
-    if wants_machine_layout(chosen) and names is None and pick is None:  # every qualifying layout was measured
-        if best is None or best.layout == DRAFT_ONLY:
-            why = "no layout that keeps its quality was clearly faster"
-            record_choice(store.models_dir, sha, Choice(PUBLISHED, why))
-        else:
-            store.record_build(derived_model(chosen.target, sha, best.layout))
-            record_choice(store.models_dir, sha, Choice(best.layout, why_chosen(best, rows[0])))
-            click.echo(f"pair {chosen.name} now reads its target as {best.layout} on this machine")
-    chosen_row = next(m for m in rows if m.layout == pick) if pick else best
-    if not keep:
-        for m in rows:
-            if m.path != source and m is not chosen_row:
-                m.path.unlink(missing_ok=True)
-        if tuned_draft is not None and (chosen_row is None or chosen_row.draft_path is None):
-            tuned_draft.unlink(missing_ok=True)
-    if chosen_row is not None and (apply_ or pick or _confirmed(chosen_row)):
-        _apply(chosen, chosen_row, store, config)
-
-
-def _apply(pair, best, store: Store, config) -> None:
-    from edgespec.bench.tune import DRAFT_ONLY
-    from edgespec.models.layouts import DRAFT
-    from edgespec.models.user_registry import DerivedModel, pair_table, register
-
-    def in_store(path: Path) -> str:
-        return path.relative_to(store.models_dir).as_posix()
-
-    models = []
-    target = pair.target.name
-    if best.layout != DRAFT_ONLY:
-        target = f"{pair.target.name}-{best.layout}"
-        models.append(
-            DerivedModel(
-                name=target,
-                base=pair.target.name,
-                layout=best.layout,
-                file=in_store(best.path),
-                note=f"{pair.target.name} as {best.layout} ({best.what}), {_quality_cell(best)}",
-            )
-        )
-    drafter = None
-    if best.draft_path is not None:
-        drafter = f"{pair.draft.name}-{DRAFT.name}"
-        models.append(
-            DerivedModel(
-                name=drafter,
-                base=pair.draft.name,
-                layout=DRAFT.name,
-                file=in_store(best.draft_path),
-                note=f"{pair.draft.name} as {DRAFT.name} ({DRAFT.describe()}); a draft's layout changes no output",
-            )
-        )
-    tuned_pair = f"{pair.name}-tuned"
-    changes = ([] if best.layout == DRAFT_ONLY else [f"target as {best.layout}"]) + (
-        [f"draft as {DRAFT.name}"] if drafter else []
-    )
-    description = f"{pair.description or pair.name}; {', '.join(changes)} (models tune)"
-    path, changed = register(models, tuned_pair, pair_table(pair, target, description, drafter), config)
-    registered = load_registry(config).models
-    for model in models:  # built already, by the call `models pull` makes: recorded as its build
-        store.record_build(registered[model.name])
-    state = "added to" if changed else "already in"
-    click.echo(f"pair {tuned_pair} {state} {display_path(path)}; use it with: edgespec chat -m {tuned_pair}")
+        click.echo(f"recommendation: {best.layout} ({best.what}): {_gain_text(best, run.rows[0])}")
 
 
 def _confirmed(best) -> bool:
@@ -311,6 +164,8 @@ def _gain_text(m, original) -> str:
 
 
 def _table(rows: list) -> Table:
+    from edgespec.bench.layout_ranking import quality_text
+
     t = Table(title="edgespec models tune")
     for col in (
         "layout",
@@ -338,19 +193,8 @@ def _table(rows: list) -> Table:
             "/".join(f"{m.verify_ms[n]:.0f}" for n in CURVE_POINTS if n in m.verify_ms),
             "-" if m.draft_ms is None else f"{m.draft_ms:.0f}",
             f"{m.call_s:.1f}",
-            _quality_cell(m),
+            quality_text(m),
             "-" if m.gain is None else f"{m.gain:.2f}x",
             "-" if m.gain_vs_original is None else f"{m.gain_vs_original:.2f}x",
         )
     return t
-
-
-def _quality_cell(m) -> str:
-    """Against the published file on held-out text where known, else against the original on the
-    calibration text (top-1 agreement and KL mean / p99)."""
-    if m.quality is not None:
-        return m.quality.text() + (" (qualifies)" if m.quality.qualifies else " (fails the rule)")
-    if m.fidelity is None:
-        return "-"
-    f = m.fidelity
-    return f"top-1 {f.agreement:.1%}, KL {f.mean_kl:.3f}/{f.p99_kl:.3f}" if f.positions else "the reference"
