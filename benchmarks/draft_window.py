@@ -28,7 +28,8 @@ from edgespec.decoding.drafters import DraftChoice, ModelDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.loading import find_pair, open_engine
 from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -28,7 +28,8 @@ from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.loading import find_pair, open_engine
 from edgespec.util.provenance import provenance
 
 CEILING = "ceiling"

@@ -395,7 +395,7 @@ def setup(args: argparse.Namespace) -> tuple:
     """edgespec's engine as `edgespec run` opens it (no prompt cache), and the peer's settings:
     the published model's file from the store, the engine's context, threads and GPU layers."""
     from edgespec.backends import llamacpp_runtime
-    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.loading import find_pair, open_engine
     from edgespec.models.config import load_registry
     from edgespec.models.layouts import read_layout
     from edgespec.models.store import Store

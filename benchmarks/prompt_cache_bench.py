@@ -129,7 +129,7 @@ def cache_cost(pair: str | None, text: str) -> dict:
     states saved (what a cold call pays after its reply), then a lookup that finds nothing (what a
     call on a new file pays before reading)."""
     from edgespec.decoding.backend import sync_cache
-    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.loading import find_pair, open_engine
     from edgespec.engine.prompt_cache import PromptCache
 
     with tempfile.TemporaryDirectory() as folder:

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.engine.engine import find_pair, open_engine
+from edgespec.engine.loading import find_pair, open_engine
 from edgespec.util.provenance import provenance
 
 SOURCES = ["engine/prompt_cache.py", "decoding/drafters.py"]

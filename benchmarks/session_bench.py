@@ -36,7 +36,8 @@ from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.draft_sources import DraftSources
-from edgespec.engine.engine import Engine, GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.loading import find_pair, open_engine
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.quality.divergence import Round, explain_parting, first_divergence

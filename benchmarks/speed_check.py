@@ -26,7 +26,8 @@ from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.loading import find_pair, open_engine
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 

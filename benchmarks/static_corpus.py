@@ -26,7 +26,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.draft_sources import DraftSources, open_sources
-from edgespec.engine.engine import find_pair, open_engine
+from edgespec.engine.loading import find_pair, open_engine
 from edgespec.util.provenance import provenance
 
 AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))

@@ -106,7 +106,7 @@ async def tui_rate(
 @click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Measured rounds.")
 @error_boundary
 def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt, max_tokens, reps):
-    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.loading import find_pair, open_engine
     from edgespec.engine.thread import EngineThread
 
     if "\n" in prompt:

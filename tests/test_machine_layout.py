@@ -14,7 +14,7 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench import tune as tune_module
 from edgespec.bench.tune import PROMPT_TOKENS, choose_for_machine, typical_call_s
 from edgespec.cli import main as cli
-from edgespec.engine.engine import open_engine
+from edgespec.engine.loading import open_engine
 from edgespec.models import layouts, machine_layout
 from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import PUBLISHED, Choice, derived_model, machine_target, read_choice, record_choice

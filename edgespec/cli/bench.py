@@ -110,7 +110,7 @@ def bench(
     from edgespec.bench import suites as bench_suites
     from edgespec.decoding.sampling import SamplingParams
     from edgespec.engine.draft_sources import open_sources
-    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.loading import find_pair, open_engine
     from edgespec.util.provenance import provenance
 
     if strict and temperature > 0:

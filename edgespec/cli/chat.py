@@ -92,7 +92,8 @@ def chat(
     Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
     """
     from edgespec.engine.draft_sources import open_sources
-    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+    from edgespec.engine.engine import GenerateSettings
+    from edgespec.engine.loading import find_pair, open_engine
     from edgespec.engine.prompt_cache import open_cache
     from edgespec.engine.thread import EngineThread
     from edgespec.tui.history import ChatStore

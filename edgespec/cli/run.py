@@ -110,7 +110,8 @@ def run(
     Piped text comes first and the PROMPT after it, so asking another thing about the same input
     finds it in the prompt cache and reads only the new instruction (see --no-cache)."""
     from edgespec.engine.draft_sources import open_sources
-    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+    from edgespec.engine.engine import GenerateSettings
+    from edgespec.engine.loading import find_pair, open_engine
     from edgespec.engine.prompt_cache import open_cache
 
     check_open()

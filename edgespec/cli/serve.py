@@ -118,7 +118,8 @@ def serve(
     token's origin. The last few prompts' states stay in memory (and on disk), so a client that
     alternates between files finds each one already read."""
     from edgespec.engine.draft_sources import open_sources
-    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+    from edgespec.engine.engine import GenerateSettings
+    from edgespec.engine.loading import find_pair, open_engine
     from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES, open_cache
     from edgespec.engine.thread import EngineThread
     from edgespec.server.app import create_app
