@@ -29,7 +29,7 @@ from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
-from edgespec.engine.loading import find_pair, open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     windows = [None if w == "all" else int(w) for w in args.windows.split(",")]
-    engine = open_engine(find_pair(args.pair))
+    engine, _ = EngineOptions(pair=args.pair).check().open()
     prompts = []  # (suite, id, prompt ids, max tokens)
     if args.suites:
         for p in suites.select(suites.load_suite(suites.DEV_SET), args.limit, args.suites):

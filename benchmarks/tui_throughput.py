@@ -27,14 +27,10 @@ from pathlib import Path
 
 import click
 
-from edgespec.cli.common import (
-    decoding_options,
-    error_boundary,
-    pair_options,
-)
+from edgespec.cli.common import decoding_options, error_boundary, opens_engine, pair_options
 from edgespec.decoding.events import Summary
-from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.options import EngineOptions
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 SIZE = (120, 40)
@@ -105,17 +101,16 @@ async def tui_rate(
 @click.option("--max-tokens", type=click.IntRange(min=2), default=256, show_default=True)
 @click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Measured rounds.")
 @error_boundary
-def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt, max_tokens, reps):
-    from edgespec.engine.loading import find_pair, open_engine
+@opens_engine()
+def main(prompt, reps, options: EngineOptions):
     from edgespec.engine.thread import EngineThread
 
     if "\n" in prompt:
         raise click.UsageError("--prompt must be one line (enter sends it)")
-    pair_config = find_pair(pair, config, draft)
+    checked = options.check()
     engine_thread = EngineThread()  # as in `edgespec chat`: one thread loads and generates
-    engine = engine_thread.call(open_engine, pair_config, draft)
-    sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
-    settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
+    engine, settings = engine_thread.call(checked.open)
+    draft, k, max_tokens = settings.draft, settings.k, settings.max_tokens
     timeout = max(120.0, 2.0 * max_tokens)
     runs: dict[str, list[tuple[float, int]]] = {"direct": [], "tui": []}
     hz: list[float] = []  # the app's reply updates a second, while tokens streamed

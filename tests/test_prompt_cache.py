@@ -385,9 +385,9 @@ def test_the_budget_from_the_environment_wins_and_a_bad_one_is_a_usage_error(cli
 
     config = cli_env / "models.toml"
     config.write_text(config.read_text() + '[cache]\nbudget = "1G"\n')
-    assert open_cache(None, False).budget == 10**9
+    assert open_cache(load_registry(None).cache_budget).budget == 10**9
     monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "500M")
-    assert open_cache(None, False).budget == 500 * 10**6
+    assert open_cache(load_registry(None).cache_budget).budget == 500 * 10**6
     monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "much")
     r = CliRunner().invoke(cli.main, ["run", "hi"])
     assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and "EDGESPEC_CACHE_BUDGET" in r.stderr

@@ -140,7 +140,7 @@ def bench(
         for pair_config in pair_configs:
             engines.append(open_engine(pair_config))
             if context:
-                engines[-1].sources = open_sources(engines[-1].target, config, no_history=True, context=context)
+                engines[-1].sources = open_sources(engines[-1].target, None, context=context)
             for line in bench_modes.layout_lines(engines[-1]):
                 err.print(line, highlight=False)
         with Progress(console=err, transient=True) as progress:

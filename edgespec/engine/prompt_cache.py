@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from edgespec.decoding.backend import Backend, BackendError, chunk_start, common_prefix, exact_prefix, reused_prefix
-from edgespec.models.config import budget_setting, load_registry
+from edgespec.models.config import budget_setting
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_atomic
 from edgespec.util.paths import home, private_folder
@@ -432,11 +432,9 @@ def cache_budget(from_config: int | None) -> int:
     return budget_setting(BUDGET_ENV, from_config, DEFAULT_BUDGET, "a size (e.g. 2G, 500M, or a number of bytes)")
 
 
-def open_cache(config: Path | None, no_cache: bool, memory_entries: int = 0) -> PromptCache | None:
-    """The prompt cache a front end hands its engine, or None with --no-cache / EDGESPEC_NO_CACHE or
-    a budget of 0 (a cache that keeps nothing is no cache: nothing is read, saved or said, and the
-    entries saved earlier are left as they are)."""
-    if no_cache:
-        return None
-    budget = cache_budget(load_registry(config).cache_budget)
+def open_cache(budget_from_config: int | None, memory_entries: int = 0) -> PromptCache | None:
+    """The prompt cache a front end hands its engine (`EngineOptions(cache=True)`), or None with a
+    budget of 0 (a cache that keeps nothing is no cache: nothing is read, saved or said, and the
+    entries saved earlier are left as they are). `budget_from_config`: models.toml's, if it sets one."""
+    budget = cache_budget(budget_from_config)
     return PromptCache(budget=budget, memory_entries=memory_entries) if budget > 0 else None
