@@ -23,7 +23,8 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _digest, _read, open_cache
+from edgespec.engine.prompt_cache import MIN_TOKENS, PromptCache, open_cache
+from edgespec.engine.prompt_cache_files import MAGIC, digest, read_entry
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError, ModelSpec, PairConfig
 from tests.fakes import fake_engine
@@ -148,7 +149,7 @@ def test_a_damaged_entry_is_ignored_removed_and_said_once(open_engine, cache, no
     assert ids == cold_ids and summary.prompt_cached == 0
     assert len(notes) == 1 and said in notes[0] and "removed" in notes[0]  # two bad entries, one line
     # what is left is this reply's own states, whole
-    assert all(_read(p, with_state=True).state for p in cache.folder.glob("*.kv"))
+    assert all(read_entry(p, with_state=True).state for p in cache.folder.glob("*.kv"))
 
 
 def test_an_entry_of_another_model_under_this_models_name_is_removed(
@@ -207,7 +208,7 @@ def test_the_budget_evicts_the_least_recently_used(tmp_path, tiny_gguf, notes):
     backend.truncate(0)
     assert cache.warm(backend, backend.tokenize(prompt(0) + "x")) > MIN_TOKENS  # 0 is now the most recent
     save(2)
-    kept = {tuple(_read(p, with_state=False).tokens) for p in cache.folder.glob("*.kv")}
+    kept = {tuple(read_entry(p, with_state=False).tokens) for p in cache.folder.glob("*.kv")}
     assert kept == {tuple(backend.tokenize(prompt(i))[: backend.exact]) for i in (0, 2)}
     assert notes == []
     backend.close()
@@ -227,7 +228,8 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from edgespec.backends.llamacpp import READ_CHUNK, LlamaCppBackend
-    from edgespec.engine.prompt_cache import Entry, PromptCache
+    from edgespec.engine.prompt_cache import PromptCache
+    from edgespec.engine.prompt_cache_files import Entry
     backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2, read_chunk=32)
     backend.eval(backend.tokenize(sys.argv[3]), 1)
     backend.truncate(backend.exact)  # what the cache saves: the whole chunks read from the start
@@ -513,7 +515,7 @@ def test_what_is_not_a_whole_regular_entry_is_ignored_at_once(tmp_path, tiny_ggu
     backend.truncate(0)
     identity = backend.cache_identity()
     cache.folder.mkdir()
-    path = cache.folder / f"{_digest(identity.encode())}-{'0' * 16}.kv"
+    path = cache.folder / f"{digest(identity.encode())}-{'0' * 16}.kv"
     plant(path, identity, elsewhere.folder)
 
     assert within(60, lambda: cache.warm(backend, tokens + [10])) == 0
