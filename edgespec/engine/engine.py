@@ -148,7 +148,7 @@ class Engine:
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
         events = self._remembered(prompt, events, copying)
-        return self._keeping_costs(events if self.cache is None else self._cached(prompt, events))
+        return self._keeping_costs(events if self.cache is None else self._cached(prompt, events, self.cache))
 
     def _remembered(
         self, prompt: list[int], events: Iterator[Event], copying: Sequence[CorpusDrafter]
@@ -188,7 +188,7 @@ class Engine:
         loads the longest saved prefix of them from the prompt cache. Tokens it saved reading."""
         return self.cache.warm(backend, tokens) if self.cache is not None else 0
 
-    def _cached(self, prompt: list[int], events: Iterator[Event]) -> Iterator[Event]:
+    def _cached(self, prompt: list[int], events: Iterator[Event], cache: PromptCache) -> Iterator[Event]:
         """`events`, with the target warmed from the prompt cache first (the time it takes counts
         in the Summary's target reading and time to first token) and the models' states saved once
         the Summary is out (the reply is complete on screen while they are written)."""
@@ -202,7 +202,7 @@ class Engine:
             yield event
         for backend in (self.target, self.draft):
             if backend is not None:
-                self.cache.save(backend)
+                cache.save(backend)
 
     def empty_caches(self) -> None:
         """Forget what the target and the draft model have read, so the next generation reads its

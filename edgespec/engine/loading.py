@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from edgespec.decoding.backend import Backend, BackendError
 from edgespec.decoding.drafters import DraftChoice, DrafterKind
@@ -26,7 +27,14 @@ from edgespec.util.errors import EdgespecError
 from edgespec.util.paths import home
 
 
-def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | None = None) -> Backend:
+class LoadedModel(Backend, Protocol):
+    """A backend as `load_backend` returns it: it frees its model on `close`, which loading calls
+    when what follows the load fails."""
+
+    def close(self) -> None: ...
+
+
+def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | None = None) -> LoadedModel:
     """`sha256`: the file's, as the store verified it (names the model for the prompt cache)."""
     # Each runtime is imported only when a pair uses it: llama_cpp loads its shared libraries, and
     # the hf backend needs the optional torch and transformers (seconds to import).
@@ -78,7 +86,7 @@ def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: 
 
 def _load_draft(
     pair: PairConfig, target: Backend, target_path: Path, model: ModelSpec, path: Path, sha256: str | None
-) -> Backend:
+) -> LoadedModel:
     """The draft model's backend, refused (IncompatibleDraft) when its vocabulary is not the target's.
 
     A draft the runtime cannot load at all may still have a readable vocabulary: when that differs

@@ -171,15 +171,17 @@ class PromptCache:
     def _state(self, entry: Entry) -> bytearray | None:
         if entry.state is not None:
             return entry.state
+        path = entry.path
+        assert path is not None  # an entry holds its state in memory or names its file
         try:
-            whole = read_entry(entry.path, with_state=True)
+            whole = read_entry(path, with_state=True)
         except FileNotFoundError:  # removed since the lookup (another process evicted it)
             return None
         except Damaged as e:
-            self._drop(entry, "damaged", f"a damaged entry ({e}): {entry.path.name}")
+            self._drop(entry, "damaged", f"a damaged entry ({e}): {path.name}")
             return None
         except OSError as e:
-            self._say("read", f"prompt cache: cannot read {entry.path} ({e.strerror or e})")
+            self._say("read", f"prompt cache: cannot read {path} ({e.strerror or e})")
             return None
         # replaced since the lookup by another process's save of the same tokens: still checked
         return whole.state if (whole.identity, whole.tokens) == (entry.identity, entry.tokens) else None
@@ -261,8 +263,8 @@ class PromptCache:
             private_folder(self.folder, tighten=True)
             write_atomic(path, lambda tmp: write_entry_file(tmp, header, entry.tokens, state))
             stamp(path)
-            for old in superseded:
-                if old.path != path:
+            for old in superseded:  # entries on disk: each names its file
+                if old.path is not None and old.path != path:
                     remove(old.path)
             self._evict()
         except OSError as e:

@@ -23,8 +23,8 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
-from typing import BinaryIO
 
 MAGIC = b"edgespec prompt cache 1\n"  # a new format changes the number; older entries are then removed
 _LENGTH = struct.Struct("<I")
@@ -113,7 +113,7 @@ def read_entry(path: Path, with_state: bool) -> Entry:
     return entry
 
 
-def _open_regular(path: Path) -> BinaryIO:
+def _open_regular(path: Path) -> BufferedReader:
     """`path` opened for reading if it is a regular file itself; Damaged if it is a link or anything
     else. O_NONBLOCK: opening a FIFO returns at once (to be refused) instead of waiting for a writer."""
     try:
