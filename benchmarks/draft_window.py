@@ -60,6 +60,24 @@ def agreement(draft, prompt: list[int], reply: list[int], window: int | None) ->
     return hits, len(reply)
 
 
+def summarise(rows: list[dict], windows: list[int | None]) -> list[dict]:
+    """Per suite and window: the agreement over every reply's tokens, and the median prompt."""
+    summary = []
+    for suite in dict.fromkeys(r["suite"] for r in rows):
+        for window in [w or "all" for w in windows]:
+            mine = [r for r in rows if r["suite"] == suite and r["window"] == window and r["reply_tokens"]]
+            summary.append(
+                {
+                    "suite": suite,
+                    "window": window,
+                    "prompts": len(mine),
+                    "agreement": sum(r["hits"] for r in mine) / sum(r["reply_tokens"] for r in mine),
+                    "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in mine),
+                }
+            )
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", default="256,512,1024,all")
@@ -99,19 +117,7 @@ def main() -> None:
             )
             print(f"{suite} {pid} ({len(prompt)} prompt tokens) window {window or 'all'}: {hits}/{n}", file=sys.stderr)
     engine.close()
-    summary = []
-    for suite in dict.fromkeys(r["suite"] for r in rows):
-        for window in [w or "all" for w in windows]:
-            mine = [r for r in rows if r["suite"] == suite and r["window"] == window and r["reply_tokens"]]
-            summary.append(
-                {
-                    "suite": suite,
-                    "window": window,
-                    "prompts": len(mine),
-                    "agreement": sum(r["hits"] for r in mine) / sum(r["reply_tokens"] for r in mine),
-                    "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in mine),
-                }
-            )
+    summary = summarise(rows, windows)
     for s in summary:
         print(
             f"{s['suite']:10} window {str(s['window']):>5}: agreement {s['agreement']:.1%} "
