@@ -186,7 +186,8 @@ def decoding_options(f: Callable) -> Callable:
     return f
 
 
-SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "seed")
+# The flags `opens_engine` gathers under their EngineOptions names (besides the cache and history switches).
+ENGINE_FLAGS = ("pair", "config", "draft", "k", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens")
 
 
 def opens_engine(**fixed) -> Callable[[Callable], Callable]:
@@ -198,22 +199,18 @@ def opens_engine(**fixed) -> Callable[[Callable], Callable]:
     def decorate(f: Callable) -> Callable:
         @functools.wraps(f)
         def wrapper(*args, **flags):
-            return f(*args, options=engine_options(flags, **fixed), **flags)
+            return f(*args, options=_engine_options(flags, **fixed), **flags)
 
         return wrapper
 
     return decorate
 
 
-def engine_options(flags: dict, **fixed) -> EngineOptions:
+def _engine_options(flags: dict, **fixed) -> EngineOptions:
     """The EngineOptions of a command's parsed flags, taken out of `flags`."""
     from edgespec.engine.options import EngineOptions  # the engine only once a command runs
 
-    given = {
-        name: flags.pop(name)
-        for name in ("pair", "config", "draft", "k", *SAMPLING_FLAGS, "max_tokens")
-        if name in flags
-    }
+    given = {name: flags.pop(name) for name in ENGINE_FLAGS if name in flags}
     return EngineOptions(
         **given,
         cache=not flags.pop("no_cache", True),

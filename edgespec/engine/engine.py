@@ -1,8 +1,10 @@
 """A loaded pair, ready to generate: the one object the CLI, the TUI and the bench drive.
 
-    engine = open_engine(find_pair("qwen2.5-coder-1.5b"))  # edgespec.engine.loading
-    for event in engine.chat(messages, GenerateSettings(max_tokens=256), cancel=threading.Event()):
+    engine, settings = EngineOptions(pair="qwen2.5-coder-1.5b", max_tokens=256).check().open()
+    for event in engine.chat(messages, settings, cancel=threading.Event()):
         ...  # Token / Step / Summary from edgespec.decoding.events
+
+(`EngineOptions`: the one door, `edgespec.engine.options`; the loading itself: `loading.py`.)
 
 `chat` and `generate_tokens` are generators; they may run in a worker thread and be stopped with `cancel`
 (checked once per target pass; the generator then ends with a Summary whose stop_reason is
