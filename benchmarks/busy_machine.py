@@ -29,7 +29,8 @@ from pathlib import Path
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary
 from edgespec.decoding.plan import KSetting
-from edgespec.engine.engine import Engine, GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.options import EngineOptions
 from edgespec.util.hardware import physical_cores
 from edgespec.util.provenance import provenance
 
@@ -136,7 +137,7 @@ def main() -> None:
     setups = [s for s in args.setups.split(",") if s]
     if unknown := [s for s in setups if s not in SETUPS]:
         sys.exit(f"busy_machine: unknown setups {unknown}")
-    engine = open_engine(find_pair(args.pair), DraftChoice.AUTO)
+    engine, _ = EngineOptions(pair=args.pair, draft=DraftChoice.AUTO).check().open()
     if engine.threads is None:
         print("busy_machine: this pair's threads are not chosen per pass (pinned, GPU or one core)", file=sys.stderr)
     prompt = engine.chat_tokens([{"role": "user", "content": PROMPT}])

@@ -28,7 +28,8 @@ from edgespec.decoding.drafters import DraftChoice, ModelDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,6 +60,24 @@ def agreement(draft, prompt: list[int], reply: list[int], window: int | None) ->
     return hits, len(reply)
 
 
+def summarise(rows: list[dict], windows: list[int | None]) -> list[dict]:
+    """Per suite and window: the agreement over every reply's tokens, and the median prompt."""
+    summary = []
+    for suite in dict.fromkeys(r["suite"] for r in rows):
+        for window in [w or "all" for w in windows]:
+            mine = [r for r in rows if r["suite"] == suite and r["window"] == window and r["reply_tokens"]]
+            summary.append(
+                {
+                    "suite": suite,
+                    "window": window,
+                    "prompts": len(mine),
+                    "agreement": sum(r["hits"] for r in mine) / sum(r["reply_tokens"] for r in mine),
+                    "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in mine),
+                }
+            )
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--windows", default="256,512,1024,all")
@@ -70,7 +89,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     windows = [None if w == "all" else int(w) for w in args.windows.split(",")]
-    engine = open_engine(find_pair(args.pair))
+    engine, _ = EngineOptions(pair=args.pair).check().open()
     prompts = []  # (suite, id, prompt ids, max tokens)
     if args.suites:
         for p in suites.select(suites.load_suite(suites.DEV_SET), args.limit, args.suites):
@@ -98,19 +117,7 @@ def main() -> None:
             )
             print(f"{suite} {pid} ({len(prompt)} prompt tokens) window {window or 'all'}: {hits}/{n}", file=sys.stderr)
     engine.close()
-    summary = []
-    for suite in dict.fromkeys(r["suite"] for r in rows):
-        for window in [w or "all" for w in windows]:
-            mine = [r for r in rows if r["suite"] == suite and r["window"] == window and r["reply_tokens"]]
-            summary.append(
-                {
-                    "suite": suite,
-                    "window": window,
-                    "prompts": len(mine),
-                    "agreement": sum(r["hits"] for r in mine) / sum(r["reply_tokens"] for r in mine),
-                    "median_prompt_tokens": statistics.median(r["prompt_tokens"] for r in mine),
-                }
-            )
+    summary = summarise(rows, windows)
     for s in summary:
         print(
             f"{s['suite']:10} window {str(s['window']):>5}: agreement {s['agreement']:.1%} "

@@ -28,7 +28,8 @@ from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import provenance
 
 CEILING = "ceiling"
@@ -133,7 +134,7 @@ def main() -> None:
     ap.add_argument("--pair", default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    engine = open_engine(find_pair(args.pair))
+    engine, _ = EngineOptions(pair=args.pair).check().open()
     policy = make_policy(KSetting("auto"), DraftChoice.NGRAM, engine.costs)  # kept across prompts, as auto's is
     rows: list[dict] = []
     order = ["ar", "auto", CEILING]

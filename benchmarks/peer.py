@@ -395,7 +395,8 @@ def setup(args: argparse.Namespace) -> tuple:
     """edgespec's engine as `edgespec run` opens it (no prompt cache), and the peer's settings:
     the published model's file from the store, the engine's context, threads and GPU layers."""
     from edgespec.backends import llamacpp_runtime
-    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.choices import DraftChoice
+    from edgespec.engine.options import EngineOptions
     from edgespec.models.config import load_registry
     from edgespec.models.layouts import read_layout
     from edgespec.models.store import Store
@@ -403,11 +404,12 @@ def setup(args: argparse.Namespace) -> tuple:
     registry = load_registry(args.config)
     if args.peer_model not in registry.models:
         raise BadArgument(f"--peer-model {args.peer_model!r} is not in the registry")
-    pair = find_pair(args.pair, args.config, args.draft)
+    checked = EngineOptions(pair=args.pair, config=args.config, draft=DraftChoice(args.draft)).check()
+    pair = checked.pair
     if pair.backend != "llamacpp":
         raise BadArgument(f"pair {pair.name!r} runs on {pair.backend}; the peer is llama.cpp")
     peer_path = Store().ensure(registry.models[args.peer_model], pair.name)
-    engine = open_engine(pair, args.draft)
+    engine, _ = checked.open()
     threads = pair.threads or llamacpp_runtime.default_threads()
     peer = {
         "model": args.peer_model,

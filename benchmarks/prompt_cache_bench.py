@@ -129,12 +129,12 @@ def cache_cost(pair: str | None, text: str) -> dict:
     states saved (what a cold call pays after its reply), then a lookup that finds nothing (what a
     call on a new file pays before reading)."""
     from edgespec.decoding.backend import sync_cache
-    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.options import EngineOptions
     from edgespec.engine.prompt_cache import PromptCache
 
     with tempfile.TemporaryDirectory() as folder:
         cache = PromptCache(Path(folder))
-        engine = open_engine(find_pair(pair))
+        engine, _ = EngineOptions(pair=pair).check().open()
         try:
             ids = engine.chat_tokens([{"role": "user", "content": fresh(text) + "\n\n" + INSTRUCTIONS[0]}])
             start = time.perf_counter()

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.engine.engine import find_pair, open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import provenance
 
 SOURCES = ["engine/prompt_cache.py", "decoding/drafters.py"]
@@ -30,7 +30,7 @@ SOURCES = ["engine/prompt_cache.py", "decoding/drafters.py"]
 @click.option("--json", "json_path", type=click.Path(path_type=Path))
 def main(rounds: int, tokens: int, sizes: str, json_path: Path | None) -> None:
     chunks = [int(s) for s in sizes.split(",")]
-    engine = open_engine(find_pair(), DraftChoice.NONE)  # the target as `run` loads it on this machine
+    engine, _ = EngineOptions(draft=DraftChoice.NONE).check().open()  # the target as `run` loads it on this machine
     target = engine.target
     root = Path(__file__).parents[1] / "edgespec"
     prompt = target.tokenize("".join((root / s).read_text() for s in SOURCES))[:tokens]

@@ -36,7 +36,8 @@ from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.draft_sources import DraftSources
-from edgespec.engine.engine import Engine, GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.options import EngineOptions
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.quality.divergence import Round, explain_parting, first_divergence
@@ -105,7 +106,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     sessions = load_sessions(args.suite, args.parts.split(","))
-    engine = open_engine(find_pair(args.pair))
+    engine, _ = EngineOptions(pair=args.pair).check().open()
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="edgespec-sessions-") as tmp:

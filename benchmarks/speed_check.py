@@ -26,7 +26,9 @@ from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.choices import DraftChoice
+from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.options import EngineOptions
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 
@@ -58,7 +60,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
 
-    engine = open_engine(find_pair(draft="none"), "none")
+    engine, _ = EngineOptions(draft=DraftChoice.NONE).check().open()
     threads = engine.pair.threads or __import__("edgespec.backends.llamacpp_runtime", fromlist=["x"]).default_threads()
     theirs, llm = llama_cpp_python_rate(engine.target.path, args.tokens, threads)
     settings = GenerateSettings(max_tokens=args.tokens, draft="none", k=KSetting("fixed", 0))

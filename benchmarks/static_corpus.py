@@ -26,7 +26,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.draft_sources import DraftSources, open_sources
-from edgespec.engine.engine import find_pair, open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import input_name, provenance
 
 AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
@@ -41,10 +41,10 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    engine = open_engine(find_pair(None))
+    engine, _ = EngineOptions().check().open()
     prompts = select(load_suite(args.suite, engine.n_ctx), args.limit, args.suites)
     start = time.perf_counter()
-    corpus = open_sources(engine.target, None, no_history=True, context=[args.corpus])
+    corpus = open_sources(engine.target, None, context=[args.corpus])
     index_s = time.perf_counter() - start
     plain = DraftSources()
     greedy = SamplingParams(temperature=0.0)

@@ -38,7 +38,8 @@ import numpy as np
 import psutil
 
 from edgespec.decoding.suffix_index import SuffixIndex
-from edgespec.engine.reply_history import LOG_MAGIC, RECORD, RECORD_MAGIC, RECORD_VERSION, ReplyHistory
+from edgespec.engine.history_log import LOG_MAGIC, RECORD, RECORD_MAGIC, RECORD_VERSION
+from edgespec.engine.reply_history import ReplyHistory
 from edgespec.util.provenance import provenance
 
 VOCAB, ACTIVE = 151_936, 40_000

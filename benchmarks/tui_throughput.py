@@ -27,14 +27,10 @@ from pathlib import Path
 
 import click
 
-from edgespec.cli.common import (
-    decoding_options,
-    error_boundary,
-    pair_options,
-)
+from edgespec.cli.common import decoding_options, error_boundary, opens_engine, pair_options
 from edgespec.decoding.events import Summary
-from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.options import EngineOptions
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 SIZE = (120, 40)
@@ -98,6 +94,39 @@ async def tui_rate(
     return figures.summary.decode_tokens_per_s, figures.summary.tokens
 
 
+def rounds(engine: Engine, engine_thread, settings: GenerateSettings, prompt: str, reps: int):
+    """`reps` rounds of one direct reply and one through the app, after a warm-up round of each:
+    ({"direct": [(tok/s, tokens)], "tui": [...]}, the app's reply updates a second per app reply)."""
+    timeout = max(120.0, 2.0 * settings.max_tokens)
+    runs: dict[str, list[tuple[float, int]]] = {"direct": [], "tui": []}
+    hz: list[float] = []  # the app's reply updates a second, while tokens streamed
+    with tempfile.TemporaryDirectory(prefix="edgespec-tui-throughput-") as tmp:
+        store_dir = Path(tmp) / "chats"  # the app saves its chats here, not in the user's history
+
+        def one_round() -> tuple[tuple[float, int], tuple[float, int]]:
+            return (
+                engine_thread.call(direct_rate, engine, settings, prompt),
+                asyncio.run(tui_rate(engine, engine_thread, settings, prompt, store_dir, timeout, hz)),
+            )
+
+        click.echo(
+            f"pair {engine.pair.name}, draft {settings.draft}, k {settings.k}, max {settings.max_tokens} tokens, "
+            f"{reps} rounds after a warm-up",
+            err=True,
+        )
+        one_round()  # warm-up (calibration, allocations, Textual's first compose): not counted
+        for i in range(reps):
+            d, t = one_round()
+            runs["direct"].append(d)
+            runs["tui"].append(t)
+            click.echo(
+                f"round {i + 1}: direct {d[0]:.1f} tok/s ({d[1]} tokens), "
+                f"tui {t[0]:.1f} tok/s ({t[1]} tokens, {hz[-1]:.1f} updates/s)",
+                err=True,
+            )
+    return runs, hz
+
+
 @click.command()
 @pair_options
 @decoding_options
@@ -105,45 +134,17 @@ async def tui_rate(
 @click.option("--max-tokens", type=click.IntRange(min=2), default=256, show_default=True)
 @click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True, help="Measured rounds.")
 @error_boundary
-def main(pair, config, draft, k, temperature, top_p, top_k, min_p, seed, prompt, max_tokens, reps):
-    from edgespec.engine.engine import find_pair, open_engine
+@opens_engine()
+def main(prompt, reps, options: EngineOptions):
     from edgespec.engine.thread import EngineThread
 
     if "\n" in prompt:
         raise click.UsageError("--prompt must be one line (enter sends it)")
-    pair_config = find_pair(pair, config, draft)
+    checked = options.check()
     engine_thread = EngineThread()  # as in `edgespec chat`: one thread loads and generates
-    engine = engine_thread.call(open_engine, pair_config, draft)
-    sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
-    settings = GenerateSettings(max_tokens=max_tokens, sampling=sampling, draft=draft, k=k)
-    timeout = max(120.0, 2.0 * max_tokens)
-    runs: dict[str, list[tuple[float, int]]] = {"direct": [], "tui": []}
-    hz: list[float] = []  # the app's reply updates a second, while tokens streamed
+    engine, settings = engine_thread.call(checked.open)
     try:
-        with tempfile.TemporaryDirectory(prefix="edgespec-tui-throughput-") as tmp:
-            store_dir = Path(tmp) / "chats"  # the app saves its chats here, not in the user's history
-
-            def one_round() -> tuple[tuple[float, int], tuple[float, int]]:
-                return (
-                    engine_thread.call(direct_rate, engine, settings, prompt),
-                    asyncio.run(tui_rate(engine, engine_thread, settings, prompt, store_dir, timeout, hz)),
-                )
-
-            click.echo(
-                f"pair {engine.pair.name}, draft {draft}, k {k}, max {max_tokens} tokens, "
-                f"{reps} rounds after a warm-up",
-                err=True,
-            )
-            one_round()  # warm-up (calibration, allocations, Textual's first compose): not counted
-            for i in range(reps):
-                d, t = one_round()
-                runs["direct"].append(d)
-                runs["tui"].append(t)
-                click.echo(
-                    f"round {i + 1}: direct {d[0]:.1f} tok/s ({d[1]} tokens), "
-                    f"tui {t[0]:.1f} tok/s ({t[1]} tokens, {hz[-1]:.1f} updates/s)",
-                    err=True,
-                )
+        runs, hz = rounds(engine, engine_thread, settings, prompt, reps)
     finally:
         engine_thread.call(engine.close)
         engine_thread.shutdown()

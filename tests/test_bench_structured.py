@@ -99,12 +99,12 @@ def test_a_response_format_that_cannot_be_enforced_is_refused_in_one_line(tmp_pa
 
 def test_the_bench_command_refuses_a_bad_schema_before_any_model_loads(tmp_path, monkeypatch):
     from edgespec.cli import main as cli
-    from edgespec.engine import engine
+    from edgespec.engine import loading
 
     def no_load(*args, **kwargs):
         raise AssertionError("a model loaded")
 
-    monkeypatch.setattr(engine, "open_engine", no_load)
+    monkeypatch.setattr(loading, "open_engine", no_load)
     bad = {"type": "json_schema", "json_schema": {"name": "when", "schema": {"type": "string", "format": "foo"}}}
     write_suite(tmp_path, line(bad))
     r = CliRunner().invoke(cli.main, ["bench", "--suite", str(tmp_path / "suite.jsonl"), "--modes", "ar,ngram-k2"])

@@ -15,14 +15,14 @@ from tests.scripted_chat import REPLY, SIZE, FakeEngine, send, wait_for_reply, w
 
 
 def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
-    import edgespec.engine.engine
+    import edgespec.engine.loading
     from edgespec.cli import chat as command
 
     engine = FakeEngine()
     seen: dict = {}
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     monkeypatch.setattr(
-        edgespec.engine.engine,
+        edgespec.engine.loading,
         "open_engine",
         lambda pair, draft, cache: seen.update(pair=pair, draft=draft, cache=cache) or engine,
         raising=False,
@@ -47,12 +47,12 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
 def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_quit(tmp_path, monkeypatch):
     """The chats folder replaced by a file: the chat goes to rescued/ beside it, a notification says
     where as soon as it happens, and the same line is on stderr after ctrl+q."""
-    import edgespec.engine.engine
+    import edgespec.engine.loading
     from edgespec.cli import chat as command
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     (tmp_path / "chats").write_text("a file where the chats folder belongs\n")
-    monkeypatch.setattr(edgespec.engine.engine, "open_engine", lambda pair, draft, cache: FakeEngine(), raising=False)
+    monkeypatch.setattr(edgespec.engine.loading, "open_engine", lambda pair, draft, cache: FakeEngine(), raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     seen: dict = {}
@@ -92,7 +92,7 @@ def test_chat_json_schema_constrains_every_reply_shown_by_origin_like_any_other(
     same view with the same origin styles as an unconstrained reply, and the header names the schema."""
     import jsonschema
 
-    import edgespec.engine.engine
+    import edgespec.engine.loading
     from edgespec.backends.llamacpp import LlamaCppBackend
     from edgespec.cli import chat as command
     from edgespec.engine.engine import Engine
@@ -102,7 +102,7 @@ def test_chat_json_schema_constrains_every_reply_shown_by_origin_like_any_other(
     schema = tmp_path / "pet.json"
     schema.write_text(json.dumps(PET_SCHEMA))
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine.engine, "open_engine", lambda pair, draft, cache: engine, raising=False)
+    monkeypatch.setattr(edgespec.engine.loading, "open_engine", lambda pair, draft, cache: engine, raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     seen: dict = {}
@@ -136,14 +136,14 @@ def test_chat_json_schema_constrains_every_reply_shown_by_origin_like_any_other(
 
 
 def test_chat_refuses_a_bad_schema_file_before_loading(tmp_path, monkeypatch):
-    import edgespec.engine.engine
+    import edgespec.engine.loading
     from edgespec.cli import chat as command
 
     def no_loading(*args):
         raise AssertionError("the engine was opened")
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine.engine, "open_engine", no_loading, raising=False)
+    monkeypatch.setattr(edgespec.engine.loading, "open_engine", no_loading, raising=False)
     schema = tmp_path / "bad.json"
     schema.write_text('{"type": "object", "not": {"type": "string"}}')
     for args in (

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import edgespec.bench.tuning
 import edgespec.cli.chat
-import edgespec.engine.engine
+import edgespec.engine.loading
 import edgespec.models.store
 from edgespec.cli import main as cli
 
@@ -61,7 +61,7 @@ def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
     def stop(*args, **kwargs):
         raise ReachedLoading
 
-    monkeypatch.setattr(edgespec.engine.engine, "load_backend", stop)
+    monkeypatch.setattr(edgespec.engine.loading, "load_backend", stop)
     monkeypatch.setattr(edgespec.models.store.Store, "pull", stop)  # never the network
     monkeypatch.setattr(edgespec.bench.tuning, "build_candidate", stop)
     monkeypatch.setattr(edgespec.bench.tuning, "Tuner", stop)

@@ -13,7 +13,8 @@ from edgespec.decoding.controller import LONGEST_DRAFT
 from edgespec.decoding.costs import CostModel, ends_first
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.quiet_cost import SESSIONS
-from edgespec.engine.engine import CALIBRATION_BUDGET_S, SAY_AFTER_S, GenerateSettings
+from edgespec.engine.calibration import CALIBRATION_BUDGET_S
+from edgespec.engine.engine import SAY_AFTER_S, GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 

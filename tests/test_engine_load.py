@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from edgespec.decoding.events import Summary
-from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
+from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.loading import find_pair, open_engine
 from tests.fakes import fake_engine
 
 

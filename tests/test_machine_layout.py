@@ -15,7 +15,7 @@ from edgespec.bench import layout_ranking
 from edgespec.bench.layout_ranking import PROMPT_TOKENS, typical_call_s
 from edgespec.bench.tuning import choose_for_machine
 from edgespec.cli import main as cli
-from edgespec.engine.engine import open_engine
+from edgespec.engine.loading import open_engine
 from edgespec.models import layouts, machine_layout
 from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import PUBLISHED, Choice, derived_model, machine_target, read_choice, record_choice

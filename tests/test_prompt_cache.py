@@ -1,14 +1,13 @@
 """The prompt cache on tiny GGUFs: a hit replies as a cold run does and reads only the rest; bad
 entries are ignored, removed and said once; the budget evicts the least recently used; writers
-racing on one entry leave one whole entry; the memory tier keeps alternating prompts warm."""
+racing on one entry leave one whole entry; the memory tier keeps alternating prompts warm. Through
+the front ends (`run`, the budget's settings, the folder's modes): tests/test_prompt_cache_cli.py."""
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,24 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.backends.llamacpp import READ_CHUNK, LlamaCppBackend
-from edgespec.decoding.backend import BackendError, common_prefix
+from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.decoding.backend import BackendError
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _digest, _read, open_cache
-from edgespec.models.config import load_registry
-from edgespec.models.registry import ConfigError, ModelSpec, PairConfig
+from edgespec.engine.prompt_cache import MIN_TOKENS, PromptCache
+from edgespec.engine.prompt_cache_files import MAGIC, digest, read_entry
+from edgespec.models.registry import ModelSpec, PairConfig
+from tests.cached_prompts import FILE, LONGER, load
 from tests.fakes import fake_engine
 
-FILE = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(4))  # about 110 tokens
-LONGER = FILE + "".join(f"def g{i}(a):\n    return a - {i}\n\n" for i in range(1))  # over 128 tokens
 SETTINGS = GenerateSettings(max_tokens=24, draft=DraftChoice.MODEL, k=KSetting.parse("3"))
-
-
-def load(path: Path) -> LlamaCppBackend:
-    return LlamaCppBackend(path, 256, threads=2, read_chunk=32)  # whole chunks fit the tiny context
 
 
 @pytest.fixture
@@ -148,7 +142,7 @@ def test_a_damaged_entry_is_ignored_removed_and_said_once(open_engine, cache, no
     assert ids == cold_ids and summary.prompt_cached == 0
     assert len(notes) == 1 and said in notes[0] and "removed" in notes[0]  # two bad entries, one line
     # what is left is this reply's own states, whole
-    assert all(_read(p, with_state=True).state for p in cache.folder.glob("*.kv"))
+    assert all(read_entry(p, with_state=True).state for p in cache.folder.glob("*.kv"))
 
 
 def test_an_entry_of_another_model_under_this_models_name_is_removed(
@@ -207,7 +201,7 @@ def test_the_budget_evicts_the_least_recently_used(tmp_path, tiny_gguf, notes):
     backend.truncate(0)
     assert cache.warm(backend, backend.tokenize(prompt(0) + "x")) > MIN_TOKENS  # 0 is now the most recent
     save(2)
-    kept = {tuple(_read(p, with_state=False).tokens) for p in cache.folder.glob("*.kv")}
+    kept = {tuple(read_entry(p, with_state=False).tokens) for p in cache.folder.glob("*.kv")}
     assert kept == {tuple(backend.tokenize(prompt(i))[: backend.exact]) for i in (0, 2)}
     assert notes == []
     backend.close()
@@ -227,7 +221,8 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from edgespec.backends.llamacpp import READ_CHUNK, LlamaCppBackend
-    from edgespec.engine.prompt_cache import Entry, PromptCache
+    from edgespec.engine.prompt_cache import PromptCache
+    from edgespec.engine.prompt_cache_files import Entry
     backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2, read_chunk=32)
     backend.eval(backend.tokenize(sys.argv[3]), 1)
     backend.truncate(backend.exact)  # what the cache saves: the whole chunks read from the start
@@ -284,164 +279,6 @@ def test_a_backend_without_saved_states_is_left_alone(tmp_path):
     ids = engine.target.tokenize(FILE)
     list(engine.generate_tokens(ids, GenerateSettings(max_tokens=8)))
     assert cache.warm(engine.target, ids) == 0 and not cache.folder.exists()
-
-
-# -- the front ends ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
-    """A tiny pair in a user models.toml, and an empty EDGESPEC_HOME."""
-    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("EDGESPEC_NO_CACHE", raising=False)
-    monkeypatch.delenv("EDGESPEC_CACHE_BUDGET", raising=False)
-    config = tmp_path / "models.toml"
-    config.write_text(
-        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-    )
-    monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
-    return tmp_path
-
-
-def run(tmp_path: Path, instruction: str, *flags: str, stdin: str = FILE) -> tuple[str, dict]:
-    from click.testing import CliRunner
-
-    from edgespec.cli import main as cli
-
-    stats = tmp_path / "stats.json"
-    r = CliRunner().invoke(
-        cli.main,
-        ["run", instruction, "--max-tokens", "16", "--draft", "model", "--k", "3", "--stats-json", str(stats), *flags],
-        input=stdin,
-    )
-    assert r.exit_code == 0, r.stderr
-    return r.stdout, json.loads(stats.read_text())
-
-
-def entries(tmp_path: Path) -> list[Path]:
-    return list((tmp_path / "home" / "prompt-cache").glob("*.kv"))
-
-
-@pytest.mark.parametrize("system", [(), ("-s", "You are terse.")])
-def test_run_with_the_same_stdin_and_another_instruction_reads_only_the_rest(cli_env, system):
-    # the CLI's backends read in READ_CHUNK tokens: a file of more than one chunk
-    _, first = run(cli_env, "Explain f1.", *system, stdin=LONGER)
-    assert first["prompt_cached"] == 0 and len(entries(cli_env)) == 2
-    cold_text, cold = run(cli_env, "Add type hints.", "--no-cache", *system, stdin=LONGER)
-    warm_text, warm = run(cli_env, "Add type hints.", *system, stdin=LONGER)
-    assert warm_text == cold_text and cold["prompt_cached"] == 0
-    # the instruction, the template's end, and what the last whole read chunk leaves
-    assert warm["prompt_tokens"] - warm["prompt_cached"] < len("Add type hints.") + 16 + READ_CHUNK
-    assert warm["prompt_cached"] >= READ_CHUNK
-
-
-@pytest.mark.parametrize("flags, env", [(("--no-cache",), {}), ((), {"EDGESPEC_NO_CACHE": "1"})])
-def test_no_cache_writes_nothing(cli_env, monkeypatch, flags, env):
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    run(cli_env, "Explain f1.", *flags)
-    _, again = run(cli_env, "Explain f2.", *flags)
-    assert again["prompt_cached"] == 0 and entries(cli_env) == []
-
-
-def test_the_stdin_text_is_the_shared_prefix_with_and_without_a_system_prompt(tiny_gguf):
-    from edgespec.cli.run import compose_message
-
-    backend = load(tiny_gguf)
-    for system in ([], [{"role": "system", "content": "Be brief."}]):
-        a, b = (
-            backend.tokenize(backend.chat_prompt(system + [{"role": "user", "content": compose_message(FILE, p)}]))
-            for p in ("Explain f1.", "Add type hints.")
-        )
-        shared = b"".join(backend.token_bytes(t) for t in a[: common_prefix(a, b)]).decode()
-        assert FILE.rstrip("\n") in shared
-    backend.close()
-
-
-@pytest.mark.parametrize(
-    "value, expected",
-    [('"2GB"', 2 * 10**9), ('"500M"', 500 * 10**6), ('"1.5GiB"', 3 * 2**29), ("4096", 4096), ('"0"', 0)],
-)
-def test_the_budget_is_read_from_models_toml(tmp_path, value, expected):
-    config = tmp_path / "models.toml"
-    config.write_text(f"[cache]\nbudget = {value}\n")
-    assert load_registry(config).cache_budget == expected
-
-
-@pytest.mark.parametrize("value", ['"lots"', "-1", "true", '"2XB"'])
-def test_a_bad_budget_in_models_toml_is_one_line(cli_env, value):
-    config = cli_env / "models.toml"
-    config.write_text(config.read_text() + f"[cache]\nbudget = {value}\n")
-    with pytest.raises(ConfigError, match=r'key "cache.budget": .* is not a size'):
-        load_registry(config)
-
-
-def test_the_budget_from_the_environment_wins_and_a_bad_one_is_a_usage_error(cli_env, monkeypatch):
-    from click.testing import CliRunner
-
-    from edgespec.cli import main as cli
-
-    config = cli_env / "models.toml"
-    config.write_text(config.read_text() + '[cache]\nbudget = "1G"\n')
-    assert open_cache(None, False).budget == 10**9
-    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "500M")
-    assert open_cache(None, False).budget == 500 * 10**6
-    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "much")
-    r = CliRunner().invoke(cli.main, ["run", "hi"])
-    assert r.exit_code == 2 and r.stderr.strip().count("\n") == 0 and "EDGESPEC_CACHE_BUDGET" in r.stderr
-
-
-# -- the budget ---------------------------------------------------------------------------------
-
-HUGE = "9" * 400
-
-
-@pytest.mark.parametrize("table, meaning", [("cache", "a size"), ("history", "a number of tokens")])
-@pytest.mark.parametrize(
-    "value", [f'"{HUGE}"', HUGE, f'"{HUGE}GB"', '"10000000000T"'], ids=["text", "integer", "GB", "beyond-2**63"]
-)
-def test_a_budget_too_large_for_any_disk_in_models_toml_is_one_line(tmp_path, table, meaning, value):
-    config = tmp_path / "models.toml"
-    config.write_text(f"[{table}]\nbudget = {value}\n")
-    with pytest.raises(ConfigError, match=rf'key "{table}.budget": .* is not {meaning}'):
-        load_registry(config)
-
-
-@pytest.mark.parametrize("command", [["run", "hi"], ["models", "list"]])
-def test_a_budget_of_400_digits_is_one_line_for_every_command(cli_env, monkeypatch, command):
-    from click.testing import CliRunner
-
-    from edgespec.cli import main as cli
-
-    config = cli_env / "models.toml"
-    config.write_text(config.read_text() + f'[cache]\nbudget = "{HUGE}"\n')
-    r = CliRunner().invoke(cli.main, command)
-    assert r.exit_code == 1 and isinstance(r.exception, SystemExit)
-    assert r.stderr.count("\n") == 1 and 'key "cache.budget"' in r.stderr
-    config.write_text(config.read_text().replace(f'"{HUGE}"', '"1G"'))
-    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", HUGE)
-    r = CliRunner().invoke(cli.main, ["run", "hi"])
-    assert r.exit_code == 2 and isinstance(r.exception, SystemExit)
-    assert r.stderr.count("\n") == 1 and "EDGESPEC_CACHE_BUDGET" in r.stderr
-
-
-def test_a_budget_of_0_reads_saves_and_says_nothing(cli_env, monkeypatch):
-    run(cli_env, "Explain f1.")
-    before = {p: p.stat().st_mtime_ns for p in entries(cli_env)}
-    monkeypatch.setenv("EDGESPEC_CACHE_BUDGET", "0")
-    from click.testing import CliRunner
-
-    from edgespec.cli import main as cli
-
-    stats = cli_env / "stats.json"
-    r = CliRunner().invoke(
-        cli.main, ["run", "Add type hints.", "--max-tokens", "8", "--stats-json", str(stats)], input=FILE
-    )
-    assert r.exit_code == 0 and "prompt cache" not in r.stderr
-    assert json.loads(stats.read_text())["prompt_cached"] == 0
-    assert {p: p.stat().st_mtime_ns for p in entries(cli_env)} == before  # neither used nor replaced
 
 
 # -- what the folder may hold under an entry's name ----------------------------------------------
@@ -513,7 +350,7 @@ def test_what_is_not_a_whole_regular_entry_is_ignored_at_once(tmp_path, tiny_ggu
     backend.truncate(0)
     identity = backend.cache_identity()
     cache.folder.mkdir()
-    path = cache.folder / f"{_digest(identity.encode())}-{'0' * 16}.kv"
+    path = cache.folder / f"{digest(identity.encode())}-{'0' * 16}.kv"
     plant(path, identity, elsewhere.folder)
 
     assert within(60, lambda: cache.warm(backend, tokens + [10])) == 0
@@ -542,69 +379,3 @@ def test_an_entry_that_cannot_be_removed_is_said_as_kept_once(monkeypatch, open_
     assert ids == cold_ids and summary.prompt_cached == 0
     assert set(kept) <= set(cache.folder.glob("*.kv"))
     assert len(notes) == 1 and "cannot be removed (Permission denied)" in notes[0] and "removed a" not in notes[0]
-
-
-# -- the folder's modes, the model's identity --------------------------------------------------
-
-
-def test_folders_are_private_and_entries_too_whatever_the_umask(cli_env):
-    old = os.umask(0)
-    try:
-        run(cli_env, "Explain f1.")
-    finally:
-        os.umask(old)
-    home = cli_env / "home"
-    folders = [home, *(p for p in home.rglob("*") if p.is_dir())]
-    assert (home / "prompt-cache") in folders
-    assert {str(p): oct(p.stat().st_mode & 0o777) for p in folders} == {str(p): "0o700" for p in folders}
-    assert entries(cli_env) and all(p.stat().st_mode & 0o777 == 0o600 for p in entries(cli_env))
-
-
-def test_an_older_world_writable_cache_folder_is_made_private_on_the_next_save(cli_env):
-    folder = cli_env / "home" / "prompt-cache"
-    folder.mkdir(parents=True)
-    folder.chmod(0o777)
-    run(cli_env, "Explain f1.")
-    assert folder.stat().st_mode & 0o777 == 0o700
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@pytest.mark.parametrize(
-    "make, stated_sha256",
-    [(os.link, False), (os.link, True), (shutil.copyfile, True)],
-    ids=["hard-link", "hard-link-with-sha256", "copy-with-sha256"],
-)
-def test_a_link_to_the_model_or_a_verified_copy_keeps_its_entries(
-    cli_env, tiny_gguf, tiny_draft_gguf, make, stated_sha256
-):
-    """A file with no stated sha256 is named by path, size and mtime: a copy elsewhere is another
-    file, whose entries are its own."""
-    models = cli_env / "models"
-    models.mkdir()
-    files = {name: models / f"{name}.gguf" for name in ("t", "d")}
-    shutil.copyfile(tiny_gguf, files["t"])
-    shutil.copyfile(tiny_draft_gguf, files["d"])
-
-    def configure(paths: dict[str, Path]) -> None:
-        (cli_env / "models.toml").write_text(
-            'default = "tiny"\n'
-            + "".join(
-                f'[models.{name}]\nformat = "gguf"\npath = "{path}"\n'
-                + (f'sha256 = "{sha256_of(path)}"\n' if stated_sha256 else "")
-                for name, path in paths.items()
-            )
-            + '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-        )
-
-    configure(files)
-    run(cli_env, "Explain f1.")
-    others = {name: models / f"{name}-other.gguf" for name in files}
-    for name, path in files.items():
-        make(path, others[name])
-    if make is shutil.copyfile:
-        configure(others)
-    _, warm = run(cli_env, "Add type hints.")
-    assert warm["prompt_cached"] > len(FILE) // 2

@@ -17,7 +17,8 @@ from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.events import Token
 from edgespec.decoding.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
-from edgespec.engine.prompt_cache import PromptCache, _read
+from edgespec.engine.prompt_cache import PromptCache
+from edgespec.engine.prompt_cache_files import read_entry
 from edgespec.models.store import Store
 
 pytestmark = pytest.mark.slow
@@ -71,7 +72,7 @@ def test_a_warm_reply_of_the_real_pair_equals_the_cold_one(real_engine, tmp_path
         return [e.id for e in events if isinstance(e, Token)], events[-1]
 
     reply("What does subtree return?")
-    saved = [_read(p, with_state=False) for p in cache.folder.glob("*.kv")]
+    saved = [read_entry(p, with_state=False) for p in cache.folder.glob("*.kv")]
     assert len(saved) == 2  # target and draft
     warm_ids, warm = reply("Add type hints to first_branch.")
     real_engine.cache = None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.engine.prompt_cache import MAGIC, _read
+from edgespec.engine.prompt_cache_files import MAGIC, read_entry
 from tests.edgespec_process import CRASH_SIGNS, edgespec_env, without_speed_lines
 
 pytestmark = pytest.mark.subprocess
@@ -31,20 +31,21 @@ SABOTEUR = textwrap.dedent("""
     import errno, os, sys, time
     from pathlib import Path
     import edgespec.engine.prompt_cache as prompt_cache
+    from edgespec.engine.prompt_cache_files import MAGIC
     from edgespec.__main__ import main
 
     mode = sys.argv[1]
 
     def write_half(tmp, header, tokens, state):
         with open(tmp, "wb") as f:
-            f.write(prompt_cache.MAGIC + header[: len(header) // 2])
+            f.write(MAGIC + header[: len(header) // 2])
             f.flush()
             if mode == "kill":
                 Path(os.environ["EDGESPEC_SAVING"]).touch()
                 time.sleep(3600)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    prompt_cache._write_file = write_half
+    prompt_cache.write_entry_file = write_half
     sys.argv = ["edgespec", *sys.argv[2:]]
     main()
 """)
@@ -114,7 +115,7 @@ def assert_whole_entries_only(cache: Path) -> None:
     """Every file left is a whole entry, and no temporary file of a writer is left beside them."""
     names = [p.name for p in cache.iterdir()]
     assert names and all(name.endswith(".kv") for name in names), names
-    assert all(_read(cache / name, with_state=True).state for name in names)
+    assert all(read_entry(cache / name, with_state=True).state for name in names)
 
 
 def test_runs_at_once_on_one_folder_reply_as_a_cold_run(env):
@@ -180,7 +181,7 @@ def plant_hostile_entries(cache: Path) -> list[Path]:
     planted = []
     for identity_digest in sorted({p.name.split("-")[0] for p in cache.glob("*.kv")}):
         (whole, *_) = cache.glob(f"{identity_digest}-*.kv")
-        identity = _read(whole, with_state=False).identity
+        identity = read_entry(whole, with_state=False).identity
         names = [cache / f"{identity_digest}-{i:016x}.kv" for i in range(9)]
         fifo, to_device, to_fifo, a_folder, *lying, deep, noise = names
         os.mkfifo(fifo)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgespec.engine import reply_history
+from edgespec.engine import history_log, reply_history
 from edgespec.engine.reply_history import ReplyHistory, history_budget
 from edgespec.util.errors import UsageError
 
@@ -86,7 +86,7 @@ def test_a_hash_collision_is_not_a_match(tmp_path):
     history.append([1, 2, 3], [10])
     assert replies(history, [1, 2, 3]) == [[10]]
     # the record's prompt hashed as [1, 2, 4] would be: read back and compared whole, it is not that
-    other = reply_history._digest(np.asarray([1, 2, 4], dtype="<i4").tobytes())
+    other = history_log.prompt_digest(np.asarray([1, 2, 4], dtype="<i4").tobytes())
     history._records[-1] = dataclasses.replace(history._records[-1], prompt_hash=other)
     assert replies(history, [1, 2, 4]) == []
 

@@ -34,14 +34,32 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 class HFModelSettings(Protocol):
     """What loading reads of a registry entry (`models.registry.ModelSpec` has all of it): the backend
-    layer takes it by shape, so it never imports the registry above it."""
+    layer takes it by shape, so it never imports the registry above it. Read-only: the registry's
+    entries are frozen."""
 
-    name: str
-    dtype: str  # "auto", "bf16", "fp16", "fp32"
-    quant: str  # "none", "8bit", "4bit"
-    sha256: str | None  # of a GGUF, keys its converted copy
-    trust_remote_code: bool
-    allow_pickle: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dtype(self) -> str:
+        """One of "auto", "bf16", "fp16", "fp32"."""
+        ...
+
+    @property
+    def quant(self) -> str:
+        """One of "none", "8bit", "4bit"."""
+        ...
+
+    @property
+    def sha256(self) -> str | None:
+        """Of a GGUF: keys its converted copy."""
+        ...
+
+    @property
+    def trust_remote_code(self) -> bool: ...
+
+    @property
+    def allow_pickle(self) -> bool: ...
 
 
 # -- where and in what precision -------------------------------------------------------------------

@@ -25,8 +25,8 @@ from edgespec.bench.partial_results import until_interrupted
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.draft_sources import open_sources
-from edgespec.engine.engine import Engine, find_pair, open_engine
+from edgespec.engine.engine import Engine, require_draft_model
+from edgespec.engine.options import CheckedOptions, EngineOptions
 from edgespec.models.registry import PairConfig
 from edgespec.quality.noise_floor import NoiseFloor
 from edgespec.util.errors import UsageError
@@ -35,17 +35,22 @@ from edgespec.util.provenance import provenance
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """What a bench runs, checked: each pair in every mode on every prompt, `repeats` times."""
+    """What a bench runs, checked: each pair in every mode on every prompt, `repeats` times. Each
+    pair is opened through the engine's door with no cache and no history, the --context corpus
+    attached."""
 
-    pairs: list[PairConfig]
+    doors: list[CheckedOptions]
     modes: list[Mode]
     prompts: list[BenchPrompt]
     sampling: SamplingParams
     suite: Path
-    config: Path | None
     context: tuple[Path, ...]
     repeats: int
     strict: bool
+
+    @property
+    def pairs(self) -> list[PairConfig]:
+        return [door.pair for door in self.doors]
 
 
 @dataclass
@@ -93,7 +98,9 @@ def plan(
     if strict and temperature > 0:
         raise UsageError("--strict checks greedy outputs against ar; use it with --temperature 0")
     path = suite_path or bench_suites.DEV_SET
-    pair_configs = [find_pair(name, config) for name in dict.fromkeys(pairs or (None,))]
+    names = dict.fromkeys(pairs or (None,))
+    doors = [EngineOptions(pair=name, config=config, context=context).check() for name in names]
+    pair_configs = [door.pair for door in doors]
     all_drafted = all(p.draft is not None for p in pair_configs)
     default_drafter = DraftChoice(drafter) if drafter else (DraftChoice.MODEL if all_drafted else DraftChoice.NGRAM)
     mode_list = bench_modes.parse_modes(modes, default_drafter)
@@ -101,11 +108,11 @@ def plan(
     for pair_config in pair_configs:  # every pair can run every mode, or nothing loads
         bench_modes.check_modes(pair_config, mode_list, sampling)
         for mode in mode_list:
-            find_pair(pair_config.name, config, mode.draft)
+            require_draft_model(pair_config.name, pair_config.draft is not None, mode.draft)
     # every prompt must fit every pair's context
     prompts = bench_suites.select(bench_suites.load_suite(path, min(p.context for p in pair_configs)), limit, suites)
     bench_modes.check_prompts(mode_list, prompts)
-    return BenchPlan(pair_configs, mode_list, prompts, sampling, path, config, context, repeats, strict)
+    return BenchPlan(doors, mode_list, prompts, sampling, path, context, repeats, strict)
 
 
 def run(plan: BenchPlan, watcher: Watcher) -> BenchReport:
@@ -116,11 +123,9 @@ def run(plan: BenchPlan, watcher: Watcher) -> BenchReport:
     floors: dict[str, NoiseFloor] = {}
 
     def measure() -> None:
-        for pair_config in plan.pairs:
-            engine = open_engine(pair_config)
+        for door in plan.doors:
+            engine, _ = door.open()
             engines.append(engine)
-            if plan.context:
-                engine.sources = open_sources(engine.target, plan.config, no_history=True, context=plan.context)
             for line in bench_modes.layout_lines(engine):
                 watcher.loaded(line)
         if bench_modes.needs_noise_floor(plan.modes, plan.sampling):  # what tells a parting from a bug

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,12 +21,15 @@ from edgespec.cli.common import (
     history_options,
     json_constraint,
     json_options,
+    opens_engine,
     pair_options,
     read_stdin,
 )
-from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import check_text
+
+if TYPE_CHECKING:
+    from edgespec.engine.options import CheckedOptions, EngineOptions
 
 
 def _reopen_terminal() -> None:
@@ -65,25 +70,8 @@ def _require_terminal() -> None:
 @cache_option
 @history_options
 @error_boundary
-def chat(
-    pair,
-    config,
-    draft,
-    k,
-    temperature,
-    top_p,
-    top_k,
-    min_p,
-    seed,
-    system,
-    resume,
-    max_tokens,
-    json_object,
-    json_schema,
-    no_cache,
-    no_history,
-    context,
-):
+@opens_engine(repository=True)
+def chat(system, resume, json_object, json_schema, options: EngineOptions):
     """Chat in the terminal; every token shows whether the draft or the target wrote it.
 
     Keys: enter send · shift+enter/ctrl+j newline · esc stop · ctrl+n new chat · ctrl+r regenerate ·
@@ -91,44 +79,37 @@ def chat(
 
     Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
     """
-    from edgespec.engine.draft_sources import open_sources
-    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
-    from edgespec.engine.prompt_cache import open_cache
-    from edgespec.engine.thread import EngineThread
     from edgespec.tui.history import ChatStore
 
     check_text(system, "--system")
-    constraint = json_constraint(json_object, json_schema)  # every reply decodes under it
+    options = replace(options, constraint=json_constraint(json_object, json_schema))  # every reply decodes under it
     store = ChatStore()
     conversation = None
     if resume is not None:
         conversation = store.load(resume) if resume else store.latest()
-        pair = pair or conversation.pair or None  # keep talking to the model that wrote the chat
-
-    pair_config = find_pair(pair, config, draft)
-    cache = open_cache(config, no_cache)
+        # keep talking to the model that wrote the chat
+        options = replace(options, pair=options.pair or conversation.pair or None)
+    checked = options.check()
     first_message = None
-    piped = read_stdin(pair_config.context)
+    piped = read_stdin(checked.pair.context)
     if piped is not None:
         first_message = piped.strip() or None
         _reopen_terminal()
     _require_terminal()
-
     click.echo("edgespec: loading the model pair…", err=True)
-    engine_thread = EngineThread()  # loads the engine and runs every reply (see EngineThread)
+    _run_app(checked, system, conversation, first_message, store)
+
+
+def _run_app(checked: CheckedOptions, system, conversation, first_message: str | None, store) -> None:
+    """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every reply),
+    run the app until the user quits, then say what could not be saved."""
+    from edgespec.engine.thread import EngineThread
+    from edgespec.tui.app import ChatApp
+
+    engine_thread = EngineThread()
     try:
-        engine = engine_thread.call(open_engine, pair_config, draft, cache)
+        engine, settings = engine_thread.call(checked.open)
         try:
-            engine.sources = engine_thread.call(
-                open_sources, engine.target, config, no_history, context, repository=True
-            )
-            sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
-            settings = GenerateSettings(
-                max_tokens=max_tokens, sampling=sampling, draft=draft, k=k, constraint=constraint
-            )
-
-            from edgespec.tui.app import ChatApp
-
             app = ChatApp(
                 engine,
                 settings,

@@ -1,7 +1,8 @@
 """What every command shares: the pair / drafter / sampling / JSON options, the types that check
 flag values, and the error boundary.
 
-`run`, `chat` and `bench` take the same flags with the same meaning; they are declared once here.
+`run`, `chat`, `serve` and `bench` take the same flags with the same meaning; they are declared once
+here, and `opens_engine` gathers them into the one value the engine opens from (`EngineOptions`).
 One rule per kind of value, for every command, checked while the flags are parsed (before
 anything loads): a float flag takes `FiniteFloat` (no nan, no inf), a comma-separated list of
 names takes `NameList` (an unknown name is a usage error listing the valid ones).
@@ -20,9 +21,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
-from edgespec.decoding.sampling import sampling_problem
+from edgespec.engine.choices import DraftChoice, KSetting, sampling_problem
 from edgespec.util import interrupts
 from edgespec.util.errors import EdgespecError, SettingError, UsageError
 from edgespec.util.stdout import PipeClosed
@@ -31,6 +30,7 @@ from edgespec.util.user_files import read_user_file
 
 if TYPE_CHECKING:
     from edgespec.constraints.guidance import ConstraintSpec
+    from edgespec.engine.options import EngineOptions
 
 
 def config_option(f: Callable) -> Callable:
@@ -184,6 +184,40 @@ def decoding_options(f: Callable) -> Callable:
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+# The flags `opens_engine` gathers under their EngineOptions names (besides the cache and history switches).
+ENGINE_FLAGS = ("pair", "config", "draft", "k", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens")
+
+
+def opens_engine(**fixed) -> Callable[[Callable], Callable]:
+    """A command that opens the engine gets the flags of `pair_options`, `decoding_options`,
+    `cache_option`, `history_options` and --max-tokens (those it declares; a flag it lacks is off)
+    as one `options: EngineOptions`; `fixed` sets the command's own (`repository=True`). Place it
+    under `error_boundary`."""
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def wrapper(*args, **flags):
+            return f(*args, options=_engine_options(flags, **fixed), **flags)
+
+        return wrapper
+
+    return decorate
+
+
+def _engine_options(flags: dict, **fixed) -> EngineOptions:
+    """The EngineOptions of a command's parsed flags, taken out of `flags`."""
+    from edgespec.engine.options import EngineOptions  # the engine only once a command runs
+
+    given = {name: flags.pop(name) for name in ENGINE_FLAGS if name in flags}
+    return EngineOptions(
+        **given,
+        cache=not flags.pop("no_cache", True),
+        history=not flags.pop("no_history", True),
+        context=tuple(flags.pop("context", ())),
+        **fixed,
+    )
 
 
 def json_options(f: Callable) -> Callable:

@@ -131,7 +131,7 @@ def export() -> None:
 def vllm(pair: str | None, config: Path | None, k: int | None) -> None:
     """Print the `vllm serve` command (with --speculative-config) that runs PAIR (default: the
     registry's default) on vLLM; clients keep the same OpenAI API and model name."""
-    from edgespec.engine.engine import find_pair, open_engine
+    from edgespec.engine.loading import find_pair, open_engine
 
     chosen = find_pair(pair, config)
     lookup = NgramDrafter()

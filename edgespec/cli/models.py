@@ -159,7 +159,7 @@ def _vocabularies_agree(chosen: PairConfig) -> bool:
 
 def _report_noise_floor(chosen: PairConfig) -> None:
     """The target's noise floor per verify size, from the saved measurement or measured now."""
-    from edgespec.engine.engine import open_engine  # loads a runtime: only when asked
+    from edgespec.engine.loading import open_engine  # loads a runtime: only when asked
 
     engine = open_engine(chosen, DraftChoice.NONE)
     try:

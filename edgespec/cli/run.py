@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,17 +29,20 @@ from edgespec.cli.common import (
     history_options,
     json_constraint,
     json_options,
+    opens_engine,
     pair_options,
     read_stdin,
 )
-from edgespec.decoding.drafters import FROM_ELSEWHERE
 from edgespec.decoding.events import Source, Step, Summary, Token
-from edgespec.decoding.sampling import sampling_from_flags
+from edgespec.engine.choices import FROM_ELSEWHERE
 from edgespec.engine.figures import stats_line
 from edgespec.util.errors import EdgespecError, UsageError
 from edgespec.util.output_files import check_writable, write_or_rescue
 from edgespec.util.stdout import PipeClosed, check_open
 from edgespec.util.text_check import check_text
+
+if TYPE_CHECKING:
+    from edgespec.engine.options import EngineOptions
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
 TOKEN_STYLES = {
@@ -82,57 +87,23 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
 @cache_option
 @history_options
 @error_boundary
-def run(
-    prompt,
-    system,
-    pair,
-    config,
-    draft,
-    k,
-    temperature,
-    top_p,
-    top_k,
-    min_p,
-    seed,
-    max_tokens,
-    raw,
-    json_object,
-    json_schema,
-    color,
-    stats,
-    stats_json,
-    no_cache,
-    no_history,
-    context,
-):
+@opens_engine(repository=True)
+def run(prompt, system, raw, json_object, json_schema, color, stats, stats_json, options: EngineOptions):
     """Generate a reply to PROMPT (and/or piped stdin) and stream it to stdout.
 
     Piped text comes first and the PROMPT after it, so asking another thing about the same input
     finds it in the prompt cache and reads only the new instruction (see --no-cache)."""
-    from edgespec.engine.draft_sources import open_sources
-    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
-    from edgespec.engine.prompt_cache import open_cache
-
     check_open()
     check_text(prompt, "PROMPT")
     check_text(system, "--system")
     if raw and system:
         raise UsageError("--system has no meaning with --raw (no chat template)")
-    constraint = json_constraint(json_object, json_schema)
-    pair_config = find_pair(pair, config, draft)  # its context bounds the stdin read
-    text = compose_message(read_stdin(pair_config.context), prompt)
+    checked = replace(options, constraint=json_constraint(json_object, json_schema)).check()
+    text = compose_message(read_stdin(checked.pair.context), prompt)  # the pair's context bounds the read
     if stats_json:
         check_writable(stats_json, "--stats-json")
-    engine = open_engine(pair_config, draft, open_cache(config, no_cache))
+    engine, settings = checked.open()
     try:
-        engine.sources = open_sources(engine.target, config, no_history, context, repository=True)
-        settings = GenerateSettings(
-            max_tokens=max_tokens,
-            sampling=sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed),
-            draft=draft,
-            k=k,
-            constraint=constraint,
-        )
         reply(engine, text, system, raw, settings, color, stats, stats_json)
     finally:
         engine.close()

@@ -11,14 +11,25 @@ import copy
 import ipaddress
 import socket
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
-from edgespec.cli.common import cache_option, decoding_options, error_boundary, history_options, pair_options
-from edgespec.decoding.sampling import sampling_from_flags
+from edgespec.cli.common import (
+    cache_option,
+    decoding_options,
+    error_boundary,
+    history_options,
+    opens_engine,
+    pair_options,
+)
+from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES
 from edgespec.util import interrupts
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import check_text
+
+if TYPE_CHECKING:
+    from edgespec.engine.options import CheckedOptions, EngineOptions
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -95,38 +106,14 @@ def base_url(sock: socket.socket) -> str:
 @cache_option
 @history_options
 @error_boundary
-def serve(
-    pair,
-    config,
-    draft,
-    k,
-    temperature,
-    top_p,
-    top_k,
-    min_p,
-    seed,
-    host,
-    port,
-    api_key,
-    queue_size,
-    no_cache,
-    no_history,
-    context,
-):
+@opens_engine(cache_memory_entries=SERVE_MEMORY_ENTRIES)
+def serve(host, port, api_key, queue_size, options: EngineOptions):
     """Serve the pair over OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models) for
     editors, agents and the openai SDK; responses carry speculative metrics and, on request, every
     token's origin. The last few prompts' states stay in memory (and on disk), so a client that
     alternates between files finds each one already read."""
-    from edgespec.engine.draft_sources import open_sources
-    from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
-    from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES, open_cache
-    from edgespec.engine.thread import EngineThread
-    from edgespec.server.app import create_app
-    from edgespec.server.engine_worker import EngineWorker
-
     check_text(api_key, "--api-key")  # compared as UTF-8 bytes with each request's key
-    pair_config = find_pair(pair, config, draft)
-    cache = open_cache(config, no_cache, memory_entries=SERVE_MEMORY_ENTRIES)
+    checked = options.check()
     sock = listen(host, port)
     try:
         if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback and not api_key:
@@ -136,27 +123,31 @@ def serve(
                 err=True,
             )
         click.echo("edgespec: loading the model pair…", err=True)
-        engine_thread = EngineThread()  # loads the engine and runs every generation (see EngineThread)
-        try:
-            engine = engine_thread.call(open_engine, pair_config, draft, cache)
-        except BaseException:
-            engine_thread.shutdown()
-            raise
-        worker = EngineWorker(engine, engine_thread, queue_size)
-        try:
-            engine.sources = engine_thread.call(open_sources, engine.target, config, no_history, context)
-            sampling = sampling_from_flags(engine.pair.sampling, temperature, top_p, top_k, min_p, seed)
-            defaults = GenerateSettings(sampling=sampling, draft=draft, k=k)
-            app = create_app(worker, defaults, api_key)
-            worker.prepare(defaults)  # on the engine thread while uvicorn starts: /health says 503 until it ends
-            click.echo(
-                f"edgespec: serving {pair_config.name!r} at {base_url(sock)} (model name "
-                f"{pair_config.name!r}); Ctrl-C stops",
-                err=True,
-            )
-            uvicorn_server(app, worker.stop).run(sockets=[sock])
-            interrupts.raise_deferred()  # the signal that stopped it: its line and exit status
-        finally:
-            worker.close()
+        _serve_on(sock, checked, api_key, queue_size)
     finally:
         sock.close()
+
+
+def _serve_on(sock: socket.socket, checked: CheckedOptions, api_key: str | None, queue_size: int) -> None:
+    """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every
+    generation), then serve on `sock` until a signal stops it."""
+    from edgespec.engine.thread import EngineThread
+    from edgespec.server.app import create_app
+    from edgespec.server.engine_worker import EngineWorker
+
+    engine_thread = EngineThread()
+    try:
+        engine, defaults = engine_thread.call(checked.open)
+    except BaseException:
+        engine_thread.shutdown()
+        raise
+    worker = EngineWorker(engine, engine_thread, queue_size)
+    try:
+        app = create_app(worker, defaults, api_key)
+        worker.prepare(defaults)  # on the engine thread while uvicorn starts: /health says 503 until it ends
+        name = checked.pair.name
+        click.echo(f"edgespec: serving {name!r} at {base_url(sock)} (model name {name!r}); Ctrl-C stops", err=True)
+        uvicorn_server(app, worker.stop).run(sockets=[sock])
+        interrupts.raise_deferred()  # the signal that stopped it: its line and exit status
+    finally:
+        worker.close()

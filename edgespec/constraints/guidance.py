@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import llguidance
 import numpy as np
@@ -27,6 +27,9 @@ import numpy as np
 from edgespec.constraints.json_schemas import SchemaError, check_depth, finite_problem, parse_schema
 from edgespec.decoding.backend import Backend
 from edgespec.util.errors import UsageError
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
 
 Tokenizer = llguidance.LLTokenizer
 Kind = Literal["json_object", "json_schema", "regex", "lark", "gbnf"]
@@ -42,7 +45,7 @@ _WHAT = {
 
 # JSON on one line, spaced as json.dumps spaces it. llguidance's default lets whitespace run between
 # any two tokens, where a model may loop on newlines until the reply is cut.
-JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_LAYOUT: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 class ConstraintError(UsageError):

@@ -160,7 +160,8 @@ class _Graph:
         """An object needs each required property: its own schema, else `additionalProperties`
         (a `patternProperties` may take it: not followed)."""
         required = node.get("required")
-        properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        properties = node.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
         parts = []
         for name in required if isinstance(required, list) else []:
             if not isinstance(name, str):
@@ -178,7 +179,8 @@ class _Graph:
         least = least if isinstance(least, int) and not isinstance(least, bool) else 0
         items = node.get("items")
         prefix_key, rest_key = ("items", "additionalItems") if isinstance(items, list) else ("prefixItems", "items")
-        prefix = node.get(prefix_key) if isinstance(node.get(prefix_key), list) else []
+        prefix = node.get(prefix_key)
+        prefix = prefix if isinstance(prefix, list) else []
         parts = []
         for i in range(min(least, len(prefix))):
             if isinstance(prefix[i], dict | bool):

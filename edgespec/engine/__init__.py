@@ -1,2 +1,17 @@
 """The engine: a loaded pair (backends chosen from the registry), its prompt cache and calibrated
-costs, and the event stream every front end reads; `figures` words a reply's Summary."""
+costs, and the event stream every front end reads.
+
+- `options.py`: the one door, what a front end asks for (`EngineOptions`), checked, then opened.
+- `choices.py`: the drafter, K and sampling names the front ends set, taken from decoding.
+- `loading.py`: a pair from the registry, its files checked, each model on its runtime.
+- `engine.py`: the loaded pair (`Engine`) and the settings of one reply (`GenerateSettings`).
+- `calibration.py`: the cost curve and the noise floor, kept in files between runs.
+- `thread.py`: the one thread that loads an engine and runs every generation of it.
+- `prompt_cache.py`: what a model has read, kept across calls and processes.
+- `prompt_cache_files.py`: one saved state's file, and reading it without trusting it.
+- `draft_sources.py`: what a call may copy from beyond its own text.
+- `reply_history.py`: every earlier prompt and reply, and the suffix index over them.
+- `history_log.py`: the history's log file, record by record.
+- `repository.py`: the working repository's text files as a corpus.
+- `figures.py`: a reply's Summary in words.
+"""

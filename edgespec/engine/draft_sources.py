@@ -25,9 +25,8 @@ from edgespec.decoding.backend import Backend
 from edgespec.decoding.corpus_drafter import Corpus, CorpusDrafter
 from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.suffix_index import SuffixIndex
-from edgespec.engine.reply_history import ReplyHistory, history_budget, history_folder
+from edgespec.engine.reply_history import ReplyHistory, history_folder
 from edgespec.engine.repository import RepositoryCorpus, context_files, work_tree_files
-from edgespec.models.config import load_registry
 
 RETRY_LEAD = 32  # tokens of an earlier prompt's end kept before its reply in the retry corpus
 
@@ -81,20 +80,20 @@ def tokenizer_id(backend: Backend) -> str:
 
 
 def open_sources(
-    backend: Backend, config: Path | None, no_history: bool, context: Sequence[Path] = (), repository: bool = False
+    backend: Backend, history_budget: int | None, context: Sequence[Path] = (), repository: bool = False
 ) -> DraftSources:
-    """The sources a front end's engine drafts from: the history under the home (unless
-    `no_history`, --no-history or EDGESPEC_NO_HISTORY), and a corpus of the `context` paths plus,
-    with `repository` (run and chat, unless EDGESPEC_NO_REPOSITORY), the git work tree around the
-    current folder. Each is kept per tokenizer: token ids mean nothing under another."""
+    """The sources a front end's engine drafts from: the history under the home, holding at most
+    `history_budget` tokens (None: no history, as with --no-history or EDGESPEC_NO_HISTORY), and a
+    corpus of the `context` paths plus, with `repository` (run and chat, unless
+    EDGESPEC_NO_REPOSITORY), the git work tree around the current folder. Each is kept per
+    tokenizer: token ids mean nothing under another."""
     sources = DraftSources()
     repository = repository and not os.environ.get("EDGESPEC_NO_REPOSITORY")
-    if no_history and not context and not repository:
+    if history_budget is None and not context and not repository:
         return sources  # nothing to read: the tokenizer is not even named
     folder = history_folder(tokenizer_id(backend))
-    if not no_history:
-        budget = history_budget(load_registry(config).history_budget)
-        sources.history = ReplyHistory.open(folder, budget, say=sources.say)
+    if history_budget is not None:
+        sources.history = ReplyHistory.open(folder, history_budget, say=sources.say)
     files = context_files(context)
     if repository:
         files += work_tree_files(Path.cwd())

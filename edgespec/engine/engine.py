@@ -1,8 +1,10 @@
 """A loaded pair, ready to generate: the one object the CLI, the TUI and the bench drive.
 
-    engine = open_engine(find_pair("qwen2.5-coder-1.5b"))
-    for event in engine.chat(messages, GenerateSettings(max_tokens=256), cancel=threading.Event()):
+    engine, settings = EngineOptions(pair="qwen2.5-coder-1.5b", max_tokens=256).check().open()
+    for event in engine.chat(messages, settings, cancel=threading.Event()):
         ...  # Token / Step / Summary from edgespec.decoding.events
+
+(`EngineOptions`: the one door, `edgespec.engine.options`; the loading itself: `loading.py`.)
 
 `chat` and `generate_tokens` are generators; they may run in a worker thread and be stopped with `cancel`
 (checked once per target pass; the generator then ends with a Summary whose stop_reason is
@@ -10,46 +12,48 @@
 re-evaluated, and its cost measurements, so the controller starts warm on the next reply. With a
 prompt cache (`cache=`, passed by the front ends that serve a user, never by the bench), it also
 loads what an earlier process read of the same prompt before reading it, and saves what it read
-after each reply (`edgespec.engine.prompt_cache`).
+after each reply (`edgespec.engine.prompt_cache`). What it measures once per machine and pair (the
+cost curve, the target's noise floor) is kept in files between runs (`edgespec.engine.calibration`).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import cast
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
-from edgespec.decoding.backend import Backend, BackendError, Placement, ThreadedBackend
+from edgespec.decoding.backend import Backend, Placement, ThreadedBackend
 from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.corpus_drafter import CorpusDrafter
 from edgespec.decoding.costs import Calibration, CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter
+from edgespec.decoding.drafters import DraftChoice, Drafter, ModelDrafter
 from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.threads import ThreadPolicy
+from edgespec.engine.calibration import (
+    CALIBRATION_BUDGET_S,
+    CALIBRATION_VERSION,
+    NOISE_FLOOR_VERSION,
+    read_calibration,
+    read_noise_floor,
+    runtime_key,
+    save_calibration,
+    save_noise_floor,
+)
 from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
-from edgespec.models.config import load_registry
-from edgespec.models.machine_layout import machine_target
-from edgespec.models.registry import ModelSpec, PairConfig
-from edgespec.models.store import Store
-from edgespec.models.vocab import check_loaded_pair, check_pair, read_vocabulary
+from edgespec.models.registry import PairConfig
 from edgespec.quality.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
-from edgespec.util import unsaved
-from edgespec.util.atomic_file import write_text_atomic
-from edgespec.util.errors import EdgespecError, SettingError
+from edgespec.util.errors import SettingError
 from edgespec.util.hardware import OtherLoad, physical_cores
-from edgespec.util.paths import home, private_folder
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,14 @@ class NoDraftModel(SettingError):
 
     def __init__(self, pair: str):
         super().__init__(f"pair {pair!r} has no draft model; draft with ngram or none", setting="draft")
+
+
+def require_draft_model(pair: str, has_draft_model: bool, draft: DraftChoice) -> None:
+    """NoDraftModel when `draft` asks for a draft model that is not there. One rule, asked of the
+    registry's pair before anything loads (`find_pair`, `EngineOptions.check`) and of the loaded
+    engine at each generation (a pair opened without its draft model)."""
+    if DraftChoice(draft) is DraftChoice.MODEL and not has_draft_model:
+        raise NoDraftModel(pair)
 
 
 class Engine:
@@ -129,8 +141,7 @@ class Engine:
     ) -> Iterator[Event]:
         """Generate after already-tokenized input (what `chat` ends in)."""
         draft = DraftChoice(settings.draft)
-        if draft is DraftChoice.MODEL and self.draft is None:
-            raise NoDraftModel(self.pair.name)
+        require_draft_model(self.pair.name, self.draft is not None, draft)
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         copying = self.sources.drafters(prompt, draft.kinds)
         if self._measure_again and settings.k.cost_aware:
@@ -139,7 +150,7 @@ class Engine:
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
         events = self._remembered(prompt, events, copying)
-        return self._keeping_costs(events if self.cache is None else self._cached(prompt, events))
+        return self._keeping_costs(events if self.cache is None else self._cached(prompt, events, self.cache))
 
     def _remembered(
         self, prompt: list[int], events: Iterator[Event], copying: Sequence[CorpusDrafter]
@@ -179,7 +190,7 @@ class Engine:
         loads the longest saved prefix of them from the prompt cache. Tokens it saved reading."""
         return self.cache.warm(backend, tokens) if self.cache is not None else 0
 
-    def _cached(self, prompt: list[int], events: Iterator[Event]) -> Iterator[Event]:
+    def _cached(self, prompt: list[int], events: Iterator[Event], cache: PromptCache) -> Iterator[Event]:
         """`events`, with the target warmed from the prompt cache first (the time it takes counts
         in the Summary's target reading and time to first token) and the models' states saved once
         the Summary is out (the reply is complete on screen while they are written)."""
@@ -193,7 +204,7 @@ class Engine:
             yield event
         for backend in (self.target, self.draft):
             if backend is not None:
-                self.cache.save(backend)
+                cache.save(backend)
 
     def empty_caches(self) -> None:
         """Forget what the target and the draft model have read, so the next generation reads its
@@ -230,29 +241,18 @@ class Engine:
             self._load_or_calibrate(stop)
         return self.costs
 
-    def _runtime_key(self, backends: Sequence[Backend | None]) -> list[str]:
-        """What a measurement on these backends depends on: the runtime, how it is run (where each
-        model runs), and each model file (path and size)."""
-        parts = [self.pair.backend, str(self.pair.threads), self.pair.device_map]
-        parts += [f"{p.device} {p.detail}" for p in self._loaded_placements.values()]
-        for backend in backends:
-            path = getattr(backend, "path", None)
-            if path is not None:
-                st = Path(path).stat()
-                parts += [str(path), str(st.st_size)]
-        return parts
-
     def _calibration_key(self) -> str:
         """What the cost curve depends on: the models, the runtime and how it is run (and how it
         was calibrated, `CALIBRATION_VERSION`)."""
-        return "|".join([CALIBRATION_VERSION, *self._runtime_key((self.target, self.draft))])
+        key = runtime_key(self.pair, self._loaded_placements, (self.target, self.draft))
+        return "|".join([CALIBRATION_VERSION, *key])
 
     def _load_or_calibrate(self, stop: threading.Event | None = None) -> None:
         """The curve is kept between runs, so only the first run on a machine pays for measuring
         it (a few seconds on a small CPU, CALIBRATION_BUDGET_S at most), and every reply refines
         it (`keep_costs`). A saved curve that a damaged file holds is measured again; so is one
         that live passes contradicted, keeping what they taught it."""
-        saved = _read_saved(_calibration_file(), self._calibration_key())
+        saved = read_calibration(self._calibration_key())
         if saved:
             try:
                 self.costs.restore(saved)
@@ -334,18 +334,14 @@ class Engine:
 
     def _save_costs(self) -> None:
         entry = {**self.costs.to_dict(), "measure_again": self._measure_again}
-        _save(_calibration_file(), self._calibration_key(), entry, CALIBRATION_VERSION, "speed calibration")
+        save_calibration(self._calibration_key(), entry)
 
     def _noise_floor_key(self) -> str:
-        return "|".join([NOISE_FLOOR_VERSION, *self._runtime_key((self.target,))])
+        return "|".join([NOISE_FLOOR_VERSION, *runtime_key(self.pair, self._loaded_placements, (self.target,))])
 
     def saved_noise_floor(self) -> NoiseFloor | None:
         """The target's noise floor as measured by an earlier run, if any (a damaged entry is none)."""
-        saved = _read_saved(_noise_floor_file(), self._noise_floor_key())
-        try:
-            return NoiseFloor.from_dict(saved) if saved else None
-        except ValueError:
-            return None
+        return read_noise_floor(self._noise_floor_key())
 
     def noise_floor(self) -> NoiseFloor:
         """How far the target's batched logits part from single steps (`quality/noise_floor.py`). Measured
@@ -355,13 +351,7 @@ class Engine:
             self._noise_floor = self.saved_noise_floor()
         if self._noise_floor is None:
             self._noise_floor = measure_noise_floor(self.target, calibration_tokens(self.target))
-            _save(
-                _noise_floor_file(),
-                self._noise_floor_key(),
-                self._noise_floor.to_dict(),
-                NOISE_FLOOR_VERSION,
-                "noise floor",
-            )
+            save_noise_floor(self._noise_floor_key(), self._noise_floor)
         return self._noise_floor
 
     def close(self) -> None:
@@ -371,51 +361,7 @@ class Engine:
                 backend.close()
 
 
-# Saved curves of another version are measured again: "v4" curves keep each size's recent session
-# figures and are refined by live passes; "v3" ones kept one fastest timing per size; "v2" ones
-# timed 1, 2, 4, 8 and 16 tokens and interpolated between.
-CALIBRATION_VERSION = "v4"
-# A calibration stops after this long and goes on with what it timed: a machine that needs longer
-# is busy, so the figures would be inflated anyway, and live passes correct them (`keep_costs`).
-CALIBRATION_BUDGET_S = 30.0
 SAY_AFTER_S = 1.0  # a calibration that lasts this long is said on the front end (see `_calibrate`)
-# "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
-NOISE_FLOOR_VERSION = "floor-v2"
-
-
-def _calibration_file() -> Path:
-    return home() / "calibration.json"
-
-
-def _noise_floor_file() -> Path:
-    """Next to the calibration (so whatever moves one moves both)."""
-    return _calibration_file().with_name("noise_floor.json")
-
-
-def _read_saved(path: Path, key: str) -> dict | None:
-    """The measurement saved under `key` in a JSON file of them, or None (no file, no entry, damaged)."""
-    try:
-        saved = json.loads(path.read_text()).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return saved if isinstance(saved, dict) else None
-
-
-def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
-    """Save a measurement (`what`, for the user) under `key`; entries of other versions (keys not
-    starting with `version`) go, and so does a damaged file. A file that cannot be read or written
-    only costs a measurement next time (said once: `unsaved`)."""
-    try:
-        try:
-            data = json.loads(path.read_text()) if path.exists() else {}
-            data = {k: v for k, v in data.items() if k.startswith(version + "|")}
-        except (ValueError, AttributeError):
-            data = {}
-        data[key] = value
-        private_folder(path.parent)
-        write_text_atomic(path, json.dumps(data, indent=1))
-    except OSError as e:
-        unsaved.cannot_save(what, path.parent, e)
 
 
 def thread_policy(pair: PairConfig, target: Backend, draft: Backend | None, costs: CostModel) -> ThreadPolicy | None:
@@ -436,82 +382,3 @@ def thread_policy(pair: PairConfig, target: Backend, draft: Backend | None, cost
             model.set_threads(n)
 
     return ThreadPolicy(cores, apply, costs, OtherLoad())
-
-
-def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | None = None) -> Backend:
-    """`sha256`: the file's, as the store verified it (names the model for the prompt cache)."""
-    # Each runtime is imported only when a pair uses it: llama_cpp loads its shared libraries, and
-    # the hf backend needs the optional torch and transformers (seconds to import).
-    if pair.backend == "llamacpp":
-        from edgespec.backends.llamacpp import LlamaCppBackend
-
-        return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads, sha256=sha256)
-    from edgespec.backends.hf_loading import load_hf_backend
-
-    return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
-
-
-def find_pair(
-    pair_name: str | None = None, config_path: Path | None = None, draft: DraftChoice = DraftChoice.AUTO
-) -> PairConfig:
-    """The pair from the registry, refused at once if `draft` asks for a draft model it lacks (so
-    every setting is checked before anything loads)."""
-    pair = load_registry(config_path).pair(pair_name)
-    if draft == DraftChoice.MODEL and pair.draft is None:
-        raise NoDraftModel(pair.name)
-    return pair
-
-
-def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: PromptCache | None = None) -> Engine:
-    """Load a pair: check its files, load the target (and the draft model if it may be used: not
-    for --draft ngram or none). The engine's `load_s` has the seconds of each part; the draft's
-    includes checking that its vocabulary is the target's. `cache`: the prompt cache its replies
-    read from and save to (none: every reply reads cold)."""
-    store = Store()
-    t0 = time.perf_counter()
-    target_model, target_path, _ = machine_target(store, pair, store.ensure(pair.target, pair.name))
-    pair = replace(pair, target=target_model)
-    use_draft = pair.draft is not None and DrafterKind.MODEL in DraftChoice(draft).kinds
-    draft_path = store.ensure(pair.draft, pair.name) if use_draft else None
-    t1 = time.perf_counter()
-    target = load_backend(pair, pair.target, target_path, store.expected_sha256(pair.target))
-    t2 = time.perf_counter()
-    load_s = {"check": t1 - t0, "target": t2 - t1}
-    try:
-        draft_backend = None
-        if draft_path is not None:
-            draft_backend = _load_draft(pair, target, target_path, draft_path, store.expected_sha256(pair.draft))
-            load_s["draft"] = time.perf_counter() - t2
-    except BaseException:  # a Ctrl-C too: the target is freed here, not left to __del__ at exit
-        target.close()
-        raise
-    return Engine(pair, target, draft_backend, load_s=load_s, cache=cache)
-
-
-def _load_draft(pair: PairConfig, target: Backend, target_path: Path, path: Path, sha256: str | None) -> Backend:
-    """The draft model's backend, refused (IncompatibleDraft) when its vocabulary is not the target's.
-
-    A draft the runtime cannot load at all may still have a readable vocabulary: when that differs
-    from the target's, the error says how (as `edgespec models check` does), not what the runtime
-    logged on the way down."""
-    try:
-        draft = load_backend(pair, pair.draft, path, sha256)
-    except BackendError:
-        _refuse_unlike_vocabularies(pair, target_path, path)
-        raise
-    try:
-        check_loaded_pair(target, draft, pair.name)
-    except BaseException:
-        draft.close()
-        raise
-    return draft
-
-
-def _refuse_unlike_vocabularies(pair: PairConfig, target_path: Path, draft_path: Path) -> None:
-    """IncompatibleDraft when the two files' vocabularies differ; nothing when they agree or a file
-    has no readable vocabulary (then the runtime's own error says more)."""
-    try:
-        target, draft = read_vocabulary(pair.target, target_path), read_vocabulary(pair.draft, draft_path)
-    except EdgespecError:
-        return
-    check_pair(target, draft, pair.name)

@@ -22,13 +22,8 @@ The engine does both, for the target and the draft model (`Engine(cache=...)`). 
 that serve a user pass a cache (`run`, `chat`, `serve`); the bench passes none, so its timings stay
 cold. Backends without `save_state` (the transformers one) are left alone.
 
-On disk (`home()/prompt-cache`), one file per state, named `<identity hash>-<tokens hash>.kv`:
-MAGIC, the header's length (4 bytes), the header (JSON: the backend's `cache_identity`, the token
-count, the state's size, CRC-32s of the token ids and of the state), the token ids (int32, little
-endian), then the state. Nothing is trusted from a name or a header: only regular files are
-opened (no link is followed, and a FIFO never blocks the open), sizes are checked against the file
-before anything is read, a lookup reads headers only (a few KB, no states) and checks identity and
-token ids; a load checks the state's CRC. A damaged, truncated, foreign or older-format entry, or
+On disk (`home()/prompt-cache`), one file per state (`prompt_cache_files.py`: the format, and
+reading a file without trusting it). A damaged, truncated, foreign or older-format entry, or
 anything else under an entry's name, is ignored, removed and said once on stderr (where the folder
 does not let it go, that is said instead); a cache folder that cannot be written costs only the
 cache. The folder is made 0700 and entries are 0600, whatever the umask. Writes are atomic
@@ -43,28 +38,39 @@ that alternates between two files loads neither from disk; the disk is the fallb
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import json
 import os
-import stat
-import struct
 import sys
 import time
-import zlib
-from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TypeGuard
 
-from edgespec.decoding.backend import Backend, BackendError, chunk_start, common_prefix, exact_prefix, reused_prefix
-from edgespec.models.config import budget_setting, load_registry
+from edgespec.decoding.backend import (
+    Backend,
+    BackendError,
+    StatefulBackend,
+    chunk_start,
+    common_prefix,
+    exact_prefix,
+    reused_prefix,
+)
+from edgespec.engine.prompt_cache_files import (
+    Damaged,
+    Entry,
+    entry_header,
+    entry_path,
+    entry_size,
+    identity_pattern,
+    read_entry,
+    remove,
+    stamp,
+    write_entry_file,
+)
+from edgespec.models.config import budget_setting
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_atomic
 from edgespec.util.paths import home, private_folder
 
-MAGIC = b"edgespec prompt cache 1\n"  # a new format changes the number; older entries are then removed
 MIN_TOKENS = 32  # shorter states are not saved, and a load must gain at least this many tokens
 # A saved state is replaced by a new one that shares at least this share of its tokens (a state the
 # new one extends, or the same file with another instruction and reply).
@@ -72,23 +78,7 @@ NEAR_DUPLICATE = 0.75
 DEFAULT_BUDGET = 2 * 1000**3
 SERVE_MEMORY_ENTRIES = 4  # states per model `serve` keeps in memory
 BUDGET_ENV = "EDGESPEC_CACHE_BUDGET"
-_LENGTH = struct.Struct("<I")
-_MAX_HEADER = 1 << 16
 _STALE_PARTIAL_S = 3600  # a temporary file this old was left by a killed writer
-
-
-@dataclass(eq=False)  # entries are compared by identity: a state is megabytes
-class Entry:
-    """One saved state: on disk (`path`, the state read when it loads) or in memory (`state`)."""
-
-    identity: str
-    tokens: list[int]
-    path: Path | None = None
-    state: bytearray | None = None
-
-
-class Damaged(Exception):
-    """An entry file that is not a whole entry of this format; the message says how."""
 
 
 class PromptCache:
@@ -116,7 +106,7 @@ class PromptCache:
         them, cut to that prefix and to all but the last token (whose logits the reader needs), and
         down to where one of the backend's read chunks starts, when it gains at least MIN_TOKENS
         over the backend's own cache. Returns the tokens gained."""
-        if getattr(backend, "save_state", None) is None or len(tokens) < 2:
+        if not _stateful(backend) or len(tokens) < 2:
             return 0
         identity = backend.cache_identity()
         have = reused_prefix(backend, tokens)
@@ -148,7 +138,7 @@ class PromptCache:
         one covers it (the same tokens or more after them). Saved states it nearly covers go
         (NEAR_DUPLICATE); a failure to save is said once and costs nothing else."""
         exact = exact_prefix(backend, len(backend.cached))
-        if getattr(backend, "save_state", None) is None or exact < MIN_TOKENS:
+        if not _stateful(backend) or exact < MIN_TOKENS:
             return
         backend.truncate(exact)  # no later read keeps the rest (`sync_cache`): no state holds it
         identity, tokens = backend.cache_identity(), list(backend.cached)
@@ -181,15 +171,17 @@ class PromptCache:
     def _state(self, entry: Entry) -> bytearray | None:
         if entry.state is not None:
             return entry.state
+        path = entry.path
+        assert path is not None  # an entry holds its state in memory or names its file
         try:
-            whole = _read(entry.path, with_state=True)
+            whole = read_entry(path, with_state=True)
         except FileNotFoundError:  # removed since the lookup (another process evicted it)
             return None
         except Damaged as e:
-            self._drop(entry, "damaged", f"a damaged entry ({e}): {entry.path.name}")
+            self._drop(entry, "damaged", f"a damaged entry ({e}): {path.name}")
             return None
         except OSError as e:
-            self._say("read", f"prompt cache: cannot read {entry.path} ({e.strerror or e})")
+            self._say("read", f"prompt cache: cannot read {path} ({e.strerror or e})")
             return None
         # replaced since the lookup by another process's save of the same tokens: still checked
         return whole.state if (whole.identity, whole.tokens) == (entry.identity, entry.tokens) else None
@@ -205,14 +197,14 @@ class PromptCache:
             kept.remove(entry)
             kept.append(entry)
             return
-        _stamp(entry.path)
+        stamp(entry.path)
 
     def _drop(self, entry: Entry, kind: str, what: str) -> None:
         """Forget an entry that cannot be used, and say so once per kind of problem: "removed `what`",
         or, where the folder does not let it go (read-only), that `what` is ignored and kept."""
         if entry.path is None:
             self._memory[entry.identity].remove(entry)
-        problem = None if entry.path is None else _remove(entry.path)
+        problem = None if entry.path is None else remove(entry.path)
         if problem is None:
             self._say(kind, f"prompt cache: removed {what}")
         else:
@@ -234,13 +226,13 @@ class PromptCache:
     def _disk_entries(self, identity: str) -> list[Entry]:
         """The entries on disk named for `identity`, headers checked; bad ones are removed."""
         try:
-            paths = sorted(self.folder.glob(f"{_digest(identity.encode())}-*.kv"))
+            paths = sorted(self.folder.glob(identity_pattern(identity)))
         except OSError:
             return []
         entries = []
         for path in paths:
             try:
-                entry = _read(path, with_state=False)
+                entry = read_entry(path, with_state=False)
             except FileNotFoundError:
                 continue
             except Damaged as e:
@@ -257,16 +249,8 @@ class PromptCache:
 
     def _write(self, entry: Entry, state: bytearray, superseded: list[Entry]) -> None:
         """Save `state` as `entry` (atomically), remove what it supersedes, then keep to the budget."""
-        header = json.dumps(
-            {
-                "identity": entry.identity,
-                "n_tokens": len(entry.tokens),
-                "state_size": len(state),
-                "tokens_crc32": zlib.crc32(_token_bytes(entry.tokens)),
-                "state_crc32": zlib.crc32(state),
-            }
-        ).encode()
-        size = len(MAGIC) + _LENGTH.size + len(header) + 4 * len(entry.tokens) + len(state)
+        header = entry_header(entry, state)
+        size = entry_size(header, entry, state)
         if size > self.budget:
             self._say(
                 "budget",
@@ -274,14 +258,14 @@ class PromptCache:
                 f"{self.budget / 1e6:.0f} MB budget ({BUDGET_ENV}); not saved",
             )
             return
-        path = self.folder / f"{_digest(entry.identity.encode())}-{_digest(_token_bytes(entry.tokens))}.kv"
+        path = entry_path(self.folder, entry.identity, entry.tokens)
         try:
             private_folder(self.folder, tighten=True)
-            write_atomic(path, lambda tmp: _write_file(tmp, header, entry.tokens, state))
-            _stamp(path)
-            for old in superseded:
-                if old.path != path:
-                    _remove(old.path)
+            write_atomic(path, lambda tmp: write_entry_file(tmp, header, entry.tokens, state))
+            stamp(path)
+            for old in superseded:  # entries on disk: each names its file
+                if old.path is not None and old.path != path:
+                    remove(old.path)
             self._evict()
         except OSError as e:
             unsaved.cannot_save("prompt cache", self.folder, e, self.warn)
@@ -300,16 +284,22 @@ class PromptCache:
                 if item.name.endswith(".kv"):
                     entries.append((st.st_mtime_ns, st.st_size, Path(item.path)))
                 elif item.name.endswith(".partial") and now - st.st_mtime > _STALE_PARTIAL_S:
-                    _remove(Path(item.path))
+                    remove(Path(item.path))
         total = sum(size for _, size, _ in entries)
         for _, size, path in sorted(entries):
             if total <= self.budget:
                 break
-            _remove(path)
+            remove(path)
             total -= size
 
 
-def _state_of(backend: Backend) -> bytearray:
+def _stateful(backend: Backend) -> TypeGuard[StatefulBackend]:
+    """Whether `backend` can save and load its cache's state (`StatefulBackend`); the cache leaves
+    one that cannot alone."""
+    return getattr(backend, "save_state", None) is not None
+
+
+def _state_of(backend: StatefulBackend) -> bytearray:
     state = backend.save_state()
     return state if isinstance(state, bytearray) else bytearray(state)
 
@@ -317,110 +307,6 @@ def _state_of(backend: Backend) -> bytearray:
 def _superseded(entry: Entry, tokens: list[int]) -> bool:
     """Whether a new state of `tokens` makes `entry` not worth keeping: it shares most of it."""
     return common_prefix(entry.tokens, tokens) >= NEAR_DUPLICATE * len(entry.tokens)
-
-
-def _read(path: Path, with_state: bool) -> Entry:
-    """The entry in `path`: its header and token ids, and its state too if asked (CRC-checked).
-
-    The folder may hold anything under an entry's name: only a regular file is read
-    (`_open_regular`), and every size the header claims is checked against the file's before
-    anything is read or allocated, so a header claiming 2**62 tokens is Damaged at once."""
-    with _open_regular(path) as f:
-        file_size = os.fstat(f.fileno()).st_size
-        head = f.read(len(MAGIC) + _LENGTH.size)
-        if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
-            raise Damaged("not an entry of this version")
-        (length,) = _LENGTH.unpack(head[len(MAGIC) :])
-        if length > _MAX_HEADER:
-            raise Damaged("bad header")
-        try:
-            meta = json.loads(f.read(length))
-            identity, n_tokens, size = meta["identity"], meta["n_tokens"], meta["state_size"]
-            tokens_crc, state_crc = meta["tokens_crc32"], meta["state_crc32"]
-        except (ValueError, TypeError, KeyError, RecursionError):
-            raise Damaged("bad header") from None
-        if not (
-            isinstance(identity, str)
-            and all(isinstance(v, int) and v >= 0 for v in (n_tokens, size, tokens_crc, state_crc))
-        ):
-            raise Damaged("bad header")
-        claimed = f.tell() + 4 * n_tokens + size
-        if file_size != claimed:
-            raise Damaged("truncated" if file_size < claimed else "trailing bytes")
-        raw = f.read(4 * n_tokens)
-        if len(raw) != 4 * n_tokens or zlib.crc32(raw) != tokens_crc:
-            raise Damaged("token ids do not match their checksum")
-        entry = Entry(identity, _token_list(raw), path)
-        if with_state:
-            state = bytearray(size)
-            if f.readinto(state) != size or zlib.crc32(state) != state_crc:
-                raise Damaged("the state does not match its checksum")
-            entry.state = state
-    return entry
-
-
-def _open_regular(path: Path) -> BinaryIO:
-    """`path` opened for reading if it is a regular file itself; Damaged if it is a link or anything
-    else. O_NONBLOCK: opening a FIFO returns at once (to be refused) instead of waiting for a writer."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise Damaged("a link, not a file") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Damaged("not a regular file")
-        return open(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _write_file(tmp: Path, header: bytes, tokens: list[int], state: bytearray) -> None:
-    with open(tmp, "wb") as f:
-        f.write(MAGIC + _LENGTH.pack(len(header)) + header + _token_bytes(tokens))
-        f.write(state)
-
-
-def _token_bytes(tokens: Sequence[int]) -> bytes:
-    ids = array("i", tokens)
-    if sys.byteorder == "big":
-        ids.byteswap()
-    return ids.tobytes()
-
-
-def _token_list(raw: bytes) -> list[int]:
-    ids = array("i")
-    ids.frombytes(raw)
-    if sys.byteorder == "big":
-        ids.byteswap()
-    return ids.tolist()
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
-def _stamp(path: Path) -> None:
-    """Mark an entry as used now. The time is set explicitly, from the same clock for every
-    entry: a file's own write time comes from a coarser kernel clock, which could rank a state
-    written just now before one touched a moment earlier."""
-    now = time.time_ns()
-    try:
-        os.utime(path, ns=(now, now))
-    except OSError:
-        pass  # a read-only cache still serves what it holds
-
-
-def _remove(path: Path) -> str | None:
-    """Remove `path` (a file, link or FIFO; a folder named like an entry is left); None when it is
-    gone, else why not (a read-only folder: the entry stays, and is found and ignored next time)."""
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as e:
-        return e.strerror or str(e)
-    return None
 
 
 def _to_stderr(message: str) -> None:
@@ -432,11 +318,9 @@ def cache_budget(from_config: int | None) -> int:
     return budget_setting(BUDGET_ENV, from_config, DEFAULT_BUDGET, "a size (e.g. 2G, 500M, or a number of bytes)")
 
 
-def open_cache(config: Path | None, no_cache: bool, memory_entries: int = 0) -> PromptCache | None:
-    """The prompt cache a front end hands its engine, or None with --no-cache / EDGESPEC_NO_CACHE or
-    a budget of 0 (a cache that keeps nothing is no cache: nothing is read, saved or said, and the
-    entries saved earlier are left as they are)."""
-    if no_cache:
-        return None
-    budget = cache_budget(load_registry(config).cache_budget)
+def open_cache(budget_from_config: int | None, memory_entries: int = 0) -> PromptCache | None:
+    """The prompt cache a front end hands its engine (`EngineOptions(cache=True)`), or None with a
+    budget of 0 (a cache that keeps nothing is no cache: nothing is read, saved or said, and the
+    entries saved earlier are left as they are). `budget_from_config`: models.toml's, if it sets one."""
+    budget = cache_budget(budget_from_config)
     return PromptCache(budget=budget, memory_entries=memory_entries) if budget > 0 else None

@@ -8,11 +8,9 @@ prompt this one repeats or extends.
 
 On disk, in `history_folder(tokenizer id)` = `home()/history/<tokenizer id>`, the folders 0700 and
 the files 0600 (it holds the user's code):
-- `log`: LOG_MAGIC, a random 16-byte generation (new whenever the log is rewritten), then records:
-  a header (`RECORD`: magic, version, prompt length, reply length, CRC-32 of the payload) and the
-  payload, the prompt's then the reply's token ids (int32, little endian). An append is one `write`
-  to the log opened with O_APPEND, under an exclusive `flock` of `lock`, so processes append at
-  once and a reader (who takes the lock too) never sees half a record.
+- `log`: every call's prompt and reply, one record each, appended in one `write` (its format:
+  `history_log.py`), under an exclusive `flock` of `lock`, so processes append at once and a
+  reader (who takes the lock too) never sees half a record.
 - `index-<generation>-<records>.npy`: the suffix index (a 2 x n int32 array: the corpus and its
   suffix array) over the first <records> records of that generation's log, a record one document
   (the prompt, then the reply that continues it). Opening memory-maps it and indexes the records
@@ -36,65 +34,46 @@ import errno
 import fcntl
 import hashlib
 import os
-import struct
 import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from edgespec.decoding.suffix_index import SegmentedIndex, SuffixIndex
+from edgespec.engine.history_log import (
+    GENERATION,
+    LOG_HEADER,
+    LOG_MAGIC,
+    RECORD,
+    RECORD_MAGIC,
+    RECORD_VERSION,
+    TOKEN,
+    Log,
+    Record,
+    append_record,
+    documents,
+    generation_of,
+    parse_log,
+    prompt_digest,
+    read_record,
+    write_private,
+)
 from edgespec.models.config import budget_setting
 from edgespec.util.atomic_file import write_atomic
 from edgespec.util.paths import display_path, home, private_folder
 
-LOG_MAGIC = b"edgespec reply history 1\n"  # a new format changes the number
-_GENERATION = 16
-_LOG_HEADER = len(LOG_MAGIC) + _GENERATION
-RECORD = struct.Struct("<4sHHIII")  # magic, version, reserved (0), prompt tokens, reply tokens, CRC-32
-RECORD_MAGIC = b"EShr"
-RECORD_VERSION = 1
 DEFAULT_BUDGET = 4_000_000
 BUDGET_ENV = "EDGESPEC_HISTORY_BUDGET"
 KEEP_AFTER_TRIM = 0.75
 REBUILD_TOKENS = 131_072
 RECENT_RECORDS = 1000  # the records `earlier_replies` looks through, the newest
 EARLIER_REPLIES = 4
-_TOKEN = np.dtype("<i4")
 _MAX_TOKEN = 2**31 - 1
 _STALE_PARTIAL_S = 3600  # a temporary file this old was left by a killed writer
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """Where one record is in the log, and what `earlier_replies` compares before reading it."""
-
-    offset: int  # of its header
-    prompt_len: int
-    reply_len: int
-    crc: int
-    prompt_hash: bytes
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_len + self.reply_len
-
-    @property
-    def end(self) -> int:
-        return self.offset + RECORD.size + 4 * self.tokens
-
-
-@dataclass(frozen=True, slots=True)
-class _Log:
-    """A log as read (under the lock), whole. No log on disk: an empty generation."""
-
-    generation: bytes = b""
-    records: tuple[_Record, ...] = ()
-    data: bytes = b""
 
 
 class ReplyHistory:
@@ -108,7 +87,7 @@ class ReplyHistory:
         self.index = SegmentedIndex()
         # the log as this process knows it: what it read on opening, and its own appends since
         self._generation, self._tokens = b"", 0
-        self._records: list[_Record] = []
+        self._records: list[Record] = []
         self._off = False
 
     @classmethod
@@ -136,20 +115,20 @@ class ReplyHistory:
             raise ValueError("token ids must be in 0..2**31-1")
         if self._off or not ids.size or ids.size > self.budget_tokens:
             return
-        payload = ids.astype(_TOKEN).tobytes()
+        payload = ids.astype(TOKEN).tobytes()
         crc = zlib.crc32(payload)
         try:
             with self._locked():
-                if not self._generation or _generation_of(self._log_path) != self._generation:
+                if not self._generation or generation_of(self._log_path) != self._generation:
                     # none yet, or rewritten or cleared by another process since: as it is now
                     log = self._read_log()
                     self._set_log(log if log.generation else self._write_log(b""))
                 header = RECORD.pack(RECORD_MAGIC, RECORD_VERSION, 0, len(prompt), len(reply), crc)
-                offset = _append(self._log_path, header + payload)
+                offset = append_record(self._log_path, header + payload)
         except OSError as e:
             self._turn_off(e)
             return
-        self._records.append(_Record(offset, len(prompt), len(reply), crc, _digest(payload[: 4 * len(prompt)])))
+        self._records.append(Record(offset, len(prompt), len(reply), crc, prompt_digest(payload[: 4 * len(prompt)])))
         self._tokens += ids.size
         self.index.add(ids)
         if self._tokens > self.budget_tokens:
@@ -169,7 +148,7 @@ class ReplyHistory:
         lengths = sorted({r.prompt_len for r in recent if 0 < r.prompt_len <= len(prompt)})
         if not lengths:
             return []
-        raw = np.asarray(prompt[: lengths[-1]], dtype=_TOKEN).tobytes()
+        raw = np.asarray(prompt[: lengths[-1]], dtype=TOKEN).tobytes()
         hashes, hasher, done = {}, hashlib.blake2b(digest_size=16), 0
         for n in lengths:  # one pass over the prompt, a hash at each length an earlier prompt has
             hasher.update(raw[4 * done : 4 * n])
@@ -179,7 +158,7 @@ class ReplyHistory:
             with open(self._log_path, "rb") as f:
                 for record in reversed(recent):
                     if record.reply_len and hashes.get(record.prompt_len) == record.prompt_hash:
-                        tokens = _read_record(f.fileno(), record)
+                        tokens = read_record(f.fileno(), record)
                         if tokens is not None and tokens[: record.prompt_len].tobytes() == raw[: 4 * record.prompt_len]:
                             out.append((record.prompt_len, tokens[record.prompt_len :].tolist()))
                             if len(out) == EARLIER_REPLIES:
@@ -205,7 +184,7 @@ class ReplyHistory:
                         path.unlink(missing_ok=True)
         except OSError as e:
             self._turn_off(e)
-        self._set_log(_Log())
+        self._set_log(Log())
         self.index = SegmentedIndex()
 
     # -- the log ------------------------------------------------------------------------------
@@ -225,35 +204,35 @@ class ReplyHistory:
         finally:
             os.close(fd)  # releases the lock
 
-    def _read_log(self) -> _Log:
+    def _read_log(self) -> Log:
         """The log on disk (under the lock). A damaged one is set aside, its records before the
         damage kept in a new log, and said in one line."""
         try:
             data = self._log_path.read_bytes()
         except FileNotFoundError:
-            return _Log()
+            return Log()
         if not data:  # created and never written: a writer killed at once
-            return _Log()
-        log, damage = _parse(data)
+            return Log()
+        log, damage = parse_log(data)
         if damage is None:
             return log
         aside = self._log_path.with_name(f"log.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(self._log_path, aside)
-        kept = self._write_log(data[_LOG_HEADER : log.records[-1].end] if log.records else b"")
+        kept = self._write_log(data[LOG_HEADER : log.records[-1].end] if log.records else b"")
         self.say(
             f"history: {display_path(self._log_path)} was damaged ({damage}); set it aside as {aside.name}, "
             f"kept the {len(kept.records)} records before the damage"
         )
         return kept
 
-    def _write_log(self, records: bytes) -> _Log:
+    def _write_log(self, records: bytes) -> Log:
         """A new log (a new generation) of `records` (whole records, as on disk), replacing the old."""
-        data = LOG_MAGIC + os.urandom(_GENERATION) + records
-        write_atomic(self._log_path, lambda tmp: _write_private(tmp, data))
-        log, _ = _parse(data)
+        data = LOG_MAGIC + os.urandom(GENERATION) + records
+        write_atomic(self._log_path, lambda tmp: write_private(tmp, data))
+        log, _ = parse_log(data)
         return log
 
-    def _trimmed(self, log: _Log) -> _Log:
+    def _trimmed(self, log: Log) -> Log:
         """`log` within the budget (under the lock): over it, a new log of the newest records that
         fill KEEP_AFTER_TRIM of it."""
         if sum(r.tokens for r in log.records) <= self.budget_tokens:
@@ -266,7 +245,7 @@ class ReplyHistory:
         first = log.records[len(log.records) - keep].offset if keep else len(log.data)
         return self._write_log(log.data[first:])
 
-    def _set_log(self, log: _Log) -> None:
+    def _set_log(self, log: Log) -> None:
         self._generation, self._records = log.generation, list(log.records)
         self._tokens = sum(r.tokens for r in log.records)
 
@@ -280,7 +259,7 @@ class ReplyHistory:
 
     # -- the index ----------------------------------------------------------------------------
 
-    def _saved_index(self, log: _Log) -> tuple[SuffixIndex, int] | None:
+    def _saved_index(self, log: Log) -> tuple[SuffixIndex, int] | None:
         """The saved index of the most records of `log` (and how many), memory-mapped; None if
         none fits it. Indexes of other generations describe logs rewritten since."""
         best: tuple[SuffixIndex, int] | None = None
@@ -299,7 +278,7 @@ class ReplyHistory:
                 best = base, int(covered)
         return best
 
-    def _adopt(self, log: _Log, saved: tuple[SuffixIndex, int] | None) -> None:
+    def _adopt(self, log: Log, saved: tuple[SuffixIndex, int] | None) -> None:
         """Take `log` as this process's view, indexed: the saved index and the records after it, or
         (none, or too many after it) all of it sorted again and saved."""
         self._set_log(log)
@@ -307,9 +286,9 @@ class ReplyHistory:
         rest = log.records[covered:]
         try:
             if base is not None and sum(r.tokens for r in rest) <= REBUILD_TOKENS:
-                self.index = SegmentedIndex(base, _documents(log.data, rest))
+                self.index = SegmentedIndex(base, documents(log.data, rest))
                 return
-            base = SuffixIndex.build(_documents(log.data, log.records))
+            base = SuffixIndex.build(documents(log.data, log.records))
         except ValueError as e:  # token ids the index cannot take: written by something else
             self._turn_off(OSError(errno.EINVAL, f"the log holds what is not token ids ({e})"))
             return
@@ -323,7 +302,7 @@ class ReplyHistory:
         name = f"index-{generation.hex()}-{covered}.npy"
         try:
             with self._locked():
-                if _generation_of(self._log_path) != generation:
+                if generation_of(self._log_path) != generation:
                     return
                 write_atomic(self.folder / name, lambda tmp: _save_array(tmp, np.stack([base.tokens, base.sa])))
                 for path in self.folder.glob("index-*.npy"):
@@ -342,88 +321,6 @@ def history_folder(tokenizer_id: str) -> Path:
 def history_budget(from_config: int | None) -> int:
     """The budget in tokens: EDGESPEC_HISTORY_BUDGET, else the configured one, else 4M."""
     return budget_setting(BUDGET_ENV, from_config, DEFAULT_BUDGET, "a number of tokens (e.g. 4M or 4000000)")
-
-
-def _parse(data: bytes) -> tuple[_Log, str | None]:
-    """The records of a log's bytes, and what is wrong from the first bad one on (None: nothing)."""
-    if len(data) < _LOG_HEADER or not data.startswith(LOG_MAGIC):
-        return _Log(), "not a history log of this version"
-    records: list[_Record] = []
-    view, at, damage = memoryview(data), _LOG_HEADER, None
-    while at < len(data) and damage is None:
-        magic, version, prompt_len, reply_len, crc = b"", 0, 0, 0, 0
-        if len(data) - at >= RECORD.size:
-            magic, version, _, prompt_len, reply_len, crc = RECORD.unpack_from(data, at)
-        end = at + RECORD.size + 4 * (prompt_len + reply_len)
-        if len(data) - at < RECORD.size or end > len(data):
-            damage = "truncated"
-        elif magic != RECORD_MAGIC or version != RECORD_VERSION:
-            damage = "not a record where one should start"
-        elif zlib.crc32(view[at + RECORD.size : end]) != crc:
-            damage = "a record does not match its checksum"
-        else:
-            records.append(
-                _Record(
-                    at, prompt_len, reply_len, crc, _digest(view[at + RECORD.size : at + RECORD.size + 4 * prompt_len])
-                )
-            )
-            at = end
-    return _Log(data[len(LOG_MAGIC) : _LOG_HEADER], tuple(records), data), damage
-
-
-def _documents(data: bytes, records: Sequence[_Record]) -> list[np.ndarray]:
-    """Each record's prompt and reply, one document, read in place."""
-    return [np.frombuffer(data, _TOKEN, r.tokens, r.offset + RECORD.size) for r in records]
-
-
-def _read_record(fd: int, record: _Record) -> np.ndarray | None:
-    """A record's tokens read back from the log, None if the log no longer holds it there."""
-    raw = os.pread(fd, record.end - record.offset, record.offset)
-    if len(raw) != record.end - record.offset:
-        return None
-    magic, version, _, prompt_len, reply_len, crc = RECORD.unpack_from(raw)
-    if (magic, version, prompt_len, reply_len, crc) != (
-        RECORD_MAGIC,
-        RECORD_VERSION,
-        record.prompt_len,
-        record.reply_len,
-        record.crc,
-    ) or zlib.crc32(memoryview(raw)[RECORD.size :]) != crc:
-        return None
-    return np.frombuffer(raw, _TOKEN, record.tokens, RECORD.size)
-
-
-def _append(path: Path, record: bytes) -> int:
-    """Write `record` at the end of the log in one write (under the lock); its offset. A short
-    write (a full disk) is undone, so the log never ends in half a record."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        offset = os.fstat(fd).st_size
-        if os.write(fd, record) != len(record):
-            os.ftruncate(fd, offset)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return offset
-    finally:
-        os.close(fd)
-
-
-def _generation_of(path: Path) -> bytes:
-    """The generation in a log's header; empty for no log (or not one)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_LOG_HEADER)
-    except FileNotFoundError:
-        return b""
-    return head[len(LOG_MAGIC) :] if len(head) == _LOG_HEADER and head.startswith(LOG_MAGIC) else b""
-
-
-def _digest(data: bytes | memoryview) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
-    os.chmod(path, 0o600)  # whatever the umask: it holds the user's code
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:

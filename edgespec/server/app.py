@@ -28,7 +28,7 @@ from starlette.requests import ClientDisconnect
 
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
-from edgespec.decoding.sampling import sampling_from_flags
+from edgespec.engine.choices import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.server import openai_errors
 from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job

@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.events import Summary
+from edgespec.engine.choices import ConstraintDeadEnd
 from edgespec.engine.engine import CalibrationStopped, Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.server.openai_errors import (

@@ -11,6 +11,7 @@ outside the app's error handlers.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,7 +32,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
-        headers: dict[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
     ):
         super().__init__(message)
         self.status, self.headers = status, headers

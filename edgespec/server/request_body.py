@@ -31,7 +31,7 @@ import threading
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from fastapi import Request
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -100,7 +100,10 @@ def _sliced(model: type[BaseModel], data: Any) -> tuple[Any, list]:
             try:
                 items += adapter.validate_python(value[start : start + SLICE])
             except ValidationError as e:
-                errors += [{**err, "loc": (key, start + err["loc"][0], *err["loc"][1:])} for err in e.errors()]
+                # an item of the slice is located by its position in it: an int
+                errors += [
+                    {**err, "loc": (key, start + cast(int, err["loc"][0]), *err["loc"][1:])} for err in e.errors()
+                ]
                 break
         out[key] = items
     return out, errors

@@ -1,0 +1,100 @@
+"""What the engine measures once and keeps between runs: the cost curve (`calibration.json`) and
+the target's noise floor (`noise_floor.json`), both in EDGESPEC_HOME.
+
+Each file maps a key to one measurement. The key starts with the measurement's version and names
+what it depends on (`runtime_key`: the runtime, where each model runs, each model file), so a
+measurement is reused only where it still holds, and one of another version is measured again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from edgespec.decoding.backend import Backend, Placement
+from edgespec.models.registry import PairConfig
+from edgespec.quality.noise_floor import NoiseFloor
+from edgespec.util import unsaved
+from edgespec.util.atomic_file import write_text_atomic
+from edgespec.util.paths import home, private_folder
+
+# Saved curves of another version are measured again: "v4" curves keep each size's recent session
+# figures and are refined by live passes; "v3" ones kept one fastest timing per size; "v2" ones
+# timed 1, 2, 4, 8 and 16 tokens and interpolated between.
+CALIBRATION_VERSION = "v4"
+# A calibration stops after this long and goes on with what it timed: a machine that needs longer
+# is busy, so the figures would be inflated anyway, and live passes correct them (`keep_costs`).
+CALIBRATION_BUDGET_S = 30.0
+# "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
+NOISE_FLOOR_VERSION = "floor-v2"
+
+
+def runtime_key(pair: PairConfig, placements: Mapping[str, Placement], backends: Sequence[Backend | None]) -> list[str]:
+    """What a measurement on these backends depends on: the runtime, how it is run (where each
+    model runs, `placements` as loaded), and each model file (path and size)."""
+    parts = [pair.backend, str(pair.threads), pair.device_map]
+    parts += [f"{p.device} {p.detail}" for p in placements.values()]
+    for backend in backends:
+        path = getattr(backend, "path", None)
+        if path is not None:
+            st = Path(path).stat()
+            parts += [str(path), str(st.st_size)]
+    return parts
+
+
+def read_calibration(key: str) -> dict | None:
+    """The cost curve saved under `key` (`CostModel.to_dict` plus "measure_again"), or None."""
+    return _read_saved(_calibration_file(), key)
+
+
+def save_calibration(key: str, entry: dict) -> None:
+    _save(_calibration_file(), key, entry, CALIBRATION_VERSION, "speed calibration")
+
+
+def read_noise_floor(key: str) -> NoiseFloor | None:
+    """The noise floor saved under `key` by an earlier run, if any (a damaged entry is none)."""
+    saved = _read_saved(_noise_floor_file(), key)
+    try:
+        return NoiseFloor.from_dict(saved) if saved else None
+    except ValueError:
+        return None
+
+
+def save_noise_floor(key: str, floor: NoiseFloor) -> None:
+    _save(_noise_floor_file(), key, floor.to_dict(), NOISE_FLOOR_VERSION, "noise floor")
+
+
+def _calibration_file() -> Path:
+    return home() / "calibration.json"
+
+
+def _noise_floor_file() -> Path:
+    """Next to the calibration (so whatever moves one moves both)."""
+    return _calibration_file().with_name("noise_floor.json")
+
+
+def _read_saved(path: Path, key: str) -> dict | None:
+    """The measurement saved under `key` in a JSON file of them, or None (no file, no entry, damaged)."""
+    try:
+        saved = json.loads(path.read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
+    """Save a measurement (`what`, for the user) under `key`; entries of other versions (keys not
+    starting with `version`) go, and so does a damaged file. A file that cannot be read or written
+    only costs a measurement next time (said once: `unsaved`)."""
+    try:
+        try:
+            data = json.loads(path.read_text()) if path.exists() else {}
+            data = {k: v for k, v in data.items() if k.startswith(version + "|")}
+        except (ValueError, AttributeError):
+            data = {}
+        data[key] = value
+        private_folder(path.parent)
+        write_text_atomic(path, json.dumps(data, indent=1))
+    except OSError as e:
+        unsaved.cannot_save(what, path.parent, e)

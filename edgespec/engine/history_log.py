@@ -1,0 +1,137 @@
+"""The reply history's log file: its format, parsing it, reading a record back, appending one.
+
+`log` (in the history's folder, `reply_history.py`) holds LOG_MAGIC, a random GENERATION-byte
+generation (new whenever the log is rewritten), then records: a header (`RECORD`: magic, version,
+prompt length, reply length, CRC-32 of the payload) and the payload, the prompt's then the reply's
+token ids (int32, little endian). An append is one `write` to the log opened with O_APPEND
+(`append_record`); the history holds the folder's lock around every read and write, so a reader
+never sees half a record.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+LOG_MAGIC = b"edgespec reply history 1\n"  # a new format changes the number
+GENERATION = 16
+LOG_HEADER = len(LOG_MAGIC) + GENERATION
+RECORD = struct.Struct("<4sHHIII")  # magic, version, reserved (0), prompt tokens, reply tokens, CRC-32
+RECORD_MAGIC = b"EShr"
+RECORD_VERSION = 1
+TOKEN = np.dtype("<i4")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Where one record is in the log, and what `earlier_replies` compares before reading it."""
+
+    offset: int  # of its header
+    prompt_len: int
+    reply_len: int
+    crc: int
+    prompt_hash: bytes
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_len + self.reply_len
+
+    @property
+    def end(self) -> int:
+        return self.offset + RECORD.size + 4 * self.tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """A log as read (under the lock), whole. No log on disk: an empty generation."""
+
+    generation: bytes = b""
+    records: tuple[Record, ...] = ()
+    data: bytes = b""
+
+
+def parse_log(data: bytes) -> tuple[Log, str | None]:
+    """The records of a log's bytes, and what is wrong from the first bad one on (None: nothing)."""
+    if len(data) < LOG_HEADER or not data.startswith(LOG_MAGIC):
+        return Log(), "not a history log of this version"
+    records: list[Record] = []
+    view, at, damage = memoryview(data), LOG_HEADER, None
+    while at < len(data) and damage is None:
+        magic, version, prompt_len, reply_len, crc = b"", 0, 0, 0, 0
+        if len(data) - at >= RECORD.size:
+            magic, version, _, prompt_len, reply_len, crc = RECORD.unpack_from(data, at)
+        end = at + RECORD.size + 4 * (prompt_len + reply_len)
+        if len(data) - at < RECORD.size or end > len(data):
+            damage = "truncated"
+        elif magic != RECORD_MAGIC or version != RECORD_VERSION:
+            damage = "not a record where one should start"
+        elif zlib.crc32(view[at + RECORD.size : end]) != crc:
+            damage = "a record does not match its checksum"
+        else:
+            prompt = view[at + RECORD.size : at + RECORD.size + 4 * prompt_len]
+            records.append(Record(at, prompt_len, reply_len, crc, prompt_digest(prompt)))
+            at = end
+    return Log(data[len(LOG_MAGIC) : LOG_HEADER], tuple(records), data), damage
+
+
+def documents(data: bytes, records: Sequence[Record]) -> list[np.ndarray]:
+    """Each record's prompt and reply, one document, read in place."""
+    return [np.frombuffer(data, TOKEN, r.tokens, r.offset + RECORD.size) for r in records]
+
+
+def read_record(fd: int, record: Record) -> np.ndarray | None:
+    """A record's tokens read back from the log, None if the log no longer holds it there."""
+    raw = os.pread(fd, record.end - record.offset, record.offset)
+    if len(raw) != record.end - record.offset:
+        return None
+    magic, version, _, prompt_len, reply_len, crc = RECORD.unpack_from(raw)
+    if (magic, version, prompt_len, reply_len, crc) != (
+        RECORD_MAGIC,
+        RECORD_VERSION,
+        record.prompt_len,
+        record.reply_len,
+        record.crc,
+    ) or zlib.crc32(memoryview(raw)[RECORD.size :]) != crc:
+        return None
+    return np.frombuffer(raw, TOKEN, record.tokens, RECORD.size)
+
+
+def append_record(path: Path, record: bytes) -> int:
+    """Write `record` at the end of the log in one write (under the lock); its offset. A short
+    write (a full disk) is undone, so the log never ends in half a record."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        offset = os.fstat(fd).st_size
+        if os.write(fd, record) != len(record):
+            os.ftruncate(fd, offset)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return offset
+    finally:
+        os.close(fd)
+
+
+def generation_of(path: Path) -> bytes:
+    """The generation in a log's header; empty for no log (or not one)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(LOG_HEADER)
+    except FileNotFoundError:
+        return b""
+    return head[len(LOG_MAGIC) :] if len(head) == LOG_HEADER and head.startswith(LOG_MAGIC) else b""
+
+
+def prompt_digest(data: bytes | memoryview) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def write_private(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    os.chmod(path, 0o600)  # whatever the umask: it holds the user's code
