@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.bench import modes, suites
-from edgespec.decoding.drafters import DraftChoice, ModelDrafter
+from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings, find_pair, open_engine

@@ -23,8 +23,8 @@ import numpy as np
 
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import ModelDrafter
 from edgespec.decoding.events import Step, Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams

@@ -20,7 +20,8 @@ from scipy import stats
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.constraint import Constraint, masked
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, Drafter, ModelDrafter
+from edgespec.decoding.drafters import DraftChoice, Drafter
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.sampling import Dist, SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine.engine import Engine

@@ -22,8 +22,9 @@ from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder, after_forced
-from edgespec.decoding.drafters import Draft, DraftChoice, ModelDrafter
+from edgespec.decoding.drafters import Draft, DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams

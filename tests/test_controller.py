@@ -11,9 +11,10 @@ from edgespec.decoding.acceptance import Rate
 from edgespec.decoding.controller import AutoK, make_policy
 from edgespec.decoding.costs import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import LOOKUPS, Draft, DrafterKind, ModelDrafter
+from edgespec.decoding.drafters import LOOKUPS, Draft, DrafterKind
 from edgespec.decoding.events import ControllerState, Step, Summary, Token
 from edgespec.decoding.exploration import TreeGate
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting, Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams

@@ -12,8 +12,9 @@ from edgespec.decoding.controller import AutoK
 from edgespec.decoding.corpus_drafter import CorpusDrafter
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DrafterKind, ModelDrafter
+from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import Source, Step, Summary, Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.simple_policies import FixedK, HeuristicK

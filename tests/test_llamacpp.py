@@ -12,8 +12,8 @@ from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache
 from edgespec.decoding.controller import AutoK
 from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import ModelDrafter
 from edgespec.decoding.events import Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.simple_policies import FixedK

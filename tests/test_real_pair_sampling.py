@@ -18,8 +18,8 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.drafters import ModelDrafter
 from edgespec.decoding.events import Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp

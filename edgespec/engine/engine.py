@@ -29,8 +29,9 @@ from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.corpus_drafter import CorpusDrafter
 from edgespec.decoding.costs import Calibration, CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind, ModelDrafter
+from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Summary, Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
