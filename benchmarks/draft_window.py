@@ -27,7 +27,7 @@ from edgespec.bench import modes, suites
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings, find_pair, open_engine
 from edgespec.util.provenance import provenance

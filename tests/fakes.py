@@ -17,8 +17,9 @@ from unittest import mock
 
 import numpy as np
 
-from edgespec.decoding import costs, decoder, model_drafter
+from edgespec.decoding import decoder, model_drafter
 from edgespec.decoding.backend import ContextOverflow, Placement, Vocabulary
+from edgespec.decoding.policy import costs
 from edgespec.decoding.tree import depths
 from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig

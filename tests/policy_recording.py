@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.decoding.controller import AutoK
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.events import Step, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import Plan, RoundContext
+from edgespec.decoding.policy.controller import AutoK
+from edgespec.decoding.policy.plan import Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams
 from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 from tests.policy_simulation import BF16, CPU, GPU, REPACKED, Hardware, Proposal, Sim, calibrated, constant, switch

@@ -22,8 +22,8 @@ from edgespec.decoding.constraint import Constraint, masked
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.model_drafter import ModelDrafter
+from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import Dist, SamplingParams, warp
-from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine.engine import Engine
 
 

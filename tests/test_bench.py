@@ -21,9 +21,9 @@ from edgespec.bench import report, suites
 from edgespec.bench.modes import Mode, Row, parse_modes, run_bench
 from edgespec.bench.report import summarize, to_json
 from edgespec.bench.suites import BenchPrompt, load_suite
-from edgespec.decoding.controller import LONGEST_DRAFT
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.controller import LONGEST_DRAFT
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import MAX_TOKEN_BYTES

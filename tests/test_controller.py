@@ -7,18 +7,18 @@ import statistics
 import numpy as np
 import pytest
 
-from edgespec.decoding.acceptance import Rate
-from edgespec.decoding.controller import AutoK, make_policy
-from edgespec.decoding.costs import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import LOOKUPS, Draft, DrafterKind
 from edgespec.decoding.events import ControllerState, Step, Summary, Token
-from edgespec.decoding.exploration import TreeGate
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting, Plan, RoundContext
+from edgespec.decoding.policy.acceptance import Rate
+from edgespec.decoding.policy.controller import AutoK, make_policy
+from edgespec.decoding.policy.costs import CostModel, best_k
+from edgespec.decoding.policy.exploration import TreeGate
+from edgespec.decoding.policy.plan import KSetting, Plan, RoundContext
+from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import children, first_branch, is_chain
 from edgespec.util.errors import SettingError
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time

@@ -9,14 +9,14 @@ from scipy import stats
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.backends.llamacpp_runtime import quantize
 from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache
-from edgespec.decoding.controller import AutoK
-from edgespec.decoding.costs import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
+from edgespec.decoding.policy.controller import AutoK
+from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams, warp
-from edgespec.decoding.simple_policies import FixedK
 from edgespec.decoding.tree import ROOT, chain
 from edgespec.testing.tiny_gguf import FOREIGN_TOKENS, write_tiny_gguf
 from tests.fakes import ArgmaxRecorder

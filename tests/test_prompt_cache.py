@@ -21,7 +21,7 @@ from edgespec.backends.llamacpp import READ_CHUNK, LlamaCppBackend
 from edgespec.decoding.backend import BackendError, common_prefix
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.prompt_cache import MAGIC, MIN_TOKENS, PromptCache, _digest, _read, open_cache
 from edgespec.models.config import load_registry

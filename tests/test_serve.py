@@ -34,7 +34,7 @@ from edgespec.cli import main as cli
 from edgespec.cli.serve import listen
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Source, Summary, Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.server.app import MAX_BODY_BYTES, create_app

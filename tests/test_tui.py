@@ -22,7 +22,7 @@ from textual.app import App
 from edgespec.decoding.backend import Placement
 from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import ControllerState, Source, Step, Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig

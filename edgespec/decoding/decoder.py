@@ -39,7 +39,7 @@ from edgespec.decoding.backend import Backend, ContextOverflow, reused_prefix, s
 from edgespec.decoding.constraint import Constraint, ConstraintDeadEnd, masked
 from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
-from edgespec.decoding.plan import Plan, Policy, RoundContext
+from edgespec.decoding.policy.plan import Plan, Policy, RoundContext
 from edgespec.decoding.sampling import (
     SamplingParams,
     choose,

@@ -25,15 +25,15 @@ from typing import cast
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
 from edgespec.decoding.backend import Backend, BackendError, Placement, ThreadedBackend
-from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.corpus_drafter import CorpusDrafter
-from edgespec.decoding.costs import Calibration, CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting, Policy
+from edgespec.decoding.policy.controller import LONGEST_DRAFT, make_policy
+from edgespec.decoding.policy.costs import Calibration, CostModel
+from edgespec.decoding.policy.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.threads import ThreadPolicy
