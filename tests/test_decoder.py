@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgespec.decoding.corpus_drafter import CorpusDrafter
-from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import Source, Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
@@ -79,7 +79,7 @@ def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_
     seen_partial = False
     for _ in range(30):
         before = list(context)
-        step, new_ids = decoder._round(context, 6, GREEDY, np.random.default_rng(0))
+        step, new_ids = decoder._round(Reply(context, len(context), GREEDY, np.random.default_rng(0)), 6)
         truth = plain_greedy(target, before, step.accepted + 1)
         assert list(step.drafted_ids[: step.accepted]) == truth[: step.accepted]
         assert new_ids == truth  # accepted prefix + the target's own token

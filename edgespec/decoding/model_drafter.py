@@ -17,13 +17,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgespec.decoding.backend import Backend, common_prefix, reused_prefix, sync_cache
-from edgespec.decoding.constraint import Constraint, masked
+from edgespec.decoding.constraint import Constraint, masked, take_forced
 from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule
 from edgespec.decoding.sampling import Dist, SamplingParams, softmax_top, warp
 from edgespec.decoding.tree import ROOT
 
 # (backend, tokens it is about to read) -> tokens it no longer needs to read
 ReadHook = Callable[[Backend, Sequence[int]], int]
+# one choice at a position: (token, the q it was drawn from or None for a point mass, its probability)
+Choice = tuple[int, Dist | None, float]
+# where alternatives could hang: (the chain token's parent, its position, the alternatives)
+Candidates = tuple[int, int, list[Choice]]
 
 
 class ModelDrafter:
@@ -74,25 +78,49 @@ class ModelDrafter:
         out = Draft(parents=[])
         if k <= 0:
             return out
-        # After plain or n-gram rounds the draft model is behind the text; reading it back is a
-        # prefill, not a draft step, and is reported apart so the cost model is not misled.
-        view = context[self.start :]
-        behind = len(view) - common_prefix(self.backend.cached, view)
-        t0 = time.perf_counter()
-        # Within a generation it keeps all it read: its numbers decide only how fast the reply
-        # comes. `begin` kept only the exact part of the last one's, so warm drafts as cold does.
-        logits = sync_cache(self.backend, view, 1, exact=False)[0]
-        if behind > 2:  # drafting every round leaves one or two tokens to read
-            out.catch_up_s, out.catch_up_tokens = time.perf_counter() - t0, behind
+        logits = self._catch_up(context, out)
+        if constraint is not None:
+            branch = None  # chains under a constraint
         # The chain first; alternatives are weighed once it is drafted, position by position, so that
         # none takes the place of a likelier chain token. Where one more node costs nothing to
         # verify (a repacked layout's fourth row) the first candidate asked would get it, whatever
         # its worth.
-        candidates: list[tuple[int, int, list]] = []  # (parent, chain position, alternatives in drawing order)
+        candidates = self._chain(out, logits, min(k, self.MAX_NODES), params, rng, stop, branch, constraint)
+        if branch is not None:  # alternatives were looked for
+            self._add_alternatives(out, candidates, branch)
+        return out
+
+    def _catch_up(self, context: Sequence[int], out: Draft) -> np.ndarray:
+        """Read what the model has not seen of its view of `context`; the logits after it. After
+        plain or n-gram rounds the draft model is behind the text; reading it back is a prefill,
+        not a draft step, and is reported apart in `out` so the cost model is not misled."""
+        behind = self.behind(context)
+        t0 = time.perf_counter()
+        # Within a generation it keeps all it read: its numbers decide only how fast the reply
+        # comes. `begin` kept only the exact part of the last one's, so warm drafts as cold does.
+        logits = sync_cache(self.backend, context[self.start :], 1, exact=False)[0]
+        if behind > 2:  # drafting every round leaves one or two tokens to read
+            out.catch_up_s, out.catch_up_tokens = time.perf_counter() - t0, behind
+        return logits
+
+    def _chain(
+        self,
+        out: Draft,
+        logits: np.ndarray,
+        limit: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        stop: StopRule | None,
+        branch: BranchRule | None,
+        constraint: Constraint | None,
+    ) -> list[Candidates]:
+        """Draft the chain into `out`, at most `limit` nodes, from `logits` after the committed text:
+        the model's choices, each followed by the tokens the constraint then forces. Returns, per
+        chain position where `branch` said an alternative could pay, (its parent, the position,
+        the alternatives in drawing order). The matcher is left where it was."""
+        candidates: list[Candidates] = []
         parent = ROOT
         advanced = 0  # tokens the constraint consumed, to roll back
-        if constraint is not None:
-            branch = None
         while True:
             if constraint is not None:
                 logits = masked(logits, constraint.allowed())
@@ -110,31 +138,32 @@ class ModelDrafter:
                     break  # nothing (or only the end) follows: no token is left to draft
             # the logits are read now (the next step overwrites them), if an alternative could pay
             if branch is not None and branch(1.0 - conf, depth, depth + 1):
-                candidates.append(
-                    (parent, depth, self._choices(logits, params, rng, 1 + self.ALTERNATIVES, choices[0])[1:])
-                )
+                alternatives = self._choices(logits, params, rng, 1 + self.ALTERNATIVES, choices[0])[1:]
+                candidates.append((parent, depth, alternatives))
             parent = node
             forced: list[int] = []
             if constraint is not None:
-                for forced_token in constraint.forced()[: min(k, self.MAX_NODES) - len(out.ids)]:
+                forced, consumed_forced = take_forced(constraint, limit - len(out.ids))
+                for forced_token in forced:
                     parent = out.add(forced_token, parent, None, 1.0)
-                    forced.append(forced_token)
-                    advanced += constraint.advance(forced_token)
+                advanced += consumed_forced
                 if forced and (advanced < len(out.ids) or constraint.done()):
                     break  # the matcher refused one (a tokenization it does not expect), or the end follows
-            if len(out.ids) >= min(k, self.MAX_NODES):
+            if len(out.ids) >= limit:
                 break
             logits = self.backend.eval([token, *forced], 1)[0]
         if constraint is not None:
             constraint.rollback(advanced)
-        if branch is None:  # no alternatives were looked for
-            return out
+        return candidates
+
+    def _add_alternatives(self, out: Draft, candidates: list[Candidates], branch: BranchRule) -> None:
+        """Hang the alternatives beside the chain's tokens, each where `branch` says it pays, while
+        the tree has room."""
         for parent, depth, alternatives in candidates:
             for alt, alt_dist, alt_conf in alternatives:
                 if len(out.ids) >= self.MAX_NODES or not branch(alt_conf, depth, len(out.ids)):
                     break
                 out.add(alt, parent, alt_dist, alt_conf)
-        return out
 
     @staticmethod
     def _choices(
@@ -142,8 +171,8 @@ class ModelDrafter:
         params: SamplingParams,
         rng: np.random.Generator,
         n: int,
-        first: tuple[int, Dist | None, float] | None = None,
-    ) -> list[tuple[int, Dist | None, float]]:
+        first: Choice | None = None,
+    ) -> list[Choice]:
         """The drafted token and up to n - 1 alternatives at one position: (token, the q it was
         drawn from or None for a point mass, its drafter probability). `first`: the token already
         drafted there, kept as the first choice."""
