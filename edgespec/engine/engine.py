@@ -90,7 +90,7 @@ class Engine:
         # swaps it per measured call, so every mode sees the same state
         self.sources = sources if sources is not None else DraftSources()
         self.n_ctx = target.n_ctx
-        self._drafters: list[Drafter] = [NgramDrafter(source=SourceCopy(target))]
+        self._drafters: list[Drafter] = [NgramDrafter(source_copy=SourceCopy(target))]
         if draft is not None:
             self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
