@@ -28,7 +28,7 @@ from pathlib import Path
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.options import EngineOptions
 from edgespec.util.hardware import physical_cores

@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.bench import modes, suites
-from edgespec.decoding.drafters import DraftChoice, ModelDrafter
+from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.model_drafter import ModelDrafter
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.options import EngineOptions

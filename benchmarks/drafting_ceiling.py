@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edgespec.bench import modes, report, suites
-from edgespec.decoding.controller import make_policy
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.controller import make_policy
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.options import EngineOptions

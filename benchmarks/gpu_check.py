@@ -56,13 +56,13 @@ from edgespec.backends import llamacpp, llamacpp_runtime  # noqa: E402  (llama_c
 from edgespec.backends.hf import HFBackend  # noqa: E402
 from edgespec.backends.hf_loading import cpu_has_bf16  # noqa: E402
 from edgespec.bench.hf_assisted import assisted_generate  # noqa: E402
-from edgespec.decoding.controller import AutoK  # noqa: E402
-from edgespec.decoding.costs import CostModel, best_k  # noqa: E402
 from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402
-from edgespec.decoding.drafters import ModelDrafter  # noqa: E402
 from edgespec.decoding.events import Summary, Token  # noqa: E402
+from edgespec.decoding.model_drafter import ModelDrafter  # noqa: E402
+from edgespec.decoding.policy.controller import AutoK  # noqa: E402
+from edgespec.decoding.policy.costs import CostModel, best_k  # noqa: E402
+from edgespec.decoding.policy.simple_policies import FixedK  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
-from edgespec.decoding.simple_policies import FixedK  # noqa: E402
 from edgespec.testing.rule_models import SHAPES, agreeing_permutation, build_model, export_gguf, set_rule  # noqa: E402
 from edgespec.testing.tiny_hf import bytelevel_tokenizer  # noqa: E402
 

@@ -246,7 +246,7 @@ def cases(engine, args: argparse.Namespace, prompts: list, files: list[tuple[str
 def edgespec_call(engine, case: Case, draft: str) -> dict:
     """One cold reply of edgespec's engine."""
     from edgespec.decoding.events import Token
-    from edgespec.decoding.plan import KSetting
+    from edgespec.decoding.policy.plan import KSetting
     from edgespec.engine.engine import GenerateSettings
 
     k = KSetting("fixed", 0) if draft == "none" else KSetting("auto")

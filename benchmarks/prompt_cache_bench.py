@@ -42,7 +42,7 @@ from serve_throughput import run_once, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGESPEC = [sys.executable, "-m", "edgespec"]
-DEFAULT_INPUT = ROOT / "edgespec" / "decoding" / "controller.py"
+DEFAULT_INPUT = ROOT / "edgespec" / "decoding" / "policy" / "controller.py"
 INSTRUCTIONS = (
     "Add type hints to every function.",
     "Write a docstring for every class.",

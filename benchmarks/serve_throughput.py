@@ -153,7 +153,7 @@ def main(pair, n_prompts, max_tokens, rounds, clients):
             f"TTFT added by the server: median {statistics.median(added) * 1000:.1f} ms, max {max(added) * 1000:.1f} ms"
         )
 
-        source = (Path(suites.__file__).parents[1] / "decoding" / "controller.py").read_text()[:7800]
+        source = (Path(suites.__file__).parents[1] / "decoding" / "policy" / "controller.py").read_text()[:7800]
         prefix = [{"role": "system", "content": "You review Python code."}]
         cold = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat does Rate do?"}], 1)
         warm = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat is best_k?"}], 1)

@@ -33,7 +33,7 @@ from pathlib import Path
 from edgespec.bench.sessions import SESSION_SUITE, Session, load_sessions
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.engine import Engine, GenerateSettings

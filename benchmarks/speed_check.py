@@ -23,9 +23,9 @@ import numpy as np
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.events import Step, Summary
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams, warp
-from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine.choices import DraftChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.options import EngineOptions

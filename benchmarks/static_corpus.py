@@ -23,7 +23,7 @@ from pathlib import Path
 from edgespec.bench.modes import AR, Mode, measure
 from edgespec.bench.suites import DEV_SET, load_suite, select
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.draft_sources import DraftSources, open_sources
 from edgespec.engine.options import EngineOptions

@@ -19,10 +19,11 @@ from scipy import stats
 
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.constraint import Constraint, masked
-from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, Drafter, ModelDrafter
+from edgespec.decoding.decoder import Reply, SpeculativeDecoder
+from edgespec.decoding.drafters import DraftChoice, Drafter
+from edgespec.decoding.model_drafter import ModelDrafter
+from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import Dist, SamplingParams, warp
-from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine.engine import Engine
 
 
@@ -111,7 +112,8 @@ def repeat_round(
     rows = {}
     for seed in range(repeats):
         target.truncate(len(context) - 1)
-        step, new_ids = decoder._round(list(context), 16, params, np.random.default_rng(seed), constraint=rewinding)
+        reply = Reply(list(context), len(context), params, np.random.default_rng(seed), rewinding)
+        step, new_ids = decoder._round(reply, 16)
         if rewinding is not None:
             rewinding.rewind()
         assert step.k > 0 and target.last is not None  # a drafted round, not a plain step

@@ -19,7 +19,7 @@ from edgespec.bench.report import summarize, to_json  # noqa: E402
 from edgespec.bench.suites import BenchPrompt  # noqa: E402
 from edgespec.bench.tables import table  # noqa: E402
 from edgespec.decoding.events import Token  # noqa: E402
-from edgespec.decoding.plan import KSetting  # noqa: E402
+from edgespec.decoding.policy.plan import KSetting  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.engine.engine import Engine, GenerateSettings  # noqa: E402
 from edgespec.models.registry import ModelSpec, PairConfig  # noqa: E402

@@ -18,7 +18,7 @@ from edgespec.bench.modes import Mode, parse_modes, run_bench
 from edgespec.bench.report import summarize, to_json
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.util.errors import UsageError
 from tests.bench_schema import ROW_KEYS, SUMMARY_KEYS

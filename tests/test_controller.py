@@ -1,360 +1,41 @@
-"""The K controller against simulated hardware and drafters: costs and acceptance set by the test.
-
-Nothing sleeps. A simulated round (`Sim.round`) asks the policy for a plan, draws the fate of each
-drafted token from Bernoulli(a) with a seeded generator (the draft model also reports a confidence
-c ~ Beta(4a, 4(1 - a)) and its token survives with probability c, so confidence predicts acceptance
-and the marginal rate is a), charges draft_s = drafted * t_draft and verify_s = t_verify(K + 1) from
-the hardware's cost curve, and reports the Step back. The CostModel is calibrated the way the engine
-does it, by `CostModel.calibrate` timing fake backends on a virtual clock.
-
-Hardware (seconds per target pass verifying n tokens; seconds per draft-model token):
-- CPU: the 2-core llama.cpp numbers, 28/45/71/121/138 ms at n = 1/2/4/8/16, draft 16 ms (~55%);
-- GPU: flat, 10 ms for every n up to 17, draft 2 ms;
-- BF16: torch bf16-like, 124/128/153 ms at n = 1/4/8, draft 45 ms.
-
-"""
+"""The auto policy (`decoding/policy/controller.py`) against simulated hardware and drafters
+(`tests/policy_simulation.py`), and through the real decode loop on fake models."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from edgespec.decoding.acceptance import Rate
-from edgespec.decoding.controller import AutoK, make_policy
-from edgespec.decoding.costs import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import LOOKUPS, Draft, DrafterKind, ModelDrafter
-from edgespec.decoding.events import ControllerState, Step, Summary, Token
-from edgespec.decoding.exploration import TreeGate
-from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting, Plan, RoundContext
+from edgespec.decoding.drafters import Draft, DrafterKind
+from edgespec.decoding.events import Summary, Token
+from edgespec.decoding.model_drafter import ModelDrafter
+from edgespec.decoding.policy.controller import AutoK
+from edgespec.decoding.policy.costs import CostModel, best_k
+from edgespec.decoding.policy.plan import RoundContext
+from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.simple_policies import FixedK, HeuristicK
-from edgespec.decoding.tree import children, first_branch, is_chain
-from edgespec.util.errors import SettingError
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
-
-# -- simulated hardware -----------------------------------------------------------------------
-
-
-def curve(points: dict[int, float]) -> Callable[[int], float]:
-    """Piecewise linear through `points`, extended with the last segment's slope."""
-    ns = sorted(points)
-
-    def seconds(n: int) -> float:
-        if n in points:
-            return points[n]
-        lo = max((m for m in ns if m < n), default=ns[0])
-        hi = min((m for m in ns if m > n), default=ns[-1])
-        if lo == hi:  # beyond the last point
-            lo, hi = ns[-2], ns[-1]
-        return points[lo] + (points[hi] - points[lo]) / (hi - lo) * (n - lo)
-
-    return seconds
-
-
-@dataclass(frozen=True)
-class Hardware:
-    name: str
-    verify: Callable[[int], float]  # seconds per target pass over n tokens
-    draft: float  # seconds per draft-model token
-
-    @property
-    def plain_rate(self) -> float:
-        return 1.0 / self.verify(1)
-
-
-CPU = Hardware("cpu", curve({1: 0.028, 2: 0.045, 4: 0.071, 8: 0.121, 16: 0.138}), 0.016)
-GPU = Hardware("gpu", curve({1: 0.010, 17: 0.010}), 0.002)
-BF16 = Hardware("bf16", curve({1: 0.124, 4: 0.128, 8: 0.153}), 0.045)
-
-
-def calibrated(hw: Hardware, with_draft: bool = True) -> CostModel:
-    """A CostModel calibrated as the engine does (`CostModel.calibrate` on the loaded backends)."""
-    clock = VirtualClock()
-    target = MarkovBackend(n_vocab=8, cost=hw.verify, clock=clock)
-    draft = MarkovBackend(n_vocab=8, cost=lambda n: n * hw.draft, clock=clock) if with_draft else None
-    costs = CostModel()
-    with simulated_time(clock):
-        costs.calibrate(target, draft)
-    return costs
-
-
-# -- simulated rounds -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """An n-gram proposal: `length` tokens copied after a match of `match_len`, each surviving
-    with probability `a`."""
-
-    length: int
-    match_len: int
-    a: float
-
-
-TRUTH = 1_000_000  # simulated token ids of the committed text start here
-
-
-@dataclass
-class Record:
-    k: int
-    drafter: str | None
-    accepted: int
-    seconds: float
-    state: ControllerState | None
-
-
-@dataclass
-class Sim:
-    """Drives a policy's plan()/observe() loop on `hw`. `model(r)` is the draft model's acceptance
-    in round r (None: no draft model loaded); `ngram(r)` the n-gram proposal of round r."""
-
-    hw: Hardware
-    model: Callable[[int], float] | None = None
-    ngram: Callable[[int], Proposal | None] | None = None
-    seed: int = 0
-    max_k: int = 10_000  # the budget (max_tokens / context) never binds unless a test says so
-    records: list[Record] = field(default_factory=list)
-
-    def __post_init__(self):
-        self.rng = np.random.default_rng(self.seed)
-        # The committed text: position j holds token TRUTH + j. An n-gram proposal copies the true
-        # continuation for its first m tokens (each surviving with probability a) and then goes
-        # wrong, so the controller can score proposals against the text as it does for real.
-        self.context: list[int] = [TRUTH]
-
-    def run(self, policy, rounds: int) -> Sim:
-        for _ in range(rounds):
-            self.round(policy)
-        return self
-
-    def round(self, policy) -> Record:
-        r = len(self.records)
-        t = len(self.context)
-        proposal = self.ngram(r) if self.ngram else None
-        offered, right = None, 0
-        if proposal is not None:
-            fates = self.rng.random(proposal.length) < proposal.a
-            right = next((i for i, ok in enumerate(fates) if not ok), proposal.length)
-            ids = [TRUTH + t + i if i < right else -1 - i for i in range(proposal.length)]
-            offered = Draft(ids, [None] * proposal.length, [1.0] * proposal.length, proposal.match_len)
-        plan: Plan = policy.plan(RoundContext(offered, self.model is not None, self.max_k, self.context))
-        k = max(0, min(plan.k, self.max_k))
-        draft, draft_s, accepted = Draft(), 0.0, 0
-        if k and plan.drafter == "model":
-            draft, fates, evals = self._draft_model(self.model(r), k, plan.stop)
-            draft_s = evals * self.hw.draft
-            accepted = next((i for i, ok in enumerate(fates) if not ok), len(fates))
-        elif k and plan.drafter == "ngram":
-            k = min(k, proposal.length)
-            draft = Draft(offered.ids[:k], offered.dists[:k], offered.confidence[:k], proposal.match_len)
-            accepted = min(right, k)
-        n = len(draft.ids)
-        step = Step(
-            n,
-            accepted,
-            tuple(draft.ids),
-            tuple(draft.ids[accepted:]),
-            draft_s,
-            self.hw.verify(n + 1),
-            plan.drafter if n else None,
-            plan.state,
-        )
-        policy.costs.observe_round(step, draft)  # as the decoder does
-        policy.observe(step, draft)
-        self.context.extend(TRUTH + t + i for i in range(accepted + 1))
-        rec = Record(n, step.drafter, accepted, draft_s + step.verify_s, plan.state)
-        self.records.append(rec)
-        return rec
-
-    def _draft_model(self, a: float, k: int, stop) -> tuple[Draft, list[bool], int]:
-        """Like ModelDrafter.draft: one draft evaluation per token, plus one for a token that the
-        stop rule then declines."""
-        a = min(max(a, 1e-3), 1 - 1e-3)
-        draft, fates, evals = Draft(), [], 0
-        while len(draft.ids) < k:
-            conf = float(self.rng.beta(4 * a, 4 * (1 - a)))
-            evals += 1
-            if draft.ids and stop is not None and stop(len(draft.ids), conf):
-                break
-            draft.ids.append(len(draft.ids))
-            draft.dists.append(None)
-            draft.confidence.append(conf)
-            fates.append(bool(self.rng.random() < conf))
-        draft.steps = len(draft.ids)
-        return draft, fates, evals
-
-    # -- what happened
-
-    def rate(self, start: int = 0, stop: int | None = None) -> float:
-        recs = self.records[start:stop]
-        return sum(r.accepted + 1 for r in recs) / sum(r.seconds for r in recs)
-
-    def speedup(self, start: int = 0, stop: int | None = None) -> float:
-        return self.rate(start, stop) / self.hw.plain_rate
-
-    def ks(self, start: int = 0, stop: int | None = None) -> list[int]:
-        return [r.k for r in self.records[start:stop]]
-
-    def share(self, pred: Callable[[Record], bool], start: int = 0, stop: int | None = None) -> float:
-        recs = self.records[start:stop]
-        return sum(map(pred, recs)) / len(recs)
-
-    def rounds_to(self, start: int, pred: Callable[[int], bool], window: int = 10, need: int = 8) -> int | None:
-        """Rounds after `start` until a window of `window` rounds has `need` whose K satisfies `pred`."""
-        ks = self.ks(start)
-        for i in range(len(ks) - window + 1):
-            if sum(map(pred, ks[i : i + window])) >= need:
-                return i
-        return None
-
-
-def auto(hw: Hardware, drafter: str = "model") -> AutoK:
-    return AutoK(drafter, calibrated(hw, with_draft=drafter in ("model", "auto")))
-
-
-def constant(a: float) -> Callable[[int], float]:
-    return lambda r: a
-
-
-def switch(before: float, after: float, at: int) -> Callable[[int], float]:
-    return lambda r: before if r < at else after
-
-
-def best_fixed(hw: Hardware, a: float, seed: int, rounds: int, ks=range(0, 13)) -> tuple[int, float]:
-    """The fixed K (draft model) with the highest simulated tokens/s, and that speedup."""
-    speed = {k: Sim(hw, model=constant(a), seed=seed).run(FixedK(k, "model"), rounds).speedup() for k in ks}
-    k = max(speed, key=speed.get)
-    return k, speed[k]
-
-
-WARM_UP = 50
-
-# -- the pure parts ---------------------------------------------------------------------------
-
-
-def expected_tokens(acceptance) -> list[float]:
-    """E(K) for K = 0..len: 1 + sum_j prod_{i<=j} a_i."""
-    out, survive = [1.0], 1.0
-    for a in acceptance:
-        survive *= a
-        out.append(out[-1] + survive)
-    return out
-
-
-@pytest.mark.parametrize("hw", [CPU, GPU, BF16], ids=lambda h: h.name)
-def test_best_k_is_the_brute_force_argmax_of_expected_tokens_over_cost(hw):
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        acceptance = list(rng.uniform(0.0, 1.0, size=rng.integers(0, 13)))
-        draft = hw.draft * rng.uniform(0, 2)
-        cost = lambda k, draft=draft: k * draft + hw.verify(k + 1)  # noqa: E731
-        k, rate = best_k(acceptance, cost)
-        rates = [e / cost(j) for j, e in enumerate(expected_tokens(acceptance))]
-        assert rate == pytest.approx(max(rates))
-        assert rates[k] == pytest.approx(max(rates))
-        assert k == rates.index(max(rates))  # ties go to the shorter draft
-
-
-@pytest.mark.parametrize("a", [0.0, 0.3, 0.7, 0.95])
-def test_best_k_for_equal_acceptance_follows_the_closed_form(a):
-    cost = lambda k: k * GPU.draft + GPU.verify(k + 1)  # noqa: E731
-    k, rate = best_k([a] * 16, cost)
-    closed = [(1 - a ** (j + 1)) / (1 - a) / cost(j) for j in range(17)]
-    assert rate == pytest.approx(max(closed))
-    assert k == int(np.argmax(closed))
-
-
-def test_best_k_prefers_plain_decoding_when_no_draft_pays():
-    assert best_k([0.7] * 8, lambda k: k * CPU.draft + CPU.verify(k + 1)) == (0, pytest.approx(CPU.plain_rate))
-    assert best_k([], lambda k: 0.5) == (0, 2.0)
-    # a perfect drafter on a flat curve with free drafts: the longest draft
-    assert best_k([1.0] * 5, lambda k: 0.01)[0] == 5
-
-
-def test_rate_is_a_discounted_mean_that_follows_a_change():
-    r = Rate(0.7)
-    assert r.mean == pytest.approx(0.7)
-    for _ in range(200):
-        r.update(True)
-    assert r.mean > 0.99
-    for _ in range(40):
-        r.update(False)
-    assert r.mean < 0.35  # the old hits are forgotten at 3% a step
-
-
-def test_cost_model_interpolates_between_and_extrapolates_beyond_measured_sizes():
-    c = CostModel()
-    assert not c.calibrated
-    c.observe_verify(2, 0.040)
-    assert c.verify(4) == pytest.approx(0.080)  # one point: proportional
-    c.observe_verify(4, 0.060)
-    assert c.calibrated
-    assert c.verify(3) == pytest.approx(0.050)
-    assert c.verify(8) == pytest.approx(0.100)  # the last slope
-    assert c.verify(1) == pytest.approx(0.030)  # below the first point: the first slope
-    c.observe_verify(4, 0.160)  # one slow pass moves the estimate by SMOOTH only
-    assert c.verify(4) == pytest.approx(0.060 + CostModel.SMOOTH * 0.100)
-    c.observe_draft(0, 1.0)  # nothing drafted: nothing learnt
-    assert c.draft_step is None
-    c.observe_draft(4, 0.040)
-    assert c.draft_step == pytest.approx(0.010)
-
-
-@pytest.mark.parametrize("hw", [CPU, GPU, BF16], ids=lambda h: h.name)
-def test_calibrate_measures_the_verify_curve_and_the_draft_step_and_rolls_back(hw):
-    clock = VirtualClock()
-    target = MarkovBackend(cost=hw.verify, clock=clock)
-    draft = MarkovBackend(cost=lambda n: n * hw.draft, clock=clock)
-    target.eval([1, 2, 3], 1)
-    draft.eval([1, 2], 1)
-    costs = CostModel()
-    with simulated_time(clock):
-        costs.calibrate(target, draft)
-    for n in range(1, 18):  # every length the controller may verify (K up to 16, plus one)
-        assert costs.verify(n) == pytest.approx(hw.verify(n))
-    assert costs.draft_step == pytest.approx(hw.draft)
-    assert target.cached == [1, 2, 3] and draft.cached == [1, 2]  # dummy tokens rolled back
-
-
-def test_calibrate_keeps_the_fastest_timing_so_a_busy_moment_does_not_skew_the_curve():
-    clock = VirtualClock()
-    timed: dict[int, int] = {}
-
-    def busy_at_first(n: int) -> float:  # another process holds the CPU during the first round
-        timed[n] = timed.get(n, 0) + 1
-        return CPU.verify(n) * (3.0 if timed[n] == 1 else 1.0)
-
-    target = MarkovBackend(cost=busy_at_first, clock=clock)
-    costs = CostModel()
-    with simulated_time(clock):
-        costs.calibrate(target)
-    for n in range(1, 18):
-        assert costs.verify(n) == pytest.approx(CPU.verify(n))
-
-
-def test_calibrate_skips_sizes_that_do_not_fit_the_context():
-    clock = VirtualClock()
-    target = MarkovBackend(n_ctx=6, cost=CPU.verify, clock=clock)
-    costs = CostModel()
-    with simulated_time(clock):
-        costs.calibrate(target)
-    assert sorted(costs._verify) == [1, 2, 3, 4, 5, 6]
-    assert costs.draft_step is None and target.cached == []
-
-
-# A repacked CPU layout (llama.cpp's 4- and 8-row GEMM kernels): verifying 4 tokens costs less than
-# 3, and 5 costs much more than a line from 4 to 8 says.
-REPACKED = Hardware(
-    "repacked",
-    curve({1: 0.025, 2: 0.044, 3: 0.058, 4: 0.046, 5: 0.070, 6: 0.074, 7: 0.078, 8: 0.082, 16: 0.111}),
-    0.014,
+from tests.policy_simulation import (
+    BF16,
+    CPU,
+    GPU,
+    REPACKED,
+    WARM_UP,
+    Hardware,
+    Proposal,
+    Sim,
+    auto,
+    best_fixed,
+    calibrated,
+    constant,
+    curve,
+    switch,
 )
+
+# -- pricing: a verify curve that dips, a pass shared with forced text --------------------------
 
 
 def test_controller_drafts_the_length_that_is_cheap_to_verify_on_a_non_monotone_curve():
@@ -385,9 +66,6 @@ def test_the_stop_rule_drafts_through_a_dip_and_alternatives_do_not_take_its_fre
     assert plan.branch(0.3, 0, 2) is True and plan.branch(0.3, 0, 3) is False
 
 
-# -- the --k flag and the simple policies -----------------------------------------------------
-
-
 def test_a_draft_after_forced_text_is_weighed_at_what_it_adds_to_that_pass():
     """On a steep curve (50 ms a pass plus 50 ms a token) a copy the target takes 7 times in 10 pays
     in a round of its own, (1 + 0.7) / 0.15 s against 1 / 0.10 s, but not after 6 forced tokens in
@@ -401,78 +79,6 @@ def test_a_draft_after_forced_text_is_weighed_at_what_it_adds_to_that_pass():
     assert policy._ngram.rates_for(copy.match_len)[0].mean == pytest.approx(0.7)
     assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3])).k == 1
     assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3], forced=6)).k == 0
-
-
-def test_k_setting_parses_the_k_flag_and_names_its_policy():
-    costs = CostModel()
-    assert KSetting.parse("auto") == KSetting("auto") and str(KSetting.parse(" 4 ")) == "4"
-    assert isinstance(make_policy(KSetting.parse("auto"), "auto", costs), AutoK)
-    assert make_policy(KSetting.parse("auto"), "ngram", costs).costs is costs
-    assert isinstance(make_policy(KSetting.parse("heuristic"), "model", costs), HeuristicK)
-    fixed = make_policy(KSetting.parse("4"), "ngram", costs)
-    assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.allowed == LOOKUPS
-    assert make_policy(KSetting.parse("0"), "none", costs).k == 0
-    assert KSetting.parse("64").k == KSetting.MAX
-
-
-@pytest.mark.parametrize("flag", ["x", "-1", "65", "", "2.5", "Auto"])
-def test_k_setting_refuses_bad_values_with_a_one_line_setting_error(flag):
-    with pytest.raises(SettingError) as e:
-        KSetting.parse(flag)
-    assert "\n" not in str(e.value) and "--k" not in str(e.value)  # the core does not know the flag
-
-
-def ngram_ctx(n: int, match_len: int = 3, has_model: bool = False, max_k: int = 100) -> RoundContext:
-    return RoundContext(Draft(list(range(n)), [None] * n, [1.0] * n, match_len), has_model, max_k)
-
-
-def test_fixed_k_caps_by_budget_and_ngram_length():
-    assert FixedK(8, "model").plan(RoundContext(None, True, 3)).k == 3  # max_tokens left
-    plan = FixedK(8, "ngram").plan(ngram_ctx(2))
-    assert (plan.drafter, plan.k) == ("ngram", 2)  # the copy found is shorter
-    assert FixedK(8, "ngram").plan(ngram_ctx(20, max_k=5)).k == 5
-    plan = FixedK(4, "ngram").plan(RoundContext(Draft(), False, 100))  # no match: a plain step
-    assert (plan.drafter, plan.k) == (None, 0)
-    plan = FixedK(4, "model").plan(RoundContext(None, False, 100))  # no draft model loaded
-    assert (plan.drafter, plan.k) == (None, 0)
-    # "auto" takes the draft model when there is one, else the n-gram copy
-    assert FixedK(4, "auto").plan(ngram_ctx(9, has_model=True)).drafter == "model"
-    assert FixedK(4, "auto").plan(ngram_ctx(9)).drafter == "ngram"
-    plan = FixedK(0, "auto").plan(ngram_ctx(9, has_model=True))
-    assert (plan.drafter, plan.k) == (None, 0)
-    assert plan.state == ControllerState("fixed", 0, None, 0.0, 0.0, 0.0)
-    assert FixedK(3, "model").plan(RoundContext(None, True, 100)).state.k == 3
-
-
-def _step(k: int, accepted: int, drafter: str | None = "model") -> Step:
-    ids = tuple(range(k))
-    return Step(k, accepted, ids, ids[accepted:], 0.0, 0.0, drafter if k else None)
-
-
-def test_heuristic_k_adds_two_after_a_full_round_and_drops_one_otherwise():
-    h = HeuristicK("model")
-    ctx = RoundContext(None, True, 100)
-    trace = []
-    for accepted_all in (True, True, False, False, True):
-        k = h.plan(ctx).k
-        trace.append(k)
-        h.observe(_step(k, k if accepted_all else 0), Draft())
-    assert trace == [5, 7, 9, 8, 7]
-    for _ in range(10):
-        h.observe(_step(h.k, h.k), Draft())
-    assert h.k == 16  # capped
-    for _ in range(30):
-        h.observe(_step(h.k, 0), Draft())
-    assert h.k == 1  # never below one
-    h.observe(_step(0, 0), Draft())  # a plain step (nothing drafted) changes nothing
-    assert h.k == 1
-    # the plan is capped by the budget and the n-gram copy, the schedule is not
-    h.k = 9
-    assert HeuristicK.plan(h, RoundContext(None, True, 4)).k == 4
-    g = HeuristicK("ngram")
-    assert g.plan(ngram_ctx(3)).k == 3
-    g.observe(_step(3, 3, "ngram"), Draft())
-    assert g.k == 7 and g.plan(ngram_ctx(3)).state.policy == "heuristic"
 
 
 # -- AutoK on simulated hardware --------------------------------------------------------------
@@ -746,156 +352,7 @@ def test_draft_model_trees_pay_where_verifying_is_flat_and_stay_chains_where_it_
     assert cpu_trees.decode_tokens_per_s == pytest.approx(cpu_chains.decode_tokens_per_s, rel=0.01)
 
 
-# -- tree shapes ------------------------------------------------------------------------------------
-
-
-def _trie_text() -> list[int]:
-    """A text whose last four tokens were followed three times before, each time differently."""
-    return [
-        5,
-        6,
-        1,
-        2,
-        10,
-        11,
-        12,
-        13,
-        14,
-        9,
-        5,
-        6,
-        1,
-        2,
-        20,
-        21,
-        22,
-        23,
-        9,
-        5,
-        6,
-        1,
-        2,
-        30,
-        31,
-        32,
-        33,
-        9,
-        7,
-        5,
-        6,
-        1,
-        2,
-    ]
-
-
-def _trie_round(hw: Hardware) -> tuple[Draft, Plan]:
-    """The n-gram drafter's trie after `_trie_text` and the controller's plan for it."""
-    text = _trie_text()
-    proposal = NgramDrafter().propose(text, 8)
-    plan = AutoK("ngram", calibrated(hw, with_draft=False)).plan(RoundContext(proposal, False, 64, text))
-    return proposal, plan
-
-
-def test_the_ngram_trie_holds_every_earlier_match_with_the_latest_first():
-    proposal, _ = _trie_round(GPU)
-    parents = proposal.parent_list()
-    assert [proposal.ids[n] for n in first_branch(parents)] == [30, 31, 32, 33, 9, 7, 5, 6]
-    assert [proposal.ids[n] for n in children(parents)[0]] == [30, 20, 10]  # siblings at the root
-
-
-def test_the_controller_verifies_a_chain_on_a_steep_curve_and_a_tree_on_a_flat_one():
-    proposal, steep = _trie_round(CPU)
-    assert steep.drafter == "ngram" and steep.k >= 1
-    assert set(steep.nodes) <= set(first_branch(proposal.parent_list()))  # a chain: the latest copy
-    proposal, flat = _trie_round(GPU)
-    kept = proposal.subtree(flat.nodes).parent_list()
-    assert not is_chain(kept) and len(children(kept)[0]) == 3  # every copy is tried at the root
-    assert flat.k == len(flat.nodes) > steep.k
-
-
-def test_model_alternatives_are_added_where_verifying_is_flat_only():
-    """The draft model's branch rule for a 0.3-likely alternative beside a first token drafted at 0.6."""
-    gpu = AutoK("model", calibrated(GPU)).plan(RoundContext(None, True, 64))
-    assert gpu.drafter == "model" and gpu.stop(0, 0.6) is False and gpu.branch(0.3, 0, 1) is True
-    cheap_draft = Hardware("cpu, a draft step 14 times cheaper", CPU.verify, 0.002)  # drafting pays here
-    plan = AutoK("model", calibrated(cheap_draft)).plan(RoundContext(None, True, 64))
-    assert plan.drafter == "model" and plan.k >= 1
-    assert plan.stop(0, 0.6) is False and plan.branch(0.3, 0, 1) is False
-    chains = AutoK("model", calibrated(GPU), trees=False).plan(RoundContext(None, True, 64))
-    assert chains.drafter == "model" and chains.branch is None
-
-
-def test_trees_that_did_not_pay_turn_to_chains_and_are_tried_again_until_they_do():
-    """Verifying is flat up to 4 tokens and dearer after, so a three-token chain with one
-    alternative costs more than the chain alone. While the chain is accepted whole, the alternative
-    only costs: the controller drafts chains, and a tree every EXPLORE-th round to keep measuring.
-    Once the text changes so that the chain's second token is wrong and the alternative beside it
-    right, trees pay, and the controller drafts them every round again."""
-    hw = Hardware("flat to 4 tokens, then dearer", curve({1: 0.010, 4: 0.010, 5: 0.016, 17: 0.030}), 0.002)
-    ctl = AutoK("model", calibrated(hw))
-    tree_parents = [-1, 0, 1, 0]  # the chain 0-1-2 and node 3 beside node 1
-
-    def rounds_to_a_tree(chain_accepts: int) -> list[bool]:
-        """Whether each plan drafts a tree, until one does. A chain accepts its first
-        `chain_accepts` tokens; a tree the same, or where the chain fails at node 1 the
-        alternative there."""
-        drafted = []
-        while True:
-            plan = ctl.plan(RoundContext(None, True, 64))
-            assert plan.drafter == "model"
-            drafted.append(plan.branch is not None)
-            if plan.branch is not None:
-                break
-            chain = Step(3, chain_accepts, (0, 1, 2), (), 3 * hw.draft, hw.verify(4), "model")
-            ctl.observe(chain, Draft([0, 1, 2], [None] * 3, [0.9] * 3))
-        path = (0, 1, 2) if chain_accepts == 3 else (0, 3)
-        tree = Step(
-            4, len(path), (0, 1, 2, 3), (), 3 * hw.draft, hw.verify(5), "model", parents=tuple(tree_parents), path=path
-        )
-        ctl.observe(tree, Draft([0, 1, 2, 3], [None] * 4, [0.9, 0.9, 0.9, 0.3], parents=tree_parents))
-        return drafted
-
-    assert rounds_to_a_tree(chain_accepts=3) == [True]  # trees are tried first
-    held = [rounds_to_a_tree(chain_accepts=3) for _ in range(4)]
-    assert all(len(rounds) == TreeGate.EXPLORE and rounds[-1] for rounds in held)
-    changed = [rounds_to_a_tree(chain_accepts=1) for _ in range(20)]
-    assert changed[0] == held[-1]  # still held at first
-    assert changed[-3:] == [[True]] * 3  # then a tree every round
-
-
-def test_ngram_tries_whose_other_copies_are_never_right_turn_to_chains():
-    """The trie of three earlier copies on a nearly flat curve: every copy is tried at first. When
-    the latest copy is always the right one, the others only add verification time, and the
-    controller verifies the latest copy alone (a tree every EXPLORE-th round)."""
-    hw = Hardware("nearly flat", curve({1: 0.010, 17: 0.014}), 0.002)
-    text = _trie_text()
-    proposal = NgramDrafter().propose(text, 8)
-    ctl = AutoK("ngram", calibrated(hw, with_draft=False))
-    trees = []
-    for _ in range(60):
-        plan = ctl.plan(RoundContext(proposal, False, 64, text))
-        assert plan.drafter == "ngram"
-        keep = plan.nodes if plan.nodes is not None else first_branch(proposal.parent_list())[: plan.k]
-        draft = proposal.subtree(keep)  # as the decoder cuts it
-        parents = draft.parent_list()
-        trees.append(not is_chain(parents))
-        path = first_branch(parents)
-        ctl.observe(
-            Step(
-                len(parents),
-                len(path),
-                tuple(draft.ids),
-                (),
-                0.0,
-                hw.verify(len(parents) + 1),
-                "ngram",
-                parents=tuple(parents),
-                path=tuple(path),
-            ),
-            draft,
-        )
-    assert trees[0]
-    assert sum(trees[-2 * TreeGate.EXPLORE :]) == 2
+# -- the draft model's catch-up -----------------------------------------------------------------
 
 
 def flat_costs(read_per_token: float) -> CostModel:
@@ -922,15 +379,3 @@ def test_a_long_catch_up_waits_until_the_reply_is_long_enough_to_pay_for_it():
 def test_a_cheap_catch_up_is_taken_at_once():
     policy = AutoK("model", flat_costs(read_per_token=0.00005))  # 500 tokens in 25 ms
     assert policy.plan(RoundContext(None, True, 300, model_behind=500, emitted=0)).drafter == DrafterKind.MODEL
-
-
-def test_the_draft_models_reading_is_timed_at_calibration_and_learnt_from_catch_ups():
-    costs = CostModel()
-    target, draft = MarkovBackend(per_token_s=0.0), MarkovBackend(n_ctx=512)
-    costs.calibrate(target, draft, max_n=3, rounds=1)
-    assert costs.read_per_token is not None and draft.cached == []
-    assert CostModel.READ_PROBE in draft.evals  # one batch of READ_PROBE tokens
-    draft_ = Draft([1, 2], [None, None], [0.9, 0.9], catch_up_s=0.4, catch_up_tokens=200)
-    before = costs.read_per_token
-    costs.observe_round(Step(2, 2, (1, 2), (), 0.41, 0.01, drafter=DrafterKind.MODEL), draft_)
-    assert costs.read_per_token > before  # 2 ms a token, against an instant fake's

@@ -8,15 +8,16 @@ import threading
 import numpy as np
 import pytest
 
-from edgespec.decoding.controller import AutoK
 from edgespec.decoding.corpus_drafter import CorpusDrafter
-from edgespec.decoding.costs import CostModel
-from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DrafterKind, ModelDrafter
+from edgespec.decoding.decoder import Reply, SpeculativeDecoder
+from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import Source, Step, Summary, Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
+from edgespec.decoding.policy.controller import AutoK
+from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.decoding.tree import ROOT, first_branch, is_chain
 from edgespec.engine.figures import stats_line
@@ -78,7 +79,7 @@ def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_
     seen_partial = False
     for _ in range(30):
         before = list(context)
-        step, new_ids = decoder._round(context, 6, GREEDY, np.random.default_rng(0))
+        step, new_ids = decoder._round(Reply(context, len(context), GREEDY, np.random.default_rng(0)), 6)
         truth = plain_greedy(target, before, step.accepted + 1)
         assert list(step.drafted_ids[: step.accepted]) == truth[: step.accepted]
         assert new_ids == truth  # accepted prefix + the target's own token
@@ -314,7 +315,7 @@ def test_an_engine_drafts_with_its_pairs_window(window, read):
     from dataclasses import replace
 
     from edgespec.decoding.drafters import DraftChoice
-    from edgespec.decoding.plan import KSetting
+    from edgespec.decoding.policy.plan import KSetting
     from edgespec.engine.engine import Engine, GenerateSettings
     from tests.fakes import fake_engine
 

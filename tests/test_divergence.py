@@ -13,7 +13,7 @@ import edgespec.engine.engine
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench import modes, report, suites
 from edgespec.decoding import decoder
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig

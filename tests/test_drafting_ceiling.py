@@ -14,9 +14,9 @@ import pytest
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.suites import BenchPrompt
 from edgespec.constraints.guidance import ConstraintSpec
-from edgespec.decoding.controller import make_policy
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.controller import make_policy
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig
 

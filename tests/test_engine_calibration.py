@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.controller import LONGEST_DRAFT
-from edgespec.decoding.costs import CostModel, ends_first
-from edgespec.decoding.plan import KSetting
-from edgespec.decoding.quiet_cost import SESSIONS
+from edgespec.decoding.policy.controller import LONGEST_DRAFT
+from edgespec.decoding.policy.costs import CostModel, ends_first
+from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.quiet_cost import SESSIONS
 from edgespec.engine.calibration import CALIBRATION_BUDGET_S
 from edgespec.engine.engine import SAY_AFTER_S, GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time

@@ -326,10 +326,10 @@ def test_greedy_speculative_equals_transformers_generate(tiny_dirs, tmp_path, ar
     """End to end on the real runtime: greedy speculative output is exactly transformers' own greedy
     generate (fp32 tiny models have no near-ties), with a draft that is right only part of the time."""
     decoder_mod = pytest.importorskip("edgespec.decoding.decoder")
-    from edgespec.decoding.drafters import ModelDrafter
     from edgespec.decoding.events import Step, Token
+    from edgespec.decoding.model_drafter import ModelDrafter
+    from edgespec.decoding.policy.simple_policies import FixedK
     from edgespec.decoding.sampling import SamplingParams
-    from edgespec.decoding.simple_policies import FixedK
 
     target = load(tiny_dirs[arch])
     draft = load(build_tiny_hf(tmp_path / "draft", arch, seed=7, like=0, similarity=0.9))
@@ -356,10 +356,10 @@ def test_same_event_stream_as_llama_cpp_for_the_same_gguf_pair(tiny_gguf_factory
     pytest.importorskip("llama_cpp")
     from edgespec.backends.llamacpp import LlamaCppBackend
     from edgespec.decoding.decoder import SpeculativeDecoder
-    from edgespec.decoding.drafters import ModelDrafter
     from edgespec.decoding.events import Step, Token
+    from edgespec.decoding.model_drafter import ModelDrafter
+    from edgespec.decoding.policy.simple_policies import FixedK
     from edgespec.decoding.sampling import SamplingParams
-    from edgespec.decoding.simple_policies import FixedK
 
     target_file = tiny_gguf_factory(seed=0)
     draft_file = tiny_gguf_factory(seed=1, like=0, similarity=0.9)

@@ -9,14 +9,14 @@ from scipy import stats
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.backends.llamacpp_runtime import quantize
 from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache
-from edgespec.decoding.controller import AutoK
-from edgespec.decoding.costs import CostModel
-from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import ModelDrafter
+from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.events import Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
+from edgespec.decoding.policy.controller import AutoK
+from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams, warp
-from edgespec.decoding.simple_policies import FixedK
 from edgespec.decoding.tree import ROOT, chain
 from edgespec.testing.tiny_gguf import FOREIGN_TOKENS, write_tiny_gguf
 from tests.fakes import ArgmaxRecorder
@@ -103,7 +103,7 @@ def test_first_speculative_token_follows_the_target_distribution(target, draft):
     n = 1000
     for _ in range(n):
         target.truncate(len(prompt) - 1)
-        step, new_ids = decoder._round(list(prompt), 3, params, rng)
+        step, new_ids = decoder._round(Reply(list(prompt), len(prompt), params, rng), 3)
         counts[new_ids[0]] = counts.get(new_ids[0], 0) + 1
     assert set(counts) <= set(p.ids.tolist())
     observed = np.array([counts.get(int(t), 0) for t in p.ids])

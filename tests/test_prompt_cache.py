@@ -20,7 +20,7 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.backend import BackendError
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.prompt_cache import MIN_TOKENS, PromptCache
 from edgespec.engine.prompt_cache_files import MAGIC, digest, read_entry

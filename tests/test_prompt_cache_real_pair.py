@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from edgespec.cli import main as cli
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.events import Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache_files import read_entry

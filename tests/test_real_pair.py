@@ -16,7 +16,7 @@ import pytest
 
 from edgespec.bench import modes, suites
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.quality.divergence import TIE, explain_parting, verdict

@@ -29,10 +29,11 @@ import pytest
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher
 from edgespec.decoding.constraint import masked
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, Drafter, ModelDrafter
+from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.events import Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import Dist, SamplingParams, warp
 from edgespec.engine.engine import Engine, GenerateSettings
 from tests.sampled_rounds import chi_square_p, repeat_round, total_variation

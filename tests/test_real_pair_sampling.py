@@ -18,10 +18,10 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.drafters import ModelDrafter
 from edgespec.decoding.events import Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.engine.engine import GenerateSettings
 from tests.sampled_rounds import chi_square_p, repeat_round, total_variation

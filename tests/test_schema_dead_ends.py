@@ -20,9 +20,9 @@ from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, Guida
 from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.simple_policies import FixedK
 from edgespec.engine.engine import GenerateSettings
 from tests.fakes import MarkovBackend
 from tests.live_server import serving, tiny_tool_pair

@@ -23,7 +23,7 @@ import pytest
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.server.app import MAX_BODY_BYTES, create_app

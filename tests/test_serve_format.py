@@ -16,7 +16,7 @@ import pydantic
 import pytest
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from tests.live_server import serving, serving_engine, tiny_tool_pair
 

@@ -15,7 +15,7 @@ from edgespec.constraints import response_format
 from edgespec.constraints import tool_calls as constraints_tool_calls
 from edgespec.constraints.tool_calls import HERMES
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.server import openai_errors, request_body, schema_base
 from edgespec.server.app import MAX_BODY_BYTES

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from edgespec.cli import main as cli
 from edgespec.cli import serve as serve_command
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.server.engine_worker import EngineWorker

@@ -19,7 +19,7 @@ import pytest
 
 from edgespec.backends.llamacpp import READ_CHUNK
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from tests.live_server import serving_engine
 
@@ -96,7 +96,7 @@ def _first_token(client, model, messages) -> tuple[float, float, int, int]:
 
 
 def test_a_repeated_long_prefix_is_read_from_the_cache(client, model):
-    source = (Path(__file__).parents[1] / "edgespec" / "decoding" / "controller.py").read_text()[:7800]
+    source = (Path(__file__).parents[1] / "edgespec" / "decoding" / "policy" / "controller.py").read_text()[:7800]
 
     def ask(question: str) -> list[dict]:
         return [

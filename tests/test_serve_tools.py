@@ -17,7 +17,7 @@ from edgespec.backends.chat_template import render_chat
 from edgespec.constraints.guidance import ConstraintError
 from edgespec.constraints.tool_calls import HERMES, call_constraint
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError

@@ -86,6 +86,6 @@ def test_a_value_not_in_the_prompt_leaves_the_cursor_where_it_was(backend, token
 
 def test_the_ngram_drafter_proposes_the_source_word_at_a_values_start(backend, tokenizer):
     reply = '{"day": "2024-11-03", "level": "ERROR", "service": "'
-    assert proposal_after(backend, tokenizer, reply, NgramDrafter(source=SourceCopy(backend))) == "payments-api"
+    assert proposal_after(backend, tokenizer, reply, NgramDrafter(source_copy=SourceCopy(backend))) == "payments-api"
     # token lookup alone copies what followed the reply's last `": "`: the previous value
     assert proposal_after(backend, tokenizer, reply, NgramDrafter()).startswith('ERROR"')

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgespec.decoding.costs import CostModel
+from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.threads import ThreadPolicy
 
 

@@ -13,8 +13,8 @@ import pytest
 import edgespec.engine.engine
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.backend import Placement
-from edgespec.decoding.costs import CostModel
 from edgespec.decoding.events import Step, Summary
+from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.threads import ThreadPolicy
 from edgespec.engine.engine import Engine, GenerateSettings, thread_policy
 from edgespec.engine.figures import stats_line

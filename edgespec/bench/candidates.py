@@ -21,9 +21,9 @@ from edgespec.bench.layout_ranking import ORIGINAL, Measured
 from edgespec.bench.modes import AR, Mode, run_bench
 from edgespec.bench.report import summarize
 from edgespec.bench.suites import BenchPrompt
-from edgespec.decoding.controller import LONGEST_DRAFT
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.controller import LONGEST_DRAFT
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine
 from edgespec.models import layouts

@@ -30,7 +30,7 @@ from edgespec.bench.structured import reply_problem
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token, WholeReply
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.layouts import describe_loaded

@@ -24,10 +24,10 @@ from pathlib import Path
 import click
 
 from edgespec.cli.common import config_option, error_boundary
-from edgespec.decoding.controller import AutoK
 from edgespec.decoding.drafters import DraftChoice, DrafterKind
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.controller import AutoK
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.models.registry import HubSource, ModelSpec, PairConfig
 from edgespec.models.store import Store
 

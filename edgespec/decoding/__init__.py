@@ -1,5 +1,24 @@
-"""The speculative core: sampling math, drafters, the K controller and the decode loop.
+"""The speculative core: sampling math, drafters, the K policy and the decode loop.
 
 Nothing here imports a runtime (llama.cpp, torch) or the UI; backends are reached only through the
 small protocol this package owns (`decoding.backend`), which the backends implement.
+
+One round reads top to bottom in `decoder.py` (`SpeculativeDecoder._round`). The modules:
+
+- `decoder.py`: the draft -> verify -> accept / roll back loop (`SpeculativeDecoder`), one reply's
+  state (`Reply`); it yields the events.
+- `events.py`: the event stream every front end reads (`Token`, `Step`, `Summary`) and its `Tally`.
+- `backend.py`: the `Backend` protocol the runtimes implement, and the cache bookkeeping they share.
+- `sampling.py`: logit warping, and greedy and sampled verification that keep the target's output.
+- `tree.py`: draft trees flattened into nodes (a chain is a tree with one branch).
+- `constraint.py`: what the loop needs from a grammar or schema: masks, a matcher that rolls back,
+  the forced text.
+- `drafters.py`: the `Drafter` protocol every draft source implements, and the `Draft` it returns.
+- `model_drafter.py`: the draft model as a drafter.
+- `ngram_drafter.py`: prompt lookup, copies from the text itself.
+- `source_copy.py`: under a constraint, a value's start copied from the prompt's text.
+- `corpus_drafter.py`: copies from other text (earlier replies, history, the repository), over
+  `suffix_index.py`, the suffix index of that text.
+- `threads.py`: the CPU thread count, chosen per pass by measuring.
+- `policy/`: the K policy, which drafter and how many tokens each round (its own index).
 """

@@ -16,7 +16,7 @@ grammar engine failing mid-reply). The end there is no success: the decoder rais
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -84,3 +84,14 @@ def masked(rows: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     n = min(len(allowed), len(keep))
     keep[:n] = allowed[:n]
     return np.where(keep, rows, np.float32(-np.inf)).astype(rows.dtype, copy=False)
+
+
+def take_forced(constraint: Constraint, limit: int, refused: Collection[int] = ()) -> tuple[list[int], int]:
+    """The constraint's forced text (`Constraint.forced`) as the start of a draft, with the matcher
+    advanced along it: at most `limit` tokens, less a last one in `refused` (an ending the target
+    spelled otherwise before). Returns the tokens and how many of them the matcher consumed (fewer
+    when it refused one: a tokenization it does not expect); the caller rolls the matcher back."""
+    tokens = constraint.forced()[:limit]
+    if tokens and tokens[-1] in refused:
+        tokens.pop()
+    return tokens, sum(constraint.advance(token) for token in tokens)

@@ -32,14 +32,15 @@ import codecs
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from edgespec.decoding.backend import Backend, ContextOverflow, reused_prefix, sync_cache
-from edgespec.decoding.constraint import Constraint, ConstraintDeadEnd, masked
+from edgespec.decoding.constraint import Constraint, ConstraintDeadEnd, masked, take_forced
 from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
-from edgespec.decoding.plan import Plan, Policy, RoundContext
+from edgespec.decoding.policy.plan import Plan, Policy, RoundContext
 from edgespec.decoding.sampling import (
     SamplingParams,
     choose,
@@ -77,6 +78,26 @@ def after_forced(forced: list[int], draft: Draft) -> Draft:
     )
 
 
+@dataclass(slots=True)
+class Reply:
+    """One reply's state while it is generated, which every round reads and extends: the committed
+    text, how tokens are chosen, and the constraint with what it learnt this reply."""
+
+    context: list[int]  # the prompt and the reply so far: each round extends it
+    prompt_tokens: int  # where the reply starts in `context`
+    params: SamplingParams
+    rng: np.random.Generator
+    constraint: Constraint | None = None  # the matcher, having consumed the reply so far
+    # The forced text's last token is a guess at how the target splits the text's end
+    # (`Constraint.forced`); one the target spelled otherwise is added here and not offered again
+    # in the reply (a bare space before a value a model writes as ` "`, say).
+    refused: set[int] = field(default_factory=set)
+
+    @property
+    def emitted(self) -> int:
+        return len(self.context) - self.prompt_tokens
+
+
 class SpeculativeDecoder:
     """Generates from `target`, drafting with any of `drafters` (at most one of each kind) as
     `policy` decides. Every pass's timings go into the policy's cost curve (`policy.costs`),
@@ -102,31 +123,11 @@ class SpeculativeDecoder:
         after max_tokens, when the context is full, or when `cancel` is set (checked per pass).
         `constraint`: a fresh matcher the reply must satisfy (it consumes the reply as it is
         committed)."""
-        if not prompt:
-            raise ValueError("empty prompt")
-        if len(prompt) >= self.target.n_ctx:
-            raise ContextOverflow(
-                f"the prompt is {len(prompt)} tokens; the context holds {self.target.n_ctx} "
-                "(shorten the input or use a pair with a longer context)"
-            )
-        rng = np.random.default_rng(params.seed)
+        self._check_prompt(prompt)
+        reply = Reply(list(prompt), len(prompt), params, np.random.default_rng(params.seed), constraint)
         text = IncrementalText(self.target)
         summary = Summary(prompt_tokens=len(prompt), prompt_cached=reused_prefix(self.target, prompt))
-        t_start = time.perf_counter()
-        if self.threads is not None:  # the prompt is read at the count the machine's load suggests
-            self.threads.begin()
-
-        # The first token needs only the target's reading of the prompt: it goes out before any
-        # drafter is asked to do anything (a draft model reads when it is first used, if ever).
-        logits = sync_cache(self.target, prompt, 1)[0]
-        summary.target_read_s = time.perf_counter() - t_start
-        if constraint is not None:
-            logits = masked(logits, constraint.allowed())
-        first = choose(logits, params, rng)
-        if constraint is not None:
-            constraint.advance(first)
-        summary.ttft_s = time.perf_counter() - t_start
-        context = list(prompt) + [first]
+        first = self._first_token(prompt, reply, summary)
         t_decode = time.perf_counter()
 
         def emit(token_id: int, source: Source) -> Token:
@@ -142,19 +143,11 @@ class SpeculativeDecoder:
         for drafter in self.drafters.values():
             if self.policy.may_use(drafter.kind):
                 drafter.begin(prompt)
-        refused: set[int] = set()  # forced text's last tokens the target spelled otherwise, this reply
         while not stop:
-            if constraint is not None and constraint.done():
-                stop = "eos"  # nothing but the end may follow: no pass is needed to learn it
+            stop = self._stop_before_round(reply, max_tokens, cancel)
+            if stop:
                 break
-            if cancel is not None and cancel.is_set():
-                stop = "cancelled"
-                break
-            room = min(max_tokens - summary.tokens, self.target.n_ctx - len(context))
-            if room <= 0:
-                stop = "length" if summary.tokens >= max_tokens else "context"
-                break
-            step, new_ids = self._round(context, room - 1, params, rng, summary.tokens, constraint, refused)
+            step, new_ids = self._round(reply, self._room(reply, max_tokens) - 1)
             summary.add(step)
             yield step
             for token_id, source in zip(new_ids, step.sources(), strict=True):
@@ -165,78 +158,84 @@ class SpeculativeDecoder:
                 if summary.tokens >= max_tokens:
                     stop = "length"
                     break
-        summary.decode_s = time.perf_counter() - t_decode
-        if constraint is not None:
-            summary.constraint_s = constraint.busy_s
-            if stop == "eos" and not constraint.accepting():
-                raise ConstraintDeadEnd(summary.tokens)
-        summary.stop_reason = stop
+        self._finish(summary, reply, stop, t_decode)
         yield summary
 
-    def _round(
-        self,
-        context: list[int],
-        max_k: int,
-        params: SamplingParams,
-        rng: np.random.Generator,
-        emitted: int = 0,
-        constraint: Constraint | None = None,
-        refused: set[int] | None = None,
-    ) -> tuple[Step, list[int]]:
-        """One draft/verify pass. Extends `context` with the accepted tokens and the target's
-        token, and returns the Step with the new ids in order (and `constraint` with them).
-        `refused`: the forced text's last token is a guess at how the target splits the text's end
-        (`Constraint.forced`); one the target spelled otherwise is added here and not offered
-        again in the reply (a bare space before a value a model writes as ` "`, say)."""
+    def _check_prompt(self, prompt: Sequence[int]) -> None:
+        if not prompt:
+            raise ValueError("empty prompt")
+        if len(prompt) >= self.target.n_ctx:
+            raise ContextOverflow(
+                f"the prompt is {len(prompt)} tokens; the context holds {self.target.n_ctx} "
+                "(shorten the input or use a pair with a longer context)"
+            )
+
+    def _first_token(self, prompt: Sequence[int], reply: Reply, summary: Summary) -> int:
+        """The first token, from the target's reading of `prompt` alone: it goes out before any
+        drafter is asked to do anything (a draft model reads when it is first used, if ever)."""
+        t_start = time.perf_counter()
+        if self.threads is not None:  # the prompt is read at the count the machine's load suggests
+            self.threads.begin()
+        logits = sync_cache(self.target, prompt, 1)[0]
+        summary.target_read_s = time.perf_counter() - t_start
+        if reply.constraint is not None:
+            logits = masked(logits, reply.constraint.allowed())
+        first = choose(logits, reply.params, reply.rng)
+        if reply.constraint is not None:
+            reply.constraint.advance(first)
+        summary.ttft_s = time.perf_counter() - t_start
+        reply.context.append(first)
+        return first
+
+    def _room(self, reply: Reply, max_tokens: int) -> int:
+        """Tokens the reply may still add: within max_tokens and the context."""
+        return min(max_tokens - reply.emitted, self.target.n_ctx - len(reply.context))
+
+    def _stop_before_round(self, reply: Reply, max_tokens: int, cancel: threading.Event | None) -> str:
+        """Why the reply ends before another pass ("": it does not)."""
+        if reply.constraint is not None and reply.constraint.done():
+            return "eos"  # nothing but the end may follow: no pass is needed to learn it
+        if cancel is not None and cancel.is_set():
+            return "cancelled"
+        if self._room(reply, max_tokens) <= 0:
+            return "length" if reply.emitted >= max_tokens else "context"
+        return ""
+
+    @staticmethod
+    def _finish(summary: Summary, reply: Reply, stop: str, t_decode: float) -> None:
+        """The summary's last figures; a constraint that allowed only the end of an incomplete
+        reply raises `ConstraintDeadEnd`."""
+        summary.decode_s = time.perf_counter() - t_decode
+        if reply.constraint is not None:
+            summary.constraint_s = reply.constraint.busy_s
+            if stop == "eos" and not reply.constraint.accepting():
+                raise ConstraintDeadEnd(summary.tokens)
+        summary.stop_reason = stop
+
+    def _round(self, reply: Reply, max_k: int) -> tuple[Step, list[int]]:
+        """One draft/verify pass of at most `max_k` drafted tokens. Extends `reply.context` with the
+        accepted tokens and the target's token (and the constraint with them), and returns the Step
+        with the new ids in order."""
         t0 = time.perf_counter()
         threads = self.threads.count if self.threads is not None else 0
-        forced = constraint.forced()[:max_k] if constraint is not None and self.drafters and max_k > 0 else []
-        if forced and refused and forced[-1] in refused:
-            forced.pop()
-        if forced:  # the drafters draft after the forced text, for the same pass
-            assert constraint is not None
-            for token_id in forced:
-                constraint.advance(token_id)
-            drafter, own, plan = None, Draft(), None
-            if len(forced) < max_k:
-                ahead, left = context + forced, max_k - len(forced)
-                drafter, own, plan = self._draft(
-                    ahead, left, params, rng, emitted + len(forced), constraint, len(forced)
-                )
-            constraint.rollback(len(forced))
-            draft = after_forced(forced, own)
-        else:
-            drafter, own, plan = self._draft(context, max_k, params, rng, emitted, constraint)
-            draft = own
+        drafter, own, plan, forced = self._draft_after_forced(reply, max_k)
+        draft = after_forced(forced, own) if forced else own
         t1 = time.perf_counter()
 
-        n_committed = len(context)  # the target's cache holds n_committed - 1 tokens
-        parents = draft.parent_list()
-        masks = self._row_masks(draft.ids, constraint) if constraint is not None else None
-        # a row where the constraint allows one token needs no logits: that token is the choice
-        need = None if masks is None else [int(np.count_nonzero(m)) != 1 for m in masks]
-        if need is not None and all(need):
-            need = None
-        logits = self.target.eval_tree(context[-1], draft.ids, parents, need)
-        if masks is not None:
-            logits = self._masked_rows(logits, masks)
-        if params.greedy:
-            path, next_id = verify_greedy(logits, draft.ids, parents)
-        else:
-            path, next_id = verify_sampled(logits, draft.ids, parents, draft.dists, params, rng)
-        self.target.keep_path(path)
+        n_committed = len(reply.context)  # the target's cache holds n_committed - 1 tokens
+        parents, path, next_id, whole_rows = self._verify(reply, draft)
         accepted = len(path)
         if drafter is not None:
             drafter.accept(n_committed + accepted)
         t2 = time.perf_counter()
 
-        if refused is not None and accepted < len(forced):
-            refused.add(forced[accepted])
+        if accepted < len(forced):
+            reply.refused.add(forced[accepted])
         new_ids = [*(draft.ids[node] for node in path), next_id]
-        context.extend(new_ids)
-        if constraint is not None:
+        reply.context.extend(new_ids)
+        if reply.constraint is not None:
             for token_id in new_ids:
-                constraint.advance(token_id)
+                reply.constraint.advance(token_id)
         on_path = set(path)
         step = Step(
             k=len(draft.ids),
@@ -253,14 +252,56 @@ class SpeculativeDecoder:
             forced=len(forced),
             threads=threads,
         )
+        self._learn(step, draft, own, whole_rows)
+        return step, new_ids
+
+    def _draft_after_forced(self, reply: Reply, max_k: int) -> tuple[Drafter | None, Draft, Plan | None, list[int]]:
+        """The drafter, its draft and the plan (as `_draft`), and the forced text the pass verifies
+        before that draft. Where the constraint forces the next tokens, the drafters draft after
+        them, for the same pass; the matcher is left where it was."""
+        forced: list[int] = []
+        if reply.constraint is not None and self.drafters and max_k > 0:
+            forced, _ = take_forced(reply.constraint, max_k, reply.refused)
+        if not forced:
+            return (*self._draft(reply, max_k), forced)
+        assert reply.constraint is not None
+        drafter, own, plan = None, Draft(), None
+        if len(forced) < max_k:
+            drafter, own, plan = self._draft(reply, max_k - len(forced), forced)
+        reply.constraint.rollback(len(forced))
+        return drafter, own, plan, forced
+
+    def _verify(self, reply: Reply, draft: Draft) -> tuple[list[int], list[int], int, bool]:
+        """Verify `draft` after the committed text in one target pass and keep the accepted path in
+        the target's cache: (the draft's parents, the path, the target's token after it, whether
+        every row's logits were computed)."""
+        parents = draft.parent_list()
+        constraint = reply.constraint
+        masks = self._row_masks(draft.ids, constraint) if constraint is not None else None
+        # a row where the constraint allows one token needs no logits: that token is the choice
+        need = None if masks is None else [int(np.count_nonzero(m)) != 1 for m in masks]
+        if need is not None and all(need):
+            need = None
+        logits = self.target.eval_tree(reply.context[-1], draft.ids, parents, need)
+        if masks is not None:
+            logits = self._masked_rows(logits, masks)
+        if reply.params.greedy:
+            path, next_id = verify_greedy(logits, draft.ids, parents)
+        else:
+            path, next_id = verify_sampled(logits, draft.ids, parents, draft.dists, reply.params, reply.rng)
+        self.target.keep_path(path)
+        return parents, path, next_id, need is None
+
+    def _learn(self, step: Step, draft: Draft, own: Draft, whole_rows: bool) -> None:
+        """Feed the pass to the cost curve, the thread count and the policy. `own`: the drafter's
+        part of `draft` (after any forced tokens)."""
         # before observe: the policy learns at the new costs; a pass that skipped rows' logits is
         # cheaper than the curve it would be read into (one per tokens verified, every row's logits)
-        self.policy.costs.observe_round(step, draft, whole_rows=need is None)
-        if self.threads is not None and need is None:  # timings comparable with the verify curve's
+        self.policy.costs.observe_round(step, draft, whole_rows=whole_rows)
+        if self.threads is not None and whole_rows:  # timings comparable with the verify curve's
             self.threads.observe(step.k + 1, step.verify_s)
-        if accepted >= len(forced):  # else the drafted part was never verified
+        if step.accepted >= step.forced:  # else the drafted part was never verified
             self.policy.observe(step, own)
-        return step, new_ids
 
     @staticmethod
     def _row_masks(chain: Sequence[int], constraint: Constraint) -> list[np.ndarray]:
@@ -283,19 +324,12 @@ class SpeculativeDecoder:
             rows[i] = masked(logits[i], allowed)
         return rows
 
-    def _draft(
-        self,
-        context: list[int],
-        max_k: int,
-        params: SamplingParams,
-        rng: np.random.Generator,
-        emitted: int,
-        constraint: Constraint | None,
-        forced: int = 0,
-    ) -> tuple[Drafter | None, Draft, Plan]:
+    def _draft(self, reply: Reply, max_k: int, forced: Sequence[int] = ()) -> tuple[Drafter | None, Draft, Plan]:
         """Ask the free drafters, let the policy plan, and draft: the drafter (None: plain decoding),
-        its draft and the plan. `forced`: tokens the pass verifies before this draft (they end
-        `context`), which the policy prices the draft with."""
+        its draft and the plan. `forced`: tokens the pass verifies before this draft (the drafters
+        draft after them), which the policy prices the draft with."""
+        context = reply.context + list(forced) if forced else reply.context
+        params, rng, constraint = reply.params, reply.rng, reply.constraint
         free = {
             kind: d.propose(context, min(max_k, self.policy.max_k), params, rng, constraint=constraint)
             for kind, d in self.drafters.items()
@@ -303,8 +337,9 @@ class SpeculativeDecoder:
         }
         model = self.drafters.get(DrafterKind.MODEL)
         behind = model.behind(context) if model is not None and max_k > 0 else 0
+        emitted = reply.emitted + len(forced)
         plan: Plan = self.policy.plan(
-            RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted, forced)
+            RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted, len(forced))
         )
         k = max(0, min(plan.k, max_k))
         drafter = self.drafters.get(plan.drafter) if k and plan.drafter is not None else None

@@ -25,7 +25,7 @@ class NgramDrafter:
     after the other occurrences, longest match first, each adding the nodes where it parts from
     the ones before. All are point masses: the target chooses among them.
 
-    Under a constraint, at the start of a value, `source` (when given) proposes instead: the
+    Under a constraint, at the start of a value, `source_copy` (when given) proposes instead: the
     prompt's next word where the reply's copies of it have got to (`source_copy.py`), which token
     lookup cannot find there.
     """
@@ -37,20 +37,20 @@ class NgramDrafter:
     MAX_MATCHES = 8  # earlier occurrences merged into one proposal
     MAX_NODES = 48  # the most nodes a proposal holds (the policy verifies some of them)
 
-    def __init__(self, min_n: int = 1, max_n: int = 4, source: SourceCopy | None = None):
+    def __init__(self, min_n: int = 1, max_n: int = 4, source_copy: SourceCopy | None = None):
         self.min_n, self.max_n = min_n, max_n
-        self.source = source
+        self.source_copy = source_copy  # proposes a value's start under a constraint
         self._tokens: list[int] = []
         self._ends: dict[tuple[int, ...], list[int]] = {}
-        self._source: Sequence[int] | None = None  # the context list indexed last
+        self._indexed: Sequence[int] | None = None  # the context list indexed last
 
     def _index(self, context: Sequence[int]) -> None:
         seen = len(self._tokens)
         # Within one generation the decoder only appends to the same context list, so the prefix
         # is compared (an O(n) copy) only when a different list arrives, i.e. a new generation.
-        if context is not self._source and (seen > len(context) or list(context[:seen]) != self._tokens):
+        if context is not self._indexed and (seen > len(context) or list(context[:seen]) != self._tokens):
             self._tokens, self._ends, seen = [], {}, 0
-        self._source = context
+        self._indexed = context
         self._tokens.extend(context[seen:])
         toks = self._tokens
         # An n-gram is indexed once the token after it is known, so a lookup never finds the
@@ -61,8 +61,8 @@ class NgramDrafter:
 
     def begin(self, prompt: Sequence[int]) -> None:
         # the index catches up with the committed text at each proposal
-        if self.source is not None:
-            self.source.begin(prompt)
+        if self.source_copy is not None:
+            self.source_copy.begin(prompt)
 
     def behind(self, context: Sequence[int]) -> int:
         return 0  # reading the text is the lookup itself
@@ -83,10 +83,10 @@ class NgramDrafter:
         """A trie of what followed earlier occurrences of the longest matching suffix, each copy up
         to k tokens (a copy has no confidence to stop or branch on, so `stop` and `branch` do not
         apply; nor do `params`: a copy is a point mass). Under `constraint`: at a value's start the
-        source's word if it has one (match_len 0: no token matched), else the most recent copy
+        source copy's word if it has one (match_len 0: no token matched), else the most recent copy
         alone, up to its first token the constraint forbids."""
         if constraint is not None:
-            start = self.source.propose(context, k, constraint) if self.source is not None else Draft()
+            start = self.source_copy.propose(context, k, constraint) if self.source_copy is not None else Draft()
             if start.ids:
                 return start
             return allowed_chain(self._propose(context, k), constraint)

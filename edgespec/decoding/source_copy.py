@@ -41,16 +41,16 @@ class SourceCopy:
     def __init__(self, backend: Backend):
         self._backend = backend
         self._prompt_len = 0
-        self._source = ""  # the prompt's text
+        self._prompt_text = ""  # the prompt's text
 
     def begin(self, prompt: Sequence[int]) -> None:
         self._prompt_len = len(prompt)
-        self._source = self._text(prompt)
+        self._prompt_text = self._text(prompt)
 
     def propose(self, context: Sequence[int], k: int, constraint: Constraint) -> Draft:
         """The first word after the cursor that `constraint` allows, at most k tokens, when the reply
         (the context after the prompt) is at a value's start; else nothing."""
-        if k <= 0 or len(context) < self._prompt_len or not self._source:
+        if k <= 0 or len(context) < self._prompt_len or not self._prompt_text:
             return Draft()
         if not self._text(context[max(self._prompt_len, len(context) - _TAIL) :]).endswith(_VALUE_STARTS):
             return Draft()
@@ -58,7 +58,7 @@ class SourceCopy:
         cursor = self._cursor(reply)
         if cursor is None:
             return Draft()
-        for n, word in enumerate(_WORD.finditer(self._source, cursor)):
+        for n, word in enumerate(_WORD.finditer(self._prompt_text, cursor)):
             if n == self.WORDS_AHEAD:
                 break
             ids = self._backend.tokenize(word.group(), special=False)[:k]
@@ -95,7 +95,7 @@ class SourceCopy:
         if not text:
             return cursor
         start = cursor or 0
-        found = self._source.find(text, start)
+        found = self._prompt_text.find(text, start)
         if found < 0 or ((near or len(text) == 1) and found - start > self.NEAR):
             return cursor
         return found + len(text)

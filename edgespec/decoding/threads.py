@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from edgespec.decoding.costs import CostModel
+from edgespec.decoding.policy.costs import CostModel
 
 
 class Load(Protocol):

@@ -11,7 +11,7 @@ with these at import, before anything else of the engine is needed.
 
 from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.drafters import FROM_ELSEWHERE, DraftChoice
-from edgespec.decoding.plan import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import sampling_from_flags, sampling_problem
 
 __all__ = ["FROM_ELSEWHERE", "ConstraintDeadEnd", "DraftChoice", "KSetting", "sampling_from_flags", "sampling_problem"]

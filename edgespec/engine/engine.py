@@ -26,14 +26,15 @@ from typing import cast
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
 from edgespec.decoding.backend import Backend, Placement, ThreadedBackend
-from edgespec.decoding.controller import LONGEST_DRAFT, make_policy
 from edgespec.decoding.corpus_drafter import CorpusDrafter
-from edgespec.decoding.costs import Calibration, CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
-from edgespec.decoding.drafters import DraftChoice, Drafter, ModelDrafter
+from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.events import Event, Summary, Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.plan import KSetting, Policy
+from edgespec.decoding.policy.controller import LONGEST_DRAFT, make_policy
+from edgespec.decoding.policy.costs import Calibration, CostModel
+from edgespec.decoding.policy.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.threads import ThreadPolicy
@@ -101,7 +102,7 @@ class Engine:
         # swaps it per measured call, so every mode sees the same state
         self.sources = sources if sources is not None else DraftSources()
         self.n_ctx = target.n_ctx
-        self._drafters: list[Drafter] = [NgramDrafter(source=SourceCopy(target))]
+        self._drafters: list[Drafter] = [NgramDrafter(source_copy=SourceCopy(target))]
         if draft is not None:
             self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
         self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}

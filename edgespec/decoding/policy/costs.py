@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from edgespec.decoding.backend import Backend
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
-from edgespec.decoding.quiet_cost import QuietCost
+from edgespec.decoding.policy.quiet_cost import QuietCost
 
 # A catch-up of this many tokens or fewer (the rounds since the draft model last drafted) is part
 # of a draft step; a longer one is a read, timed and priced on its own.

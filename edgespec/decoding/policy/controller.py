@@ -1,37 +1,32 @@
-"""Choosing the draft length K for each round (K = 0 is plain decoding).
+"""The cost-aware K policy (`auto`, and `auto-chain`), and `make_policy`, which turns the user's
+`KSetting` into a policy: this one, or a baseline of `simple_policies.py`.
 
-The decoder asks a `Policy` for a `Plan` before every target pass and reports the outcome back
-with `observe`. Three policies:
+`AutoK` keeps
+  * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
+    near-linear on a small CPU), and per draft-model step, calibrated at load and then updated
+    from every real pass (the decoder feeds it, whatever the policy);
+  * acceptance estimates with forgetting (`acceptance.py`): for the draft model per draft
+    position and per confidence bin, for each copying source (the text itself, earlier replies to
+    this prompt, history, the repository) per match-length bucket and position, each apart, so a
+    source that does not pay on a text is not drafted while another does;
+and each round picks the drafter and K that maximise expected tokens per second,
+    E(K) / cost(K),   E(K) = 1 + sum_j prod_{i<=j} a_i   (Leviathan et al. 2023, sec. 3.5),
+against plain decoding's 1 / t_verify(1). Inside a round the draft model stops early when
+P(all drafted so far survive) * P(next survives | its confidence) no longer pays for the extra
+verification it costs at the plan's rate.
 
-- `FixedK`: always K tokens from one drafter (the baseline every tool offers).
-- `HeuristicK`: Hugging Face's "heuristic" schedule, +2 after a fully accepted round, -1 otherwise.
-- `AutoK`: the cost-aware controller. It keeps
-    * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
-      near-linear on a small CPU), and per draft-model step, calibrated at load and then updated
-      from every real pass (the decoder feeds it, whatever the policy);
-    * acceptance estimates with forgetting (`acceptance.py`): for the draft model per draft
-      position and per confidence bin, for each copying source (the text itself, earlier replies to
-      this prompt, history, the repository) per match-length bucket and position, each apart, so a
-      source that does not pay on a text is not drafted while another does;
-  and each round picks the drafter and K that maximise expected tokens per second,
-      E(K) / cost(K),   E(K) = 1 + sum_j prod_{i<=j} a_i   (Leviathan et al. 2023, sec. 3.5),
-  against plain decoding's 1 / t_verify(1). Inside a round the draft model stops early when
-  P(all drafted so far survive) * P(next survives | its confidence) no longer pays for the extra
-  verification it costs at the plan's rate.
-
-  Trees (`tree.py`) are weighed the same way: a node's value is the chance it is accepted (its
-  parent's, times its own after the siblings before it missed), the best m nodes are a tree
-  (`best_tree`), and E = 1 + the sum of their values against verify(m + 1). The n-gram drafter's
-  trie of every earlier match is cut to its best m nodes; the draft model, once its chain is
-  drafted, adds an alternative beside a chain token when P(reaching it) * P(the target takes it)
-  pays for its verification.
-  On a steep CPU curve that is seldom and the drafts stay chains; where verifying more tokens
-  costs little (a GPU, torch bf16, a repacked layout's cheap n = 4) trees grow. Those rules act on
-  estimates; whether trees paid is then measured (`exploration.TreeGate`), and a drafter whose
-  trees did not drafts chains. `auto-chain` weighs only the first branch: the chain baseline. A
-  drafter that is not worth using is probed now and then (one or two tokens, with exponential
-  back-off: `exploration.Probe`) so a change in the text is noticed; n-gram proposals need no
-  probes, as they are scored against the text whether drafted or not.
+Trees (`decoding/tree.py`) are weighed the same way: a node's value is the chance it is accepted
+(its parent's, times its own after the siblings before it missed), the best m nodes are a tree
+(`best_tree`), and E = 1 + the sum of their values against verify(m + 1). The n-gram drafter's
+trie of every earlier match is cut to its best m nodes; the draft model, once its chain is
+drafted, adds an alternative beside a chain token when P(reaching it) * P(the target takes it)
+pays for its verification. On a steep CPU curve that is seldom and the drafts stay chains; where verifying more tokens
+costs little (a GPU, torch bf16, a repacked layout's cheap n = 4) trees grow. Those rules act on
+estimates; whether trees paid is then measured (`exploration.TreeGate`), and a drafter whose
+trees did not drafts chains. `auto-chain` weighs only the first branch: the chain baseline. A
+drafter that is not worth using is probed now and then (one or two tokens, with exponential
+back-off: `exploration.Probe`) so a change in the text is noticed; n-gram proposals need no
+probes, as they are scored against the text whether drafted or not.
 """
 
 from __future__ import annotations
@@ -39,13 +34,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from edgespec.decoding.acceptance import COPY_PRIORS, ModelScores, NgramScores
-from edgespec.decoding.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
 from edgespec.decoding.drafters import LOOKUPS, Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
-from edgespec.decoding.exploration import Probe, TreeGate
-from edgespec.decoding.plan import KSetting, Plan, Policy, RoundContext
-from edgespec.decoding.simple_policies import FixedK, HeuristicK
+from edgespec.decoding.policy.acceptance import COPY_PRIORS, ModelScores, NgramScores
+from edgespec.decoding.policy.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
+from edgespec.decoding.policy.exploration import Probe, TreeGate
+from edgespec.decoding.policy.plan import KSetting, Plan, Policy, RoundContext
+from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, depths, ranks
 
 LONGEST_DRAFT = 16  # the longest draft auto proposes (an n-gram copy); calibration times one more token
