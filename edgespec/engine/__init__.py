@@ -14,4 +14,5 @@ costs, and the event stream every front end reads.
 - `history_log.py`: the history's log file, record by record.
 - `repository.py`: the working repository's text files as a corpus.
 - `figures.py`: a reply's Summary in words.
+- `vllm_draft.py`: what vLLM is to draft for a pair, as this machine's controller would (`export vllm`).
 """
