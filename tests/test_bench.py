@@ -53,7 +53,7 @@ def test_bench_command_writes_json_and_plot(cli_env):
         [
             "bench",
             "--suite",
-            "tiny.jsonl",
+            str(cli_env / "tiny.jsonl"),
             "--modes",
             "ar,k2,auto",
             "--json",
@@ -70,6 +70,7 @@ def test_bench_command_writes_json_and_plot(cli_env):
     doc = json.loads((cli_env / "out.json").read_text())
     rows = doc["rows"]
     assert doc["meta"]["repeats"] == 2
+    assert doc["meta"]["suite"] == "tiny.jsonl"  # named, never by where a machine kept it
     # what made the figures: the command, the code and the machine
     assert {"command", "version", "machine", "date"} <= set(doc["meta"]) and doc["meta"]["machine"]["cpus"] >= 1
     # and what a verify pass cost there, by its length: auto measured it (every size it may draft)

@@ -30,7 +30,7 @@ from edgespec.engine.options import CheckedOptions, EngineOptions
 from edgespec.models.registry import PairConfig
 from edgespec.quality.noise_floor import NoiseFloor
 from edgespec.util.errors import UsageError
-from edgespec.util.provenance import provenance
+from edgespec.util.provenance import input_name, provenance
 
 
 @dataclass(frozen=True)
@@ -156,8 +156,8 @@ def _meta(plan: BenchPlan, engines: list[Engine], floors: dict[str, NoiseFloor],
         "pairs": [p.name for p in plan.pairs],
         # the model each pair's target was read from: a layout chosen for this machine is another file
         "targets": {e.pair.name: e.pair.target.name for e in engines},
-        "suite": str(plan.suite),
-        "context": [str(c) for c in plan.context],
+        "suite": input_name(plan.suite),
+        "context": [input_name(c) for c in plan.context],
         "modes": [m.name for m in plan.modes],
         "temperature": plan.sampling.temperature,
         "seed": plan.sampling.seed,
