@@ -60,8 +60,9 @@ lint: $(VENV)/.installed-test
 
 # The tests that load no real model (`slow`), start no process (`subprocess`), run no long
 # statistical or generated checks (`heavy`) and no torch model (`torch`): markers in pyproject.toml.
+# None of them runs llama.cpp's threads for long, so two workers (pytest-xdist) share the cores.
 check-tests: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -m "not slow and not subprocess and not heavy and not torch"
+	$(BIN)/python -m pytest -q -n 2 -m "not slow and not subprocess and not heavy and not torch"
 
 bench: pull
 	$(EDGESPEC) bench --limit 4 --json bench.json --plot bench.png
