@@ -53,7 +53,7 @@ async def tui_rate(
 ) -> tuple[float, int]:
     """(decode tokens/s, tokens) of one reply generated through the chat app, from the Summary it got."""
     from edgespec.tui.app import ChatApp
-    from edgespec.tui.history import ChatStore
+    from edgespec.tui.chat_store import ChatStore
     from edgespec.tui.prompt import PromptBox
     from edgespec.tui.stats import ReplyFigures
 

@@ -14,7 +14,7 @@ from edgespec.decoding.events import ControllerState, Source, Step, Summary, Tok
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
-from edgespec.tui.history import ChatStore
+from edgespec.tui.chat_store import ChatStore
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.transcript import ReplyView
 from edgespec.util.errors import EdgespecError

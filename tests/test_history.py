@@ -17,8 +17,8 @@ from rich.console import Console
 import edgespec.engine.loading
 from edgespec.cli import chat as command
 from edgespec.tui.app import ChatApp
+from edgespec.tui.chat_store import ChatStore, Conversation, HistoryError
 from edgespec.tui.details import details_renderable
-from edgespec.tui.history import ChatStore, Conversation, HistoryError
 from edgespec.tui.stats import ReplyFigures, ReplyStats, frozen_line
 from tests.scripted_chat import SIZE, FakeEngine, make_app, reply_text, script, summarize, wait_until
 

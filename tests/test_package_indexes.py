@@ -39,3 +39,16 @@ def test_unnamed_finds_a_module_left_out(tmp_path):
 @pytest.mark.parametrize("package", packages(), ids=lambda p: str(p.relative_to(PACKAGE.parent)))
 def test_the_init_docstring_names_every_module_and_subpackage(package):
     assert unnamed(package) == []
+
+
+# Each front end's application object is its `app.py`: one job, so one name.
+SAME_JOB = {"app.py": ["server", "tui"]}
+
+
+def test_no_two_modules_share_a_name_for_different_jobs():
+    """A name found in two packages sends a reader to the wrong room (`grep`, tracebacks, imports)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "__init__.py":
+            found.setdefault(path.name, []).append(path.parent.relative_to(PACKAGE).as_posix())
+    assert {name: where for name, where in found.items() if len(where) > 1} == SAME_JOB

@@ -22,8 +22,8 @@ from edgespec.decoding.backend import Placement
 from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import ControllerState, Source, Step, Token
 from edgespec.tui.app import ChatApp
+from edgespec.tui.chat_store import COPIED, SPAN_KINDS, ChatStore, Conversation
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
-from edgespec.tui.history import COPIED, SPAN_KINDS, ChatStore, Conversation
 from edgespec.tui.pacing import SHARED_CPU, SPARE_CORE, Budget, UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyFigures, ReplyStats, StatsBar, frozen_line, sparkline

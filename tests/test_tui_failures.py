@@ -13,7 +13,7 @@ from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
-from edgespec.tui.history import ChatStore
+from edgespec.tui.chat_store import ChatStore
 from edgespec.tui.stats import ReplyFigures, frozen_line
 from edgespec.tui.transcript import REJECTED, Notice
 from tests.scripted_chat import REPLY, SIZE, FakeEngine, TickClock, make_app, script, send, wait_for_reply, wait_until

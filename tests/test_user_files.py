@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.bench.suites import load_suite
-from edgespec.tui.history import ChatStore
+from edgespec.tui.chat_store import ChatStore
 from edgespec.util.errors import UsageError
 from edgespec.util.user_files import read_user_file, size_text
 from tests.edgespec_process import REPO, edgespec_env

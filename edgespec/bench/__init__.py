@@ -3,7 +3,7 @@ layouts.
 
     suites.py           the JSONL suites and the selection `--limit` / `--suites` make of them
     jsonl.py            reading a JSONL file of the bench, every problem one line naming file and line
-    structured.py       a suite line's `response_format`, and each reply checked against it
+    structured_suite.py a suite line's `response_format`, and each reply checked against it
     sessions.py         the session suite: sequences of related calls, each timed whole
     modes.py            decoding modes measured interleaved on a suite
     hf_assisted.py      the `hf-assisted` peer: transformers' own speculative generation

@@ -16,7 +16,7 @@ Every figure comes from the engine's own event stream, as in `edgespec run`, exc
 those of `hf-assisted`: transformers' own `generate(assistant_model=...)` on the same pair and
 prompts (hf backend only), the peer to beat, timed the same way (see `hf_assisted.assisted_generate`).
 A prompt with a `response_format` decodes under it in every mode, and each reply is checked against
-it (`structured.reply_problem`).
+it (`structured_suite.reply_problem`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from edgespec.bench.hf_assisted import assisted_generate
-from edgespec.bench.structured import reply_problem
+from edgespec.bench.structured_suite import reply_problem
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token, WholeReply

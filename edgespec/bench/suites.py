@@ -1,5 +1,5 @@
 """Bench suites: JSONL prompts (a completion or a chat, with a token budget, and optionally a
-`response_format` every mode decodes under, see structured.py), each line read and checked before
+`response_format` every mode decodes under, see structured_suite.py), each line read and checked before
 any model loads, and the selection `--limit` / `--suites` make of them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from edgespec.bench.jsonl import first_problem, json_objects
-from edgespec.bench.structured import CheckedFormat
+from edgespec.bench.structured_suite import CheckedFormat
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.constraints.response_format import format_constraint
 from edgespec.util.errors import UsageError

@@ -79,7 +79,7 @@ def chat(system, resume, json_object, json_schema, options: EngineOptions):
 
     Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
     """
-    from edgespec.tui.history import ChatStore
+    from edgespec.tui.chat_store import ChatStore
 
     check_text(system, "--system")
     options = replace(options, constraint=json_constraint(json_object, json_schema))  # every reply decodes under it

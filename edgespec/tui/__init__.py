@@ -11,7 +11,7 @@
     details.py     F2: the last reply's K histogram, where its time went, what drafting gained
     chat_list.py   ctrl+o: the saved chats
     chat.tcss      the app's stylesheet
-    history.py     saved chats, one JSON file each; knows nothing of Textual
+    chat_store.py  saved chats, one JSON file each; knows nothing of Textual
 
 The click command is `edgespec.cli.chat`. The engine never imports this package.
 """

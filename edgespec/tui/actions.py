@@ -10,8 +10,8 @@ from textual.app import SystemCommand
 from textual.screen import Screen
 
 from edgespec.tui.chat_list import ChatListScreen
+from edgespec.tui.chat_store import Conversation
 from edgespec.tui.details import DetailsScreen
-from edgespec.tui.history import Conversation
 from edgespec.tui.prompt import PromptBox
 from edgespec.util.errors import EdgespecError
 

@@ -30,9 +30,9 @@ from textual.widgets import Footer, Header, Static
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.tui.actions import ChatActions
+from edgespec.tui.chat_store import ChatStore, Conversation
 from edgespec.tui.generation import Generation, fit_context
 from edgespec.tui.header import describe_pair
-from edgespec.tui.history import ChatStore, Conversation
 from edgespec.tui.pacing import UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
 from edgespec.tui.stats import ReplyFigures, StatsBar, context_gauge

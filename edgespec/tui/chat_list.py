@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from edgespec.tui.history import Conversation
+from edgespec.tui.chat_store import Conversation
 
 
 def _label(c: Conversation) -> Text:

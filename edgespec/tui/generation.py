@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.engine.choices import FROM_ELSEWHERE
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.tui.history import Conversation
+from edgespec.tui.chat_store import Conversation
 from edgespec.tui.stats import ReplyStats
 from edgespec.tui.transcript import ReplySpans, ReplyView
 from edgespec.util.errors import EdgespecError

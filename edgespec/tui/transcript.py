@@ -1,6 +1,6 @@
 """The transcript: user messages, replies coloured by token source, notices; and the legend.
 
-A reply is kept as a list of spans `[source, text]` inside its saved message (see `history.py`), so
+A reply is kept as a list of spans `[source, text]` inside its saved message (see `chat_store.py`), so
 the very list the UI renders is the one written to disk. Styles must read without colour too:
 corrections are underlined, bonus tokens bold, thrown-away draft text struck through; accepted
 draft tokens are green and plain target tokens (K=0) are left as they are.
@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 
 from edgespec.decoding.events import Source
-from edgespec.tui.history import COPIED, REJECTED
+from edgespec.tui.chat_store import COPIED, REJECTED
 from edgespec.tui.stats import ReplyFigures, frozen_line
 
 STYLES: dict[str, str] = {
