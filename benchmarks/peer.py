@@ -400,6 +400,7 @@ def setup(args: argparse.Namespace) -> tuple:
     from edgespec.models.config import load_registry
     from edgespec.models.layouts import read_layout
     from edgespec.models.store import Store
+    from edgespec.util.provenance import input_name
 
     registry = load_registry(args.config)
     if args.peer_model not in registry.models:
@@ -423,9 +424,9 @@ def setup(args: argparse.Namespace) -> tuple:
     mine = {
         "pair": pair.name,
         "draft": args.draft,
-        "target": str(engine.target.path),
+        "target": input_name(engine.target.path),
         "target_layout": read_layout(engine.target.path).text(),
-        "draft_model": str(engine.draft.path) if engine.draft is not None else None,
+        "draft_model": input_name(engine.draft.path) if engine.draft is not None else None,
         "n_ctx": engine.n_ctx,
         "threads": threads,
         "prompt_cache": False,
@@ -435,7 +436,7 @@ def setup(args: argparse.Namespace) -> tuple:
 
 def measure(args: argparse.Namespace) -> dict:
     """Every case on both sides, interleaved by round; the result document."""
-    from edgespec.util.provenance import provenance
+    from edgespec.util.provenance import input_name, provenance
 
     prompts, files = read_inputs(args)
     engine, peer_settings, mine = setup(args)
@@ -468,7 +469,8 @@ def measure(args: argparse.Namespace) -> dict:
             sides[side](warm)
         rows += interleaved(processes, sides, args.rounds, "process")
     prompts, suites = summarise(rows)
-    meta = {**provenance(), "edgespec": mine, "peer": peer_settings, "rounds": args.rounds}
+    recorded_peer = peer_settings | {"path": input_name(peer_settings["path"])}  # the file, not where it was kept
+    meta = {**provenance(), "edgespec": mine, "peer": recorded_peer, "rounds": args.rounds}
     return {"meta": meta, "rows": rows, "prompts": prompts, "summary": suites}
 
 
