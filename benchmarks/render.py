@@ -240,20 +240,6 @@ def structured(folder: Path) -> list[str]:
     return bench(folder, tuple(path for name in STRUCTURED_FILES for path in on_every_machine(folder, name)), True)
 
 
-def before_code_edit(folder: Path) -> list[str]:
-    """The previous version's code-edit decode speedup, benched on its own on the same machine."""
-    doc = load(folder, "bench_before_code_edit.json")
-    auto = next(s for s in doc["summary"] if s["mode"] == "auto")
-    v = auto["vs_ar"] or {}
-    return [
-        f"The previous version on {auto['suite']} ({auto['prompts']} prompts): `auto` decoded at "
-        f"**{auto['speedup_vs_ar']:.2f}x** `ar`, acceptance {auto['acceptance']:.0%}, "
-        f"{v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} exact/tie/DIFF.",
-        "",
-        source(doc, "bench_before_code_edit.json"),
-    ]
-
-
 def draft_window(folder: Path) -> list[str]:
     doc = load(folder, "draft_window.json")
     windows = list(dict.fromkeys(str(s["window"]) for s in doc["summary"]))
@@ -474,7 +460,6 @@ BLOCKS = {
     "prompt-cache-cost": prompt_cache_cost,
     "read-chunk": read_chunk,
     "health-latency": health_latency,
-    "before-code-edit": before_code_edit,
     "draft-window": draft_window,
     "drafting-ceiling": drafting_ceiling,
     "layout-quality": layout_quality,

@@ -112,7 +112,6 @@ def test_a_broken_marker_is_an_error(text, problem):
 # Made before the renderer refused them: each leaves this list when it is run again on a committed
 # tree (the pages keep showing them, marked "with uncommitted changes", until then).
 MADE_BEFORE_THE_RULE = {
-    "bench_before_code_edit.json": "no provenance: whether the tree had uncommitted changes is not recorded",
     "bench_dev.json": "made with uncommitted changes",
     "bench_heldout.json": "made with uncommitted changes",
     "bench_mtbench.json": "made with uncommitted changes",
@@ -126,7 +125,6 @@ MADE_BEFORE_THE_RULE = {
 # Named an input by an absolute path before the runners named them by their path in the repository
 # or a description (edgespec.util.provenance.input_name); each leaves this list when run again.
 NAMED_BY_ABSOLUTE_PATHS = {
-    "bench_before_code_edit.json",
     "bench_dev.json",
     "bench_mtbench.json",
     "peer.json",
