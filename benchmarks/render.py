@@ -99,32 +99,6 @@ def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
     return f"<sub>`{where_kept}/{name}`: `{command}` at {commit}, {where}{date}</sub>"
 
 
-def whole_call(folder: Path) -> list[str]:
-    doc = load(folder, "whole_call.json")
-    modes = [k for k in doc["summary"][0] if isinstance(doc["summary"][0][k], dict)]
-    lines = ["| file (prompt tokens) | " + " | ".join(modes[1:]) + " |", "|---" * (len(modes)) + "|"]
-    for entry in doc["summary"]:
-        cells = [f"{entry['case'].split(' | ')[0]} ({entry['prompt_tokens']})"]
-        for mode in modes[1:]:
-            m = entry[mode]
-            cells.append(
-                f"**{m['whole_speedup']:.2f}x** whole, TTFT {m['ttft_ratio']:.2f}x, decode {m['decode_speedup']:.2f}x"
-            )
-        lines.append("| " + " | ".join(cells) + " |")
-    base = modes[0]
-    lines.append("")
-    lines.append(
-        f"Against `--draft {base}` in the same rounds (medians): "
-        + "; ".join(
-            f"{e['case'].split(' | ')[0]} {e[base]['wall_s']:.1f} s whole, TTFT {e[base]['ttft_s']:.1f} s, "
-            f"decode {e[base]['decode_s']:.1f} s"
-            for e in doc["summary"]
-        )
-        + "."
-    )
-    return lines + ["", source(doc, "whole_call.json")]
-
-
 def prompt_cache(folder: Path) -> list[str]:
     doc = load(folder, "prompt_cache.json")
     runs, s = doc["runs"], doc["summary"]
@@ -455,7 +429,6 @@ def layout_quality(folder: Path) -> list[str]:
 BLOCKS = {
     "bench": bench,
     "structured": structured,
-    "whole-call": whole_call,
     "prompt-cache": prompt_cache,
     "prompt-cache-cost": prompt_cache_cost,
     "read-chunk": read_chunk,

@@ -120,7 +120,6 @@ MADE_BEFORE_THE_RULE = {
     "prompt_cache.json": "made with uncommitted changes",
     "sessions.json": "made with uncommitted changes",
     "static_corpus.json": "made with uncommitted changes",
-    "whole_call.json": "made with uncommitted changes",
 }
 # Named an input by an absolute path before the runners named them by their path in the repository
 # or a description (edgespec.util.provenance.input_name); each leaves this list when run again.
@@ -132,7 +131,6 @@ NAMED_BY_ABSOLUTE_PATHS = {
     "prompt_cache.json",
     "prompt_cache_cost.json",
     "static_corpus.json",
-    "whole_call.json",
 }
 
 
