@@ -83,8 +83,6 @@ def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
     """One line saying what made a file's figures: the command, commit, machine and date."""
     meta = doc.get("meta", doc)
     commit = (meta.get("commit") or "")[:7] or meta.get("version", "?")
-    if meta.get("dirty"):
-        commit += " with uncommitted changes"
     machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else meta
     cpus = machine.get("cpus", machine.get("cpu_count"))
     where = f"{cpus} CPUs"
