@@ -83,8 +83,6 @@ def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
     """One line saying what made a file's figures: the command, commit, machine and date."""
     meta = doc.get("meta", doc)
     commit = (meta.get("commit") or "")[:7] or meta.get("version", "?")
-    if meta.get("dirty"):
-        commit += " with uncommitted changes"
     machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else meta
     cpus = machine.get("cpus", machine.get("cpu_count"))
     where = f"{cpus} CPUs"
@@ -97,32 +95,6 @@ def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
     command = shlex.join(command) if isinstance(command, list) else command
     date = f", {meta['date'][:10]}" if meta.get("date") else ""
     return f"<sub>`{where_kept}/{name}`: `{command}` at {commit}, {where}{date}</sub>"
-
-
-def whole_call(folder: Path) -> list[str]:
-    doc = load(folder, "whole_call.json")
-    modes = [k for k in doc["summary"][0] if isinstance(doc["summary"][0][k], dict)]
-    lines = ["| file (prompt tokens) | " + " | ".join(modes[1:]) + " |", "|---" * (len(modes)) + "|"]
-    for entry in doc["summary"]:
-        cells = [f"{entry['case'].split(' | ')[0]} ({entry['prompt_tokens']})"]
-        for mode in modes[1:]:
-            m = entry[mode]
-            cells.append(
-                f"**{m['whole_speedup']:.2f}x** whole, TTFT {m['ttft_ratio']:.2f}x, decode {m['decode_speedup']:.2f}x"
-            )
-        lines.append("| " + " | ".join(cells) + " |")
-    base = modes[0]
-    lines.append("")
-    lines.append(
-        f"Against `--draft {base}` in the same rounds (medians): "
-        + "; ".join(
-            f"{e['case'].split(' | ')[0]} {e[base]['wall_s']:.1f} s whole, TTFT {e[base]['ttft_s']:.1f} s, "
-            f"decode {e[base]['decode_s']:.1f} s"
-            for e in doc["summary"]
-        )
-        + "."
-    )
-    return lines + ["", source(doc, "whole_call.json")]
 
 
 def prompt_cache(folder: Path) -> list[str]:
@@ -238,20 +210,6 @@ def structured(folder: Path) -> list[str]:
     """The structured suite and its held-out prompts, each mode under the prompt's response_format,
     on every machine that ran them."""
     return bench(folder, tuple(path for name in STRUCTURED_FILES for path in on_every_machine(folder, name)), True)
-
-
-def before_code_edit(folder: Path) -> list[str]:
-    """The previous version's code-edit decode speedup, benched on its own on the same machine."""
-    doc = load(folder, "bench_before_code_edit.json")
-    auto = next(s for s in doc["summary"] if s["mode"] == "auto")
-    v = auto["vs_ar"] or {}
-    return [
-        f"The previous version on {auto['suite']} ({auto['prompts']} prompts): `auto` decoded at "
-        f"**{auto['speedup_vs_ar']:.2f}x** `ar`, acceptance {auto['acceptance']:.0%}, "
-        f"{v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} exact/tie/DIFF.",
-        "",
-        source(doc, "bench_before_code_edit.json"),
-    ]
 
 
 def draft_window(folder: Path) -> list[str]:
@@ -469,12 +427,10 @@ def layout_quality(folder: Path) -> list[str]:
 BLOCKS = {
     "bench": bench,
     "structured": structured,
-    "whole-call": whole_call,
     "prompt-cache": prompt_cache,
     "prompt-cache-cost": prompt_cache_cost,
     "read-chunk": read_chunk,
     "health-latency": health_latency,
-    "before-code-edit": before_code_edit,
     "draft-window": draft_window,
     "drafting-ceiling": drafting_ceiling,
     "layout-quality": layout_quality,

@@ -109,33 +109,9 @@ def test_a_broken_marker_is_an_error(text, problem):
         render.render_page(text)
 
 
-# Made before the renderer refused them: each leaves this list when it is run again on a committed
-# tree (the pages keep showing them, marked "with uncommitted changes", until then).
-MADE_BEFORE_THE_RULE = {
-    "bench_before_code_edit.json": "no provenance: whether the tree had uncommitted changes is not recorded",
-    "bench_dev.json": "made with uncommitted changes",
-    "bench_heldout.json": "made with uncommitted changes",
-    "bench_mtbench.json": "made with uncommitted changes",
-    "draft_window.json": "no provenance: whether the tree had uncommitted changes is not recorded",
-    "peer_files.json": "made with uncommitted changes",
-    "prompt_cache.json": "made with uncommitted changes",
-    "sessions.json": "made with uncommitted changes",
-    "static_corpus.json": "made with uncommitted changes",
-    "whole_call.json": "made with uncommitted changes",
-}
 # Named an input by an absolute path before the runners named them by their path in the repository
 # or a description (edgespec.util.provenance.input_name); each leaves this list when run again.
-NAMED_BY_ABSOLUTE_PATHS = {
-    "bench_before_code_edit.json",
-    "bench_dev.json",
-    "bench_mtbench.json",
-    "peer.json",
-    "peer_files.json",
-    "prompt_cache.json",
-    "prompt_cache_cost.json",
-    "static_corpus.json",
-    "whole_call.json",
-}
+NAMED_BY_ABSOLUTE_PATHS = {"peer.json"}
 
 
 def test_a_result_made_with_uncommitted_changes_or_without_provenance_is_refused(tmp_path, capsys):
@@ -155,10 +131,8 @@ def test_a_result_made_with_uncommitted_changes_or_without_provenance_is_refused
     ]
 
 
-def test_the_committed_results_refused_are_those_made_before_the_rule():
-    prefix = "benchmarks/results/"
-    refused = dict(line.removeprefix(prefix).split(": ", 1) for line in render.refused(render.RESULTS))
-    assert refused == MADE_BEFORE_THE_RULE
+def test_every_committed_result_was_made_on_a_committed_tree():
+    assert render.refused(render.RESULTS) == []
 
 
 def absolute_paths(value) -> list[str]:
