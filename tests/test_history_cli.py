@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgespec.cli import main as cli
+from tests.tiny_cli import tiny_pair_toml
 
 
 @pytest.fixture
@@ -20,11 +21,7 @@ def env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("EDGESPEC_NO_HISTORY")
     config = tmp_path / "models.toml"
-    config.write_text(
-        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-    )
+    config.write_text(tiny_pair_toml(tiny_gguf, tiny_draft_gguf))
     monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
     return tmp_path
 

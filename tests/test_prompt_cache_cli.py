@@ -18,6 +18,7 @@ from edgespec.engine.prompt_cache import open_cache
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError
 from tests.cached_prompts import FILE, LONGER, load
+from tests.tiny_cli import tiny_pair_toml
 
 # -- the front ends ------------------------------------------------------------------------------
 
@@ -29,11 +30,7 @@ def cli_env(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
     monkeypatch.delenv("EDGESPEC_NO_CACHE", raising=False)
     monkeypatch.delenv("EDGESPEC_CACHE_BUDGET", raising=False)
     config = tmp_path / "models.toml"
-    config.write_text(
-        f'default = "tiny"\n[models.t]\nformat = "gguf"\npath = "{tiny_gguf}"\n'
-        f'[models.d]\nformat = "gguf"\npath = "{tiny_draft_gguf}"\n'
-        '[pairs.tiny]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "d"\ncontext = 256\n'
-    )
+    config.write_text(tiny_pair_toml(tiny_gguf, tiny_draft_gguf))
     monkeypatch.setenv("EDGESPEC_CONFIG", str(config))
     return tmp_path
 
