@@ -71,7 +71,7 @@ def test_the_curve_is_measured_once_saved_keyed_as_before_and_reused(own_calibra
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     generate(engine, clock)
     key, entry = saved_entry(own_calibration_file)
-    assert key == engine._calibration_key() and key.startswith("v4|")
+    assert key == engine._calibration_key() and key.startswith("v5|")
     assert sorted(map(int, entry["verify"])) == list(range(1, 18))  # every length auto may verify
     assert quiet_figure(entry, 3) == pytest.approx(cpu_like(3))
     assert min(entry["draft_step"]) == pytest.approx(0.01)
@@ -174,7 +174,7 @@ def test_a_slightly_slow_reply_is_no_contradiction(own_calibration_file):
         "{not json",
         '["a list"]',
         "{KEY: 3}",
-        '{KEY: {"verify": {"1": 0.03, "2": 0.045}, "draft_step": 0.01}}',  # v3's form under v4's key
+        '{KEY: {"verify": {"1": 0.03, "2": 0.045}, "draft_step": 0.01}}',  # v3's form under this version's key
         '{KEY: {"verify": {"1": [0.03], "2": [-1]}, "draft_step": null}}',
         '{KEY: {"verify": {"1": [0.03], "2": ["fast"]}, "draft_step": null}}',
         '{KEY: {"verify": {"1": [0.03]}, "draft_step": null}}',  # one size: no curve
@@ -193,14 +193,15 @@ def test_a_damaged_file_is_ignored_measured_again_and_replaced(own_calibration_f
 
 
 def test_a_curve_saved_by_an_older_calibration_is_measured_again(own_calibration_file):
-    """Entries without the "v4" mark kept one timing per size (v3), timed a few lengths only (v2),
-    or were refined online with a moving average (unmarked); they are not trusted."""
+    """Entries without the "v5" mark took passes on fewer threads into the quiet curve (v4), kept
+    one timing per size (v3), timed a few lengths only (v2), or were refined online with a moving
+    average (unmarked); they are not trusted."""
     clock = VirtualClock()
     engine = fake_engine(clock, verify=cpu_like)
     key = engine._calibration_key()
     old = {"verify": {"1": 0.03, "2": 0.5}, "draft_step": None}
-    bare = key.removeprefix("v4|")
-    own_calibration_file.write_text(json.dumps({bare: old, "v2|" + bare: old, "v3|" + bare: old}))
+    bare = key.removeprefix("v5|")
+    own_calibration_file.write_text(json.dumps({bare: old, **{f"v{v}|{bare}": old for v in (2, 3, 4)}}))
     generate(engine, clock)
     assert engine.costs.verify(2) == pytest.approx(cpu_like(2))
     assert list(json.loads(own_calibration_file.read_text())) == [engine._calibration_key()]  # the old ones went

@@ -11,8 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from edgespec.decoding.decoder import SpeculativeDecoder
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.events import Step
+from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.policy.quiet_cost import SESSIONS
+from edgespec.decoding.policy.simple_policies import FixedK
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.threads import ThreadPolicy
+from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 
 
 class Machine:
@@ -186,3 +194,37 @@ def test_a_moving_load_on_two_cores_is_followed(phases: list[tuple[int, int]], s
     machine.passes = total - 1
     assert policy.best == machine.best()
     assert spent <= 1.15 * oracle
+
+
+def test_passes_on_fewer_threads_price_the_reply_but_leave_the_quiet_curve():
+    """Replies run wholly on 1 of 2 threads (a core busy from their start), more of them than the
+    quiet curve keeps sessions: their passes, twice as dear, move the live curve the controller
+    prices each reply with, but the quiet curve saved for the next run keeps the calibration's
+    figures. Taken in, they would have set it for good at every size they used. A reply at the
+    models' own count refines it."""
+    machine = Machine(2, [(SESSIONS + 1, 1), (10_000, 0)])  # busy for SESSIONS + 1 replies
+    clock = VirtualClock()
+    per_thread = {2: 1.0, 1: 2.0}
+    target = MarkovBackend(n_vocab=8, cost=lambda n: 0.03 * n**0.5 * per_thread[machine.threads], clock=clock)
+    costs = CostModel()
+    with simulated_time(clock):
+        costs.calibrate(target, None, max_n=3)  # at 2 threads
+    quiet = costs.quiet_curve()
+    policy = ThreadPolicy(2, machine.apply, costs, machine)
+    decoder = SpeculativeDecoder(target, FixedK(2, DraftChoice.NGRAM, costs), [NgramDrafter()], policy)
+
+    def reply() -> set[int]:
+        target.truncate(0)
+        with simulated_time(clock):
+            events = list(decoder.generate([1, 2, 3, 1, 2, 3, 1, 2], 60, SamplingParams()))
+        machine.passes += 1  # a phase is a reply
+        costs.end_session()
+        return {e.threads for e in events if isinstance(e, Step)}
+
+    for _ in range(SESSIONS + 1):
+        assert 1 in reply()  # (a probe may try 2 threads, at their quiet cost here)
+        assert max(costs.verify(n) / quiet[n] for n in quiet) > 1.5  # the live curve followed
+    assert costs.quiet_curve() == pytest.approx(quiet)
+    sessions = costs.to_dict()["verify"]
+    assert reply() == {2}
+    assert costs.to_dict()["verify"] != sessions  # a session of its own

@@ -297,7 +297,8 @@ class SpeculativeDecoder:
         part of `draft` (after any forced tokens)."""
         # before observe: the policy learns at the new costs; a pass that skipped rows' logits is
         # cheaper than the curve it would be read into (one per tokens verified, every row's logits)
-        self.policy.costs.observe_round(step, draft, whole_rows=whole_rows)
+        own_threads = self.threads is None or step.threads == self.threads.most
+        self.policy.costs.observe_round(step, draft, whole_rows=whole_rows, own_threads=own_threads)
         if self.threads is not None and whole_rows:  # timings comparable with the verify curve's
             self.threads.observe(step.k + 1, step.verify_s)
         if step.accepted >= step.forced:  # else the drafted part was never verified

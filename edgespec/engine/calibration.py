@@ -19,10 +19,12 @@ from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.paths import home, private_folder
 
-# Saved curves of another version are measured again: "v4" curves keep each size's recent session
-# figures and are refined by live passes; "v3" ones kept one fastest timing per size; "v2" ones
-# timed 1, 2, 4, 8 and 16 tokens and interpolated between.
-CALIBRATION_VERSION = "v4"
+# Saved curves of another version are measured again: "v5" curves keep each size's recent session
+# figures, refined by live passes at the models' own thread count; "v4" ones also took passes on
+# fewer threads, so a spell of load could leave a size priced at twice its cost for good; "v3"
+# ones kept one fastest timing per size; "v2" ones timed 1, 2, 4, 8 and 16 tokens and
+# interpolated between.
+CALIBRATION_VERSION = "v5"
 # A calibration stops after this long and goes on with what it timed: a machine that needs longer
 # is busy, so the figures would be inflated anyway, and live passes correct them (`keep_costs`).
 CALIBRATION_BUDGET_S = 30.0

@@ -60,20 +60,27 @@ class CostModel:
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.SMOOTH * (new - old)
 
-    def observe_verify(self, n: int, seconds: float) -> None:
+    # The `own_threads` of the observe_ methods: whether the timing was taken at the thread count
+    # the curve is for (the models' own; see `observe_round`). Only such timings reach the quiet
+    # curve; every timing moves the live estimates.
+
+    def observe_verify(self, n: int, seconds: float, own_threads: bool = True) -> None:
         self._verify[n] = self._ema(self._verify.get(n), seconds)
         self._curve.clear()
-        self._quiet_verify.setdefault(n, QuietCost()).add(seconds)
+        if own_threads:
+            self._quiet_verify.setdefault(n, QuietCost()).add(seconds)
 
-    def observe_draft(self, tokens: int, seconds: float) -> None:
+    def observe_draft(self, tokens: int, seconds: float, own_threads: bool = True) -> None:
         if tokens:
             self.draft_step = self._ema(self.draft_step, seconds / tokens)
-            self._quiet_draft.add(seconds / tokens)
+            if own_threads:
+                self._quiet_draft.add(seconds / tokens)
 
-    def observe_read(self, tokens: int, seconds: float) -> None:
+    def observe_read(self, tokens: int, seconds: float, own_threads: bool = True) -> None:
         if tokens:
             self.read_per_token = self._ema(self.read_per_token, seconds / tokens)
-            self._quiet_read.add(seconds / tokens)
+            if own_threads:
+                self._quiet_read.add(seconds / tokens)
 
     def read(self, n: int) -> float:
         """Seconds for the draft model to read n tokens of text it has not seen (its catch-up).
@@ -87,24 +94,30 @@ class CostModel:
     def observe_lookup(self, seconds: float) -> None:
         self.ngram_lookup = self._ema(self.ngram_lookup, seconds)
 
-    def observe_round(self, step: Step, draft: Draft, whole_rows: bool = True) -> None:
+    def observe_round(self, step: Step, draft: Draft, whole_rows: bool = True, own_threads: bool = True) -> None:
         """Learn from one round's timings (the decoder calls it after every pass, whatever the
         policy): the target's pass over the tokens it verified (if `whole_rows`: every row's logits
         computed, as the curve prices them); then for a draft-model round its draft steps (one per
         token it chose: alternatives and forced tokens came free) and a long catch-up as a read,
-        for any other round the time before the pass as an n-gram lookup."""
+        for any other round the time before the pass as an n-gram lookup.
+
+        `own_threads`: the round ran at the models' own thread count, the one the curve is saved
+        for. A round on fewer threads (a busy machine, or the thread policy's probe) prices this
+        reply but is no evidence of the quiet curve: on 2 cores a pass on 1 thread costs about
+        twice as much, and replies run wholly on 1 thread under load would otherwise set the quiet
+        cost of every size they used, for good at a size that then looks too dear to try again."""
         if whole_rows:
-            self.observe_verify(step.k + 1, step.verify_s)
+            self.observe_verify(step.k + 1, step.verify_s, own_threads)
         if step.drafter != DrafterKind.MODEL:
             self.observe_lookup(step.draft_s)
             return
         if not draft.catch_up_s:
-            self.observe_draft(draft.steps, step.draft_s)
+            self.observe_draft(draft.steps, step.draft_s, own_threads)
             return
         if draft.catch_up_tokens > ROUTINE_CATCH_UP:
-            self.observe_read(draft.catch_up_tokens, draft.catch_up_s)
+            self.observe_read(draft.catch_up_tokens, draft.catch_up_s, own_threads)
         if draft.steps > 1:
-            self.observe_draft(draft.steps - 1, step.draft_s - draft.catch_up_s)
+            self.observe_draft(draft.steps - 1, step.draft_s - draft.catch_up_s, own_threads)
 
     @property
     def calibrated(self) -> bool:
