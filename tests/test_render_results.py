@@ -109,11 +109,6 @@ def test_a_broken_marker_is_an_error(text, problem):
         render.render_page(text)
 
 
-# Named an input by an absolute path before the runners named them by their path in the repository
-# or a description (edgespec.util.provenance.input_name); each leaves this list when run again.
-NAMED_BY_ABSOLUTE_PATHS = {"peer.json"}
-
-
 def test_a_result_made_with_uncommitted_changes_or_without_provenance_is_refused(tmp_path, capsys):
     folder = tmp_path / "results"
     folder.mkdir()
@@ -155,4 +150,4 @@ def test_result_files_name_inputs_by_a_repository_path_or_a_description():
         for path in render.RESULTS.rglob("*.json")
         if absolute_paths(json.loads(path.read_text()))
     }
-    assert found == NAMED_BY_ABSOLUTE_PATHS
+    assert found == set()
