@@ -1,6 +1,7 @@
 """benchmarks/drafting_ceiling.py measures what perfect drafts would gain: drafts of the target's own
-reply must then be taken whole, under a constraint too, and change nothing in the reply; and its
-summary must compare each mode with plain decoding of the same prompts."""
+reply must then be taken whole, under a constraint too, and change nothing in the reply; the text's
+own copies, cut where the reply parts from them, likewise; and its summary must compare each mode
+with plain decoding of the same prompts."""
 
 from __future__ import annotations
 
@@ -52,10 +53,25 @@ def test_drafts_of_the_target_s_own_reply_are_taken_whole_and_change_nothing(eng
         assert drafter.propose(ids + ar["tokens"][:2], 4).ids == ar["tokens"][2:6]
         assert drafter.propose(ids + [ar["tokens"][0] + 1], 4).ids == []
         assert perfect["target_passes"] < ar["target_passes"] / 2
-        rows += [ar, perfect, ceiling.run(engine, prompt, "auto", None, policy)]
+        copies = ceiling.run(engine, prompt, ceiling.COPIES, ar["tokens"], policy)
+        assert copies["tokens"] == ar["tokens"]
+        assert perfect["target_passes"] <= copies["target_passes"] <= ar["target_passes"]
+        rows += [ar, perfect, copies, ceiling.run(engine, prompt, "auto", None, policy)]
     summary = ceiling.summarise(rows)
     assert [(s["suite"], s["mode"], s["prompts"], s["replies"]) for s in summary] == [
         ("t", "auto", 2, 2),
         ("t", ceiling.CEILING, 2, 2),
+        ("t", ceiling.COPIES, 2, 2),
     ]
-    assert summary[1]["exact"] == 2 and all(s["whole_vs_ar"] > 0 and s["decode_vs_ar"] > 0 for s in summary)
+    assert summary[1]["exact"] == 2 and summary[2]["exact"] == 2
+    assert all(s["whole_vs_ar"] > 0 and s["decode_vs_ar"] > 0 for s in summary)
+
+
+def test_the_copy_oracle_drafts_the_branch_the_reply_takes_as_far_as_it_takes_it():
+    prompt = [1, 2, 3, 1, 2, 4, 5, 1, 2]  # after [1, 2]: 4 (the latest occurrence) or 3
+    assert ceiling.CopyOracle(len(prompt), [4, 5, 1, 2]).propose(prompt, 8).ids == [4, 5, 1, 2]
+    assert ceiling.CopyOracle(len(prompt), [4, 5, 9]).propose(prompt, 8).ids == [4, 5]
+    assert ceiling.CopyOracle(len(prompt), [3, 1, 2, 4, 7]).propose(prompt, 8).ids == [3, 1, 2, 4]
+    assert ceiling.CopyOracle(len(prompt), [3, 1, 2, 4, 7]).propose(prompt, 2).ids == [3, 1]
+    assert ceiling.CopyOracle(len(prompt), [6, 1]).propose(prompt, 8).ids == []  # no copy offers 6
+    assert ceiling.CopyOracle(len(prompt), [4, 5]).propose([*prompt, 3], 8).ids == []  # parted from the reply
