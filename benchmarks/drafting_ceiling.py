@@ -168,6 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", type=Path, action="append", required=True, help="a bench suite (repeatable)")
     ap.add_argument("--suites", default=None, help="only these suites of the files (comma-separated)")
+    ap.add_argument("--limit", type=int, default=None, help="the first N prompts of each suite")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--pair", default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -176,7 +177,7 @@ def main() -> None:
     policy = make_policy(KSetting("auto"), DraftChoice.NGRAM, engine.costs)  # kept across prompts, as auto's is
     rows: list[dict] = []
     order = ["ar", "auto", *ORACLES]
-    prompts = suites.select([p for path in args.suite for p in suites.load_suite(path)], None, args.suites)
+    prompts = suites.select([p for path in args.suite for p in suites.load_suite(path)], args.limit, args.suites)
     for repeat in range(args.repeats):
         for prompt in prompts:
             reply = next((r["tokens"] for r in rows if (r["id"], r["mode"]) == (prompt.id, "ar")), None)
