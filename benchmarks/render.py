@@ -225,23 +225,32 @@ def draft_window(folder: Path) -> list[str]:
     return lines + ["", source(doc, "draft_window.json")]
 
 
+CEILING_FILES = ("drafting_ceiling.json", "drafting_ceiling_edits.json")  # the structured suites; the edits
+
+
 def drafting_ceiling(folder: Path) -> list[str]:
-    """`auto` against drafts that are the target's own reply: the most any drafter could gain there,
-    on every machine that ran it."""
+    """`auto` against the text's copies with their length known and against drafts that are the
+    target's own reply: the most a choice of draft length, and any drafter, could gain there, on
+    every machine that ran it (a run before the copies mode existed shows none)."""
     lines = [
-        "| suite (prompts) | machine | `auto` vs ar | perfect drafts vs ar | = ar (auto, perfect) |",
-        "|---|---|---|---|---|",
+        "| suite (prompts) | machine | `auto` vs ar | copies, length known | perfect drafts vs ar "
+        "| = ar (auto, copies, perfect) |",
+        "|---|---|---|---|---|---|",
     ]
     sources = []
-    for name in on_every_machine(folder, "drafting_ceiling.json"):
+    for name in [path for file in CEILING_FILES for path in on_every_machine(folder, file) if (folder / path).exists()]:
         doc = load(folder, name)
         for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
-            auto, perfect = (
-                next(s for s in doc["summary"] if (s["suite"], s["mode"]) == (suite, m)) for m in ("auto", "ceiling")
+            auto, copies, perfect = (
+                next((s for s in doc["summary"] if (s["suite"], s["mode"]) == (suite, m)), None)
+                for m in ("auto", "copies", "ceiling")
             )
             cells = [f"{suite} ({auto['prompts']})", machine(doc)]
-            cells += [f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" for m in (auto, perfect)]
-            cells.append(f"{auto['exact']}/{auto['replies']}, {perfect['exact']}/{perfect['replies']}")
+            cells += [
+                f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" if m else "not run"
+                for m in (auto, copies, perfect)
+            ]
+            cells.append(", ".join(f"{m['exact']}/{m['replies']}" if m else "-" for m in (auto, copies, perfect)))
             lines.append("| " + " | ".join(cells) + " |")
         sources.append(source(doc, name) + "<br>")
     return lines + [""] + sources
