@@ -70,6 +70,30 @@ def test_cost_model_interpolates_between_and_extrapolates_beyond_measured_sizes(
     assert c.draft_step == pytest.approx(0.010)
 
 
+def test_what_a_reply_has_not_timed_lately_follows_the_load_the_rest_meets():
+    """Under load (here every pass twice as dear, as on one thread of two) a reply that decodes
+    plainly times only one-token passes. The sizes it has not timed, the draft step and the draft
+    model's reading must rise with them: left at their quiet figures, drafting looked half price
+    and `auto` drafted its way below plain decoding on a busy machine. When the load leaves, they
+    come back down the same way."""
+    clock = VirtualClock()
+    target = MarkovBackend(cost=CPU.verify, clock=clock)
+    draft = MarkovBackend(cost=lambda n: n * CPU.draft, clock=clock)
+    costs = CostModel()
+    with simulated_time(clock):
+        costs.calibrate(target, draft)
+    quiet, step, read = costs.quiet_curve(), costs.draft_step, costs.read_per_token
+    assert step is not None and read is not None
+    for load in (2.0, 1.0):
+        for _ in range(40):
+            costs.observe_verify(1, load * quiet[1], own_threads=load == 1.0)
+        for n in (1, 2, 4, 8, 17):
+            assert costs.verify(n) == pytest.approx(load * quiet[n], rel=0.02)
+        assert costs.draft_step == pytest.approx(load * step, rel=0.02)
+        assert costs.read_per_token == pytest.approx(load * read, rel=0.02)
+    assert costs.quiet_curve() == pytest.approx(quiet)
+
+
 @pytest.mark.parametrize("hw", [CPU, GPU, BF16], ids=lambda h: h.name)
 def test_calibrate_measures_the_verify_curve_and_the_draft_step_and_rolls_back(hw):
     clock = VirtualClock()

@@ -202,13 +202,17 @@ def test_passes_on_fewer_threads_price_the_reply_but_leave_the_quiet_curve():
     prices each reply with, but the quiet curve saved for the next run keeps the calibration's
     figures. Taken in, they would have set it for good at every size they used. A reply at the
     models' own count refines it."""
-    machine = Machine(2, [(SESSIONS + 1, 1), (10_000, 0)])  # busy for SESSIONS + 1 replies
+    machine = Machine(2, [(1, 0), (SESSIONS + 1, 1), (10_000, 0)])  # busy for SESSIONS + 1 replies
     clock = VirtualClock()
-    per_thread = {2: 1.0, 1: 2.0}
-    target = MarkovBackend(n_vocab=8, cost=lambda n: 0.03 * n**0.5 * per_thread[machine.threads], clock=clock)
+
+    def load() -> float:  # 1 thread: twice the quiet cost; 2 threads, one of them stalled: three times
+        return 2.0 if machine.threads == 1 else 1.0 + 2.0 * machine.busy()
+
+    target = MarkovBackend(n_vocab=8, cost=lambda n: 0.03 * n**0.5 * load(), clock=clock)
     costs = CostModel()
     with simulated_time(clock):
-        costs.calibrate(target, None, max_n=3)  # at 2 threads
+        costs.calibrate(target, None, max_n=3)  # at 2 threads, quiet
+    machine.passes += 1  # the load arrives
     quiet = costs.quiet_curve()
     policy = ThreadPolicy(2, machine.apply, costs, machine)
     decoder = SpeculativeDecoder(target, FixedK(2, DraftChoice.NGRAM, costs), [NgramDrafter()], policy)
@@ -222,7 +226,7 @@ def test_passes_on_fewer_threads_price_the_reply_but_leave_the_quiet_curve():
         return {e.threads for e in events if isinstance(e, Step)}
 
     for _ in range(SESSIONS + 1):
-        assert 1 in reply()  # (a probe may try 2 threads, at their quiet cost here)
+        assert 1 in reply()  # (a probe may try 2 threads)
         assert max(costs.verify(n) / quiet[n] for n in quiet) > 1.5  # the live curve followed
     assert costs.quiet_curve() == pytest.approx(quiet)
     sessions = costs.to_dict()["verify"]

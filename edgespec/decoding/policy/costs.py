@@ -23,7 +23,12 @@ class CostModel:
     Live (`verify`, `draft_step`): what the next pass will cost, for the controller's choice of
     it. Each timing moves its size's estimate by SMOOTH (an exponential moving average), so within
     a few passes it follows whatever this reply meets: a context grown long, a CPU shared with
-    another job, where the draft step and the target's pass need not slow alike.
+    another job, where the draft step and the target's pass need not slow alike. Every timing also
+    moves the level (`_level`: live passes over their quiet cost, the same average), and an
+    estimate counts as taken at the level of its last timing: a size not timed since, and the draft
+    step, are scaled by how far the level has moved. A reply that has run on one thread under load
+    for a hundred one-token passes then prices a 4-token pass or a draft step as dear as the load
+    makes it, not at the quiet figure that made drafting look cheap.
 
     Quiet (`QuietCost` per size and for the draft step): what a pass costs when nothing else runs,
     which is what the next run will most likely find. Live passes refine it with low quantiles
@@ -47,10 +52,12 @@ class CostModel:
     FAR = 2.0
 
     def __init__(self) -> None:
-        self._verify: dict[int, float] = {}
+        self._verify: dict[int, float] = {}  # per size: the live estimate, at the level `_taken_at` says
+        self._taken_at: dict[int, float] = {}
         self._curve: dict[int, float] = {}  # verify(n) as interpolated, until the next observation
-        self.draft_step: float | None = None  # seconds per draft-model token
-        self.read_per_token: float | None = None  # seconds per token the draft model reads in one batch
+        self._draft_step: tuple[float, float] | None = None  # seconds per draft-model token, and its level
+        self._read_per_token: tuple[float, float] | None = None  # per token the draft model reads in a batch
+        self._level = 1.0  # live passes over their quiet cost (1: as quiet, or no quiet curve)
         self.ngram_lookup = 0.0  # seconds per n-gram lookup
         self._quiet_verify: dict[int, QuietCost] = {}
         self._quiet_draft = QuietCost()
@@ -65,20 +72,47 @@ class CostModel:
     # curve; every timing moves the live estimates.
 
     def observe_verify(self, n: int, seconds: float, own_threads: bool = True) -> None:
-        self._verify[n] = self._ema(self._verify.get(n), seconds)
+        old = self._verify.get(n)
+        self._verify[n] = self._ema(None if old is None else self._now((old, self._taken_at[n])), seconds)
+        if self._start:
+            self._level = self._ema(self._level, seconds / self._quiet_at(n))
+        self._taken_at[n] = self._level
         self._curve.clear()
         if own_threads:
             self._quiet_verify.setdefault(n, QuietCost()).add(seconds)
 
+    def _quiet_at(self, n: int) -> float:
+        """The quiet cost of a pass over n tokens, as last measured or restored (interpolated)."""
+        ns = sorted(self._start)
+        lo = max((m for m in ns if m <= n), default=ns[0])
+        hi = min((m for m in ns if m >= n), default=ns[-1])
+        if lo == hi:
+            return self._start[lo] * (n / lo if n > hi else 1.0)
+        return self._start[lo] + (self._start[hi] - self._start[lo]) * (n - lo) / (hi - lo)
+
+    def _now(self, estimate: tuple[float, float] | None) -> float | None:
+        """An estimate taken at some level, moved with the level since."""
+        return None if estimate is None else estimate[0] * self._level / estimate[1]
+
+    @property
+    def draft_step(self) -> float | None:
+        """Seconds per draft-model token now."""
+        return self._now(self._draft_step)
+
+    @property
+    def read_per_token(self) -> float | None:
+        """Seconds per token the draft model reads in one batch now."""
+        return self._now(self._read_per_token)
+
     def observe_draft(self, tokens: int, seconds: float, own_threads: bool = True) -> None:
         if tokens:
-            self.draft_step = self._ema(self.draft_step, seconds / tokens)
+            self._draft_step = self._ema(self.draft_step, seconds / tokens), self._level
             if own_threads:
                 self._quiet_draft.add(seconds / tokens)
 
     def observe_read(self, tokens: int, seconds: float, own_threads: bool = True) -> None:
         if tokens:
-            self.read_per_token = self._ema(self.read_per_token, seconds / tokens)
+            self._read_per_token = self._ema(self.read_per_token, seconds / tokens), self._level
             if own_threads:
                 self._quiet_read.add(seconds / tokens)
 
@@ -177,9 +211,12 @@ class CostModel:
         """Live estimates and the contradiction check start from the quiet curve as it is now."""
         self._start = self.quiet_curve()
         self._verify = dict(self._start)
+        self._level = 1.0
+        self._taken_at = dict.fromkeys(self._start, 1.0)
         self._curve.clear()
-        self.draft_step = self._quiet_draft.seconds
-        self.read_per_token = self._quiet_read.seconds
+        self._draft_step, self._read_per_token = (
+            None if q.seconds is None else (q.seconds, 1.0) for q in (self._quiet_draft, self._quiet_read)
+        )
 
     def verify(self, n: int) -> float:
         """Seconds for a target pass over n tokens (the controller asks this dozens of times a round)."""
@@ -207,7 +244,7 @@ class CostModel:
         return min(self.verify(m) for m in range(n, max(n, longest) + 1))
 
     def _interpolate(self, n: int) -> float:
-        pts = self._verify
+        pts = {m: t * self._level / self._taken_at[m] for m, t in self._verify.items()}  # as `_now`
         if n in pts:
             return pts[n]
         ns = sorted(pts)
