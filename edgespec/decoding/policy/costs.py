@@ -75,20 +75,11 @@ class CostModel:
         old = self._verify.get(n)
         self._verify[n] = self._ema(None if old is None else self._now((old, self._taken_at[n])), seconds)
         if self._start:
-            self._level = self._ema(self._level, seconds / self._quiet_at(n))
+            self._level = self._ema(self._level, seconds / piecewise(self._start, n))
         self._taken_at[n] = self._level
         self._curve.clear()
         if own_threads:
             self._quiet_verify.setdefault(n, QuietCost()).add(seconds)
-
-    def _quiet_at(self, n: int) -> float:
-        """The quiet cost of a pass over n tokens, as last measured or restored (interpolated)."""
-        ns = sorted(self._start)
-        lo = max((m for m in ns if m <= n), default=ns[0])
-        hi = min((m for m in ns if m >= n), default=ns[-1])
-        if lo == hi:
-            return self._start[lo] * (n / lo if n > hi else 1.0)
-        return self._start[lo] + (self._start[hi] - self._start[lo]) * (n - lo) / (hi - lo)
 
     def _now(self, estimate: tuple[float, float] | None) -> float | None:
         """An estimate taken at some level, moved with the level since."""
@@ -244,22 +235,7 @@ class CostModel:
         return min(self.verify(m) for m in range(n, max(n, longest) + 1))
 
     def _interpolate(self, n: int) -> float:
-        pts = {m: t * self._level / self._taken_at[m] for m, t in self._verify.items()}  # as `_now`
-        if n in pts:
-            return pts[n]
-        ns = sorted(pts)
-        if not ns:
-            return 1.0
-        if len(ns) == 1:
-            return pts[ns[0]] * n / ns[0]
-        lo = max((m for m in ns if m < n), default=None)
-        hi = min((m for m in ns if m > n), default=None)
-        if lo is None:
-            lo, hi = ns[0], ns[1]
-        elif hi is None:
-            lo, hi = ns[-2], ns[-1]
-        slope = (pts[hi] - pts[lo]) / (hi - lo)
-        return max(pts[lo] + slope * (n - lo), 1e-6)
+        return piecewise({m: t * self._level / self._taken_at[m] for m, t in self._verify.items()}, n)  # as `_now`
 
     def calibrate(
         self,
@@ -345,6 +321,26 @@ class Calibration:
     wanted: int
     cut: bool
     seconds: float
+
+
+def piecewise(pts: dict[int, float], n: int) -> float:
+    """Seconds for a pass over n tokens from timed sizes `pts`: linear between them, beyond them
+    along the nearest segment's slope, proportional to the one size there is."""
+    if n in pts:
+        return pts[n]
+    ns = sorted(pts)
+    if not ns:
+        return 1.0
+    if len(ns) == 1:
+        return pts[ns[0]] * n / ns[0]
+    lo = max((m for m in ns if m < n), default=None)
+    hi = min((m for m in ns if m > n), default=None)
+    if lo is None:
+        lo, hi = ns[0], ns[1]
+    elif hi is None:
+        lo, hi = ns[-2], ns[-1]
+    slope = (pts[hi] - pts[lo]) / (hi - lo)
+    return max(pts[lo] + slope * (n - lo), 1e-6)
 
 
 def ends_first(max_n: int) -> list[int]:
