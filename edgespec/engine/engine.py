@@ -51,6 +51,7 @@ from edgespec.engine.calibration import (
 from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
+from edgespec.engine.read_ahead import Reading, read_whole_chunks
 from edgespec.models.registry import PairConfig
 from edgespec.quality.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
 from edgespec.util.errors import SettingError
@@ -190,6 +191,16 @@ class Engine:
         """Called before a model reads `tokens` (the target here, the draft model from its drafter):
         loads the longest saved prefix of them from the prompt cache. Tokens it saved reading."""
         return self.cache.warm(backend, tokens) if self.cache is not None else 0
+
+    def read_ahead(self, prompt: Sequence[int], cancel: threading.Event | None = None, save: bool = True) -> Reading:
+        """Have the target hold the whole read chunks of a prompt yet to be asked (`read_ahead.py`),
+        from the prompt cache where it has them; `save`: keep the state in the prompt cache too."""
+        start = time.perf_counter()
+        self.read_hook(self.target, prompt)
+        reading = read_whole_chunks(self.target, prompt, cancel, since=start)
+        if save and reading.read and self.cache is not None:
+            self.cache.save(self.target)
+        return reading
 
     def _cached(self, prompt: list[int], events: Iterator[Event], cache: PromptCache) -> Iterator[Event]:
         """`events`, with the target warmed from the prompt cache first (the time it takes counts
