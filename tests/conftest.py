@@ -96,7 +96,7 @@ def read_only() -> Callable[[Path, list[str]], list[str]]:
 
 @pytest.fixture(scope="session")
 def tiny_gguf_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """`factory(seed=0, n_vocab_extra=0, eos_token="<|endoftext|>", like=None, similarity=0.0)`.
+    """`factory(seed=0, n_vocab_extra=0, eos_token="<|endoftext|>", like=None, similarity=0.0, fim=False)`.
 
     Returns the path of a tiny GGUF with those parameters, written on first use and reused for the
     rest of the session. A different `seed` gives a different model over the same vocabulary (a
@@ -111,18 +111,20 @@ def tiny_gguf_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[...,
         eos_token: str = "<|endoftext|>",
         like: int | None = None,
         similarity: float = 0.0,
+        fim: bool = False,
     ) -> Path:
-        key = (seed, n_vocab_extra, eos_token, like, similarity)
+        key = (seed, n_vocab_extra, eos_token, like, similarity, fim)
         if key not in written:
             tag = eos_token.strip("<|>")
             name = f"tiny-s{seed}-x{n_vocab_extra}-{tag}" + (f"-like{like}-{similarity:g}" if like is not None else "")
             written[key] = write_tiny_gguf(
-                folder / f"{name}.gguf",
+                folder / f"{name}{'-fim' * fim}.gguf",
                 seed=seed,
                 n_vocab_extra=n_vocab_extra,
                 eos_token=eos_token,
                 like=like,
                 similarity=similarity,
+                fim=fim,
             )
         return written[key]
 

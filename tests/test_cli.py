@@ -205,7 +205,7 @@ def test_prompt_longer_than_context_names_the_limit(env):
         (("bench", "-m", "missing", "--suite", "/dev/null"), 2, "/dev/null is not a regular file"),
         (("run", "--raw", "-s", "be terse", "hi"), 2, "--system"),
         # click's own parse errors read the same way
-        (("run", "--max-tokens", "0", "hi"), 2, "--max-tokens"),
+        (("run", "--max-tokens", "-1", "hi"), 2, "--max-tokens"),
         (("run", "--frobnicate", "hi"), 2, "--frobnicate"),
         (("bench", "--repeats", "0"), 2, "--repeats"),
         (("models", "check", "--bogus"), 2, "--bogus"),

@@ -67,6 +67,21 @@ def test_run_with_the_same_stdin_and_another_instruction_reads_only_the_rest(cli
     assert warm["prompt_cached"] >= READ_CHUNK
 
 
+def test_run_max_tokens_0_reads_the_input_ahead_and_writes_nothing(cli_env):
+    from click.testing import CliRunner
+
+    from edgespec.cli import main as cli
+
+    r = CliRunner().invoke(cli.main, ["run", "--max-tokens", "0", "--stats"], input=LONGER)
+    assert r.exit_code == 0 and r.stdout == "", r.stderr
+    assert "read 128 tokens" in r.stderr and len(entries(cli_env)) == 1  # the target's whole chunk
+    cold_text, cold = run(cli_env, "Add type hints.", "--no-cache", stdin=LONGER)
+    warm_text, warm = run(cli_env, "Add type hints.", stdin=LONGER)
+    assert warm["prompt_cached"] == READ_CHUNK and warm_text == cold_text
+    refused = CliRunner().invoke(cli.main, ["run", "--max-tokens", "0", "--no-cache"], input=LONGER)
+    assert refused.exit_code == 2 and "--no-cache" in refused.stderr
+
+
 @pytest.mark.parametrize("flags, env", [(("--no-cache",), {}), ((), {"EDGESPEC_NO_CACHE": "1"})])
 def test_no_cache_writes_nothing(cli_env, monkeypatch, flags, env):
     for name, value in env.items():

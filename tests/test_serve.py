@@ -242,7 +242,7 @@ def test_stop_strings_cut_the_text_streamed_and_not(client):
     [
         (chat(temperature="hot"), "temperature"),
         (chat(temperature=-1), "temperature"),
-        (chat(max_tokens=0), "max_tokens"),
+        (chat(max_tokens=-1), "max_tokens"),
         (chat(max_tokens=2.5), "max_tokens"),
         (chat(top_p=0), "top_p"),
         (chat(messages=[]), "messages"),

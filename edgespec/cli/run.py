@@ -67,7 +67,13 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
 @click.option("-s", "--system", default=None, help="System message.")
 @pair_options
 @decoding_options
-@click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=0),
+    default=512,
+    show_default=True,
+    help="0: only read the input into the prompt cache, so that the next call on it reads only the rest.",
+)
 @click.option("--raw", is_flag=True, help="Plain completion of the text, without the chat template.")
 @json_options
 @click.option(
@@ -99,6 +105,10 @@ def run(prompt, system, raw, json_object, json_schema, color, stats, stats_json,
     if raw and system:
         raise UsageError("--system has no meaning with --raw (no chat template)")
     checked = replace(options, constraint=json_constraint(json_object, json_schema)).check()
+    if options.max_tokens == 0 and checked.cache is None:
+        raise UsageError(
+            "--max-tokens 0 reads the input into the prompt cache, which is off (--no-cache, or a cache budget of 0)"
+        )
     text = compose_message(read_stdin(checked.pair.context), prompt)  # the pair's context bounds the read
     if stats_json:
         check_writable(stats_json, "--stats-json")
@@ -123,6 +133,9 @@ def reply(
             f"the input is {len(prompt_tokens)} tokens but pair {engine.pair.name!r} has a {engine.n_ctx}-token "
             "context; shorten it or pick a pair with a longer context"
         )
+    if settings.max_tokens == 0:
+        read_only(engine, prompt_tokens, stats)
+        return
     colored = color == "always" or (color == "auto" and sys.stdout.isatty())
     stop = threading.Event()
     summary, closed = stream_to_stdout(engine.generate_tokens(prompt_tokens, settings, stop), colored, stop)
@@ -139,6 +152,18 @@ def reply(
         cut = {"length": "--max-tokens was reached", "context": f"the {engine.n_ctx}-token context is full"}
         reason = cut.get(summary.stop_reason, "it stopped")
         raise EdgespecError(f"the JSON document is incomplete: {reason} before it ended")
+
+
+def read_only(engine, prompt_tokens: list[int], stats: bool) -> None:
+    """`--max-tokens 0`: read the prompt's whole read chunks into the prompt cache (an editor's
+    on-save hook warms the next call on the file); nothing is written on stdout."""
+    reading = engine.read_ahead(prompt_tokens)
+    if stats:
+        click.echo(
+            f"read {reading.read} tokens in {reading.seconds:.2f} s ({reading.cached} already cached); "
+            f"{reading.ready} of the prompt's {reading.prompt_tokens} are ready for the next call",
+            err=True,
+        )
 
 
 def stream_to_stdout(events, colored: bool, stop: threading.Event) -> tuple[Summary, PipeClosed | None]:

@@ -23,6 +23,7 @@ from edgespec.cli.common import (
     opens_engine,
     pair_options,
 )
+from edgespec.engine.infill import DEFAULT_ORDER, ORDERS, Order
 from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES
 from edgespec.util import interrupts
 from edgespec.util.errors import UsageError
@@ -103,15 +104,24 @@ def base_url(sock: socket.socket) -> str:
     show_default=True,
     help="Requests that may wait while the engine serves one; beyond that, 503 with Retry-After.",
 )
+@click.option(
+    "--fim-order",
+    type=click.Choice(ORDERS),
+    default=DEFAULT_ORDER,
+    show_default=True,
+    help="Fill-in-the-middle prompts (/infill, suffix): prefix-suffix-middle as the model was trained, or "
+    "suffix-prefix-middle, which reads less again after a keystroke (docs/serve.md).",
+)
 @cache_option
 @history_options
 @error_boundary
 @opens_engine(cache_memory_entries=SERVE_MEMORY_ENTRIES)
-def serve(host, port, api_key, queue_size, options: EngineOptions):
+def serve(host, port, api_key, queue_size, fim_order, options: EngineOptions):
     """Serve the pair over OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models) for
-    editors, agents and the openai SDK; responses carry speculative metrics and, on request, every
-    token's origin. The last few prompts' states stay in memory (and on disk), so a client that
-    alternates between files finds each one already read."""
+    editors, agents and the openai SDK, and llama.cpp's /infill and /completion for editors'
+    inline completion; responses carry speculative metrics and, on request, every token's origin.
+    The last few prompts' states stay in memory (and on disk), so a client that alternates between
+    files finds each one already read; `max_tokens: 0` (`n_predict: 0`) only reads a prompt."""
     check_text(api_key, "--api-key")  # compared as UTF-8 bytes with each request's key
     checked = options.check()
     sock = listen(host, port)
@@ -123,12 +133,14 @@ def serve(host, port, api_key, queue_size, options: EngineOptions):
                 err=True,
             )
         click.echo("edgespec: loading the model pair…", err=True)
-        _serve_on(sock, checked, api_key, queue_size)
+        _serve_on(sock, checked, api_key, queue_size, fim_order)
     finally:
         sock.close()
 
 
-def _serve_on(sock: socket.socket, checked: CheckedOptions, api_key: str | None, queue_size: int) -> None:
+def _serve_on(
+    sock: socket.socket, checked: CheckedOptions, api_key: str | None, queue_size: int, fim_order: Order
+) -> None:
     """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every
     generation), then serve on `sock` until a signal stops it."""
     from edgespec.engine.thread import EngineThread
@@ -143,7 +155,7 @@ def _serve_on(sock: socket.socket, checked: CheckedOptions, api_key: str | None,
         raise
     worker = EngineWorker(engine, engine_thread, queue_size)
     try:
-        app = create_app(worker, defaults, api_key)
+        app = create_app(worker, defaults, api_key, fim_order)
         worker.prepare(defaults)  # on the engine thread while uvicorn starts: /health says 503 until it ends
         name = checked.pair.name
         click.echo(f"edgespec: serving {name!r} at {base_url(sock)} (model name {name!r}); Ctrl-C stops", err=True)

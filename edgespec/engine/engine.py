@@ -196,7 +196,8 @@ class Engine:
         """Have the target hold the whole read chunks of a prompt yet to be asked (`read_ahead.py`),
         from the prompt cache where it has them; `save`: keep the state in the prompt cache too."""
         start = time.perf_counter()
-        self.read_hook(self.target, prompt)
+        if cancel is None or not cancel.is_set():
+            self.read_hook(self.target, prompt)
         reading = read_whole_chunks(self.target, prompt, cancel, since=start)
         if save and reading.read and self.cache is not None:
             self.cache.save(self.target)

@@ -12,7 +12,6 @@ one target pass), so the next request is not kept waiting.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import time
@@ -30,12 +29,24 @@ from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
 from edgespec.engine.choices import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
+from edgespec.engine.infill import DEFAULT_ORDER, Infill, Order
 from edgespec.server import openai_errors
-from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job
+from edgespec.server.engine_worker import EngineWorker, Job
+from edgespec.server.native_routes import add_native_routes, infill_tokens
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
+from edgespec.server.queued import ClientGone, reading_of, sent_tokens, start, while_connected
 from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
 from edgespec.server.request_body import body_model, checked
-from edgespec.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest, ModelCard, ModelList
+from edgespec.server.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerationRequest,
+    ModelCard,
+    ModelList,
+    PromptTokensDetails,
+    ReadAhead,
+    Usage,
+)
 from edgespec.server.structured import one_constraint, response_constraint
 from edgespec.server.tool_choice import tool_plan
 
@@ -57,10 +68,6 @@ class Checked:
     tokens: Callable[[Engine], list[int]]
     param: str
     constraint: ConstraintSpec | None = None
-
-
-class ClientGone(Exception):
-    """The client closed the connection before its reply was ready."""
 
 
 async def client_gone(request: Request, error: Exception) -> Response:
@@ -85,11 +92,9 @@ class BearerKey(AuthenticationBackend):
         return AuthCredentials(["authenticated"]), SimpleUser("client")
 
 
-def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | None = None) -> FastAPI:
-    """The app serving `worker`'s engine under its pair's name; `defaults` are the command line's
-    decoding settings, which a request's sampling fields override."""
-    served = worker.engine.pair.name
-    started = int(time.time())
+def _guarded_app(api_key: str | None) -> FastAPI:
+    """An app with no routes yet: errors answered in OpenAI's shape, a client gone before its reply
+    logged as such, and with `api_key`, every endpoint but /health behind it."""
     app = FastAPI(title="edgespec", max_body_size=MAX_BODY_BYTES, openapi_url=None)
     openai_errors.install(app)
     app.add_exception_handler(ClientGone, client_gone)
@@ -100,6 +105,18 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
             backend=BearerKey(api_key),
             on_error=lambda conn, error: unauthorized(str(error) == "wrong").response(),
         )
+    return app
+
+
+def create_app(
+    worker: EngineWorker, defaults: GenerateSettings, api_key: str | None = None, fim_order: Order = DEFAULT_ORDER
+) -> FastAPI:
+    """The app serving `worker`'s engine under its pair's name; `defaults` are the command line's
+    decoding settings, which a request's sampling fields override; `fim_order`: how a
+    fill-in-the-middle prompt is laid out (engine/infill.py)."""
+    served = worker.engine.pair.name
+    started = int(time.time())
+    app = _guarded_app(api_key)
 
     def checked_chat(raw: bytes, content_type: str | None) -> Checked:
         body = body_model(ChatCompletionRequest, raw, content_type)
@@ -116,9 +133,13 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
 
     def checked_completion(raw: bytes, content_type: str | None) -> Checked:
         """Special tokens in the prompt are read as such (as llama.cpp's server does), so editors'
-        fill-in-the-middle prompts (<|fim_prefix|> ...) work."""
+        fill-in-the-middle prompts (<|fim_prefix|> ...) work. With a `suffix`, the prompt is the
+        text before the insertion point, and the target fills in the middle (engine/infill.py)."""
         body = body_model(CompletionRequest, raw, content_type)
         text = body.text
+        if body.suffix:
+            prompt = infill_tokens(Infill(text, body.suffix), body.token_limit, fim_order, "suffix")
+            return Checked(body, TextFormat(served), prompt, "prompt")
         return Checked(body, TextFormat(served), lambda engine: engine.target.tokenize(text), "prompt")
 
     @app.post("/v1/chat/completions")
@@ -128,6 +149,8 @@ def create_app(worker: EngineWorker, defaults: GenerateSettings, api_key: str | 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await answer(request, await checked(request, checked_completion), worker, defaults)
+
+    add_native_routes(app, worker, defaults, fim_order)
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -166,36 +189,35 @@ async def answer(
         request_settings(defaults, body, checked_request.constraint),
         body.token_limit,
     )
-    worker.submit(job)
-    started_item = await while_connected(request, job, job.next())
-    if isinstance(started_item, Failed):
-        raise started_item.error
-    if started_item is FINISHED:  # skipped: cancelled while it waited
-        raise ClientGone
-    reply = Reply(body.stops, started_item.prompt_tokens)
+    started = await start(request, job, worker)
+    if body.token_limit == 0:
+        return await read_only(request, job, fmt, body.stream, started.prompt_tokens)
+    reply = Reply(body.stops, started.prompt_tokens)
     if body.stream:
         return EventSourceResponse(stream(job, reply, fmt, body))
     whole = await while_connected(request, job, collect(job, reply, fmt, body))
     return Response(whole.model_dump_json(), media_type="application/json")
 
 
-async def sent_tokens(job: Job, reply: Reply) -> AsyncIterator[list[Token]]:
-    """The tokens to send, a batch per wake-up (what the engine produced meanwhile), until the job
-    has finished; a stop string cancels the generation, and the rest is only counted."""
-    finished = False
-    while not finished:
-        out: list[Token] = []
-        for item in [await job.next(), *job.ready()]:
-            if isinstance(item, Failed):
-                raise item.error
-            if item is FINISHED:
-                finished = True
-            else:
-                out += reply.add(item)
-        if reply.cut.met:
-            job.cancel.set()
-        if out:
-            yield out
+async def read_only(
+    request: Request, job: Job, fmt: ChatFormat | TextFormat, stream: bool, prompt_tokens: int
+) -> Response:
+    """A request with `max_tokens: 0` (an extension): the prompt read into the cache, no text; its
+    usage, and what was read (`read_ahead`), whole or as one event before `[DONE]`."""
+    reading = await reading_of(request, job)
+    usage = Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=0,
+        total_tokens=prompt_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=reading.cached),
+    )
+    figures = ReadAhead(
+        ready_tokens=reading.ready, read_tokens=reading.read, read_s=reading.seconds, stopped=reading.stopped
+    )
+    whole = fmt.whole("", "length", usage=usage, read_ahead=figures)
+    if not stream:
+        return Response(whole.model_dump_json(), media_type="application/json")
+    return Response(sse(whole) + DONE, media_type="text/event-stream")
 
 
 def sse(body: BaseModel) -> bytes:
@@ -244,25 +266,3 @@ async def collect(job: Job, reply: Reply, fmt: ChatFormat | TextFormat, body: Ge
         metrics=reply.metrics(),
         edgespec=origins(sent) if body.edgespec.sources else None,
     )
-
-
-async def while_connected(request: Request, job: Job, work):
-    """Await `work`; if the client closes the connection first, cancel the job and raise ClientGone.
-    (The body has been read, so the next ASGI message can only be the disconnect.)"""
-
-    async def disconnect() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(disconnect())
-    try:
-        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        left = not task.done()
-        if left:  # the client left, or the server is stopping: stop the generation
-            task.cancel()
-            job.cancel.set()
-    if left:
-        raise ClientGone
-    return task.result()

@@ -6,10 +6,12 @@ and at most `queue_size` wait; a request beyond that is refused at once (503 wit
 instead of waiting for minutes. The prompt is tokenized on the engine thread too, so a prompt
 longer than the context is found when its turn comes.
 
-A job's events (Started, then the engine's Token / Step / Summary, or Failed; Finished last: the
-first Finished ends what is read) come back to the event loop one by one through an asyncio
-queue, so a reply streams while it is generated. `cancel` stops a generation within one target
-pass; a job cancelled while it waited (its client left) is skipped without reading its prompt.
+A job's events (Started, then the engine's Token / Step / Summary, or a Reading for a read-only
+job, or Failed; Finished last: the first Finished ends what is read) come back to the event loop
+one by one through an asyncio queue, so a reply streams while it is generated. `cancel` stops a
+generation within one target pass; a job cancelled while it waited (its client left) is skipped
+without reading its prompt. A read-only job (`max_tokens` 0) yields to every generating job that
+comes: it stops at its next read chunk, answered with what it read.
 When the server stops (`stop`), every job queued or running ends with a 503 (server_stopping)
 instead, and a new one is refused with it.
 
@@ -70,6 +72,7 @@ class Job:
         self.tokens, self.param, self.settings, self.max_tokens = tokens, param, settings, max_tokens
         self.cancel = threading.Event()
         self.stopped = False  # cancelled because the server stops, not by its client
+        self.yielded = False  # a read only, cancelled because a generating request came: answered all the same
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue = asyncio.Queue()
 
@@ -125,11 +128,19 @@ class EngineWorker:
             self.ready.set()
 
     def submit(self, job: Job) -> None:
+        """Queue `job`. A generating job makes every read only (`max_tokens` 0) queued or running
+        yield: a running read stops at its next read chunk, keeping what it read; a queued one
+        reads nothing. Each is answered with what it read."""
         with self._lock:
             if self._stopping.is_set():
                 raise server_stopping()
             if len(self._jobs) > self.queue_size:  # one running, queue_size waiting
                 raise queue_full(self.retry_after())
+            if job.max_tokens != 0:
+                for other in self._jobs:
+                    if other.max_tokens == 0:
+                        other.yielded = True
+                        other.cancel.set()
             self._jobs.add(job)
         self.engine_thread.submit(self._run, job)
 
@@ -142,7 +153,7 @@ class EngineWorker:
         try:
             if job.stopped:
                 raise server_stopping()
-            if not job.cancel.is_set():
+            if job.yielded or not job.cancel.is_set():
                 self._generate(job)
         except APIError as e:
             job.put(Failed(e))
@@ -165,6 +176,9 @@ class EngineWorker:
         if room <= 0:
             raise context_length_exceeded(len(ids), engine.n_ctx, job.param)
         job.put(Started(len(ids)))
+        if job.max_tokens == 0:
+            job.put(engine.read_ahead(ids, job.cancel))
+            return
         settings = replace(job.settings, max_tokens=job.max_tokens or room)
         for event in engine.generate_tokens(ids, settings, job.cancel):
             if job.stopped and isinstance(event, Summary) and event.stop_reason == "cancelled":

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from edgespec.decoding.events import Step, Summary, Tally, Token
+from edgespec.server.line_limits import LineLimits
 from edgespec.server.schemas import (
     ChatChoice,
     ChatChunkChoice,
@@ -36,8 +37,11 @@ from edgespec.server.tool_call_parser import ToolCallParser
 
 
 class Reply:
-    def __init__(self, stops: tuple[str, ...], prompt_tokens: int):
+    """`limits`: an inline completion's line rules (`/infill`, `/completion`), after the stop strings."""
+
+    def __init__(self, stops: tuple[str, ...], prompt_tokens: int, limits: LineLimits | None = None):
         self.cut = StopCut(stops)
+        self.limits = limits
         self.sent = Tally()
         self.summary = Summary()
         self.prompt_tokens = prompt_tokens
@@ -47,14 +51,23 @@ class Reply:
         if isinstance(event, Summary):
             self.summary = event
             out = self.cut.flush()
+            if self.limits is not None:
+                out = self.limits.feed(out) + self.limits.flush()
         elif isinstance(event, Step):
             self.sent.add(event)
             return []
         else:
             out = self.cut.feed(event)
+            if self.limits is not None:
+                out = self.limits.feed(out)
         for token in out:
             self.sent.add(token)
         return out
+
+    @property
+    def ended(self) -> bool:
+        """A stop string or a line rule has ended the reply: the generation can stop."""
+        return self.cut.met or (self.limits is not None and self.limits.met)
 
     @property
     def finish_reason(self) -> FinishReason:

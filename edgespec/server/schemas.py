@@ -34,7 +34,7 @@ from edgespec.server.tool_schemas import NamedToolChoice, Tool, ToolCall, ToolCh
 # -- requests ----------------------------------------------------------------------------------
 
 
-def _only(*neutral: Any, why: str) -> AfterValidator:
+def neutral_only(*neutral: Any, why: str) -> AfterValidator:
     """Accept a field only with a value that asks for nothing (its default); refuse the rest, saying why."""
 
     def check(value: Any) -> Any:
@@ -45,7 +45,7 @@ def _only(*neutral: Any, why: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _sampling_rule(name: str) -> AfterValidator:
+def sampling_rule(name: str) -> AfterValidator:
     def check(value: Any) -> Any:
         problem = sampling_problem(name, value)
         if problem:
@@ -118,13 +118,14 @@ class GenerationRequest(_Strict):
     """What chat and text completions share: length, sampling, stop strings, streaming."""
 
     model: str
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, _sampling_rule("temperature")] | None = None
-    top_p: Annotated[float, _sampling_rule("top_p")] | None = None
-    top_k: Annotated[int, _sampling_rule("top_k")] | None = None
-    min_p: Annotated[float, _sampling_rule("min_p")] | None = None
-    seed: Annotated[int, _sampling_rule("seed")] | None = None
+    # 0 (an extension): only read the prompt into the cache, for a later request (docs/serve.md)
+    max_tokens: Annotated[int, Field(ge=0)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=0)] | None = None
+    temperature: Annotated[float, sampling_rule("temperature")] | None = None
+    top_p: Annotated[float, sampling_rule("top_p")] | None = None
+    top_k: Annotated[int, sampling_rule("top_k")] | None = None
+    min_p: Annotated[float, sampling_rule("min_p")] | None = None
+    seed: Annotated[int, sampling_rule("seed")] | None = None
     stop: Stop | Annotated[list[Stop], Field(max_length=16)] | None = None  # OpenAI takes 4; editors send more
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -132,21 +133,22 @@ class GenerationRequest(_Strict):
     user: str | None = None  # an end-user id for abuse monitoring: nothing to do for a single user
 
     n: Annotated[
-        int | None, _only(None, 1, why="edgespec generates one choice per request; send 1 or leave it out")
+        int | None, neutral_only(None, 1, why="edgespec generates one choice per request; send 1 or leave it out")
     ] = None
-    logprobs: Annotated[bool | int | None, _only(None, False, why="log probabilities are not returned")] = None
+    logprobs: Annotated[bool | int | None, neutral_only(None, False, why="log probabilities are not returned")] = None
     presence_penalty: Annotated[
-        float | None, _only(None, 0, why="penalties would change the target's distribution")
+        float | None, neutral_only(None, 0, why="penalties would change the target's distribution")
     ] = None
     frequency_penalty: Annotated[
-        float | None, _only(None, 0, why="penalties would change the target's distribution")
+        float | None, neutral_only(None, 0, why="penalties would change the target's distribution")
     ] = None
-    logit_bias: Annotated[dict[str, float] | None, _only(None, {}, why="logit bias is not supported")] = None
+    logit_bias: Annotated[dict[str, float] | None, neutral_only(None, {}, why="logit bias is not supported")] = None
 
     @property
     def token_limit(self) -> int | None:
-        """max_completion_tokens (OpenAI's current name) or max_tokens; None: up to the context."""
-        return self.max_completion_tokens or self.max_tokens
+        """max_completion_tokens (OpenAI's current name) or max_tokens; None: up to the context;
+        0: read only."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -159,7 +161,7 @@ class GenerationRequest(_Strict):
 
 class ChatCompletionRequest(GenerationRequest):
     messages: Annotated[list[Message], Field(min_length=1)]
-    top_logprobs: Annotated[int | None, _only(None, 0, why="log probabilities are not returned")] = None
+    top_logprobs: Annotated[int | None, neutral_only(None, 0, why="log probabilities are not returned")] = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -210,11 +212,9 @@ class ChatCompletionRequest(GenerationRequest):
 
 class CompletionRequest(GenerationRequest):
     prompt: Text | Annotated[list[Text], Field(min_length=1, max_length=1)]
-    echo: Annotated[bool | None, _only(None, False, why="the prompt is not echoed")] = None
-    best_of: Annotated[int | None, _only(None, 1, why="edgespec generates one choice per request")] = None
-    suffix: Annotated[
-        str | None, _only(None, "", why="insertion (suffix) is not supported; send a fill-in-the-middle prompt")
-    ] = None
+    echo: Annotated[bool | None, neutral_only(None, False, why="the prompt is not echoed")] = None
+    best_of: Annotated[int | None, neutral_only(None, 1, why="edgespec generates one choice per request")] = None
+    suffix: Text | None = None  # text after the insertion point: a fill-in-the-middle prompt (engine/infill.py)
 
     @property
     def text(self) -> str:
@@ -243,6 +243,17 @@ class TokenOrigins(BaseModel):
 
 class PromptTokensDetails(BaseModel):
     cached_tokens: int  # prompt tokens not read: in the engine's cache or loaded from the prompt cache
+
+
+class ReadAhead(BaseModel):
+    """A read-only request's figures (`max_tokens: 0`): prompt tokens the target holds now that a
+    later request keeps (whole read chunks), how many it read for this request, in how long, and
+    whether a generating request stopped it first."""
+
+    ready_tokens: int
+    read_tokens: int
+    read_s: float
+    stopped: bool
 
 
 class Usage(BaseModel):
@@ -337,6 +348,7 @@ class _Reply(BaseModel):
     usage: Usage | None = _omitted_if_none()
     metrics: Metrics | None = _omitted_if_none()
     edgespec: TokenOrigins | None = _omitted_if_none()
+    read_ahead: ReadAhead | None = _omitted_if_none()
 
 
 class ChatCompletion(_Reply):

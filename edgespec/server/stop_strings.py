@@ -16,6 +16,7 @@ class StopCut:
     def __init__(self, stops: tuple[str, ...]):
         self.stops = stops
         self.met = False  # a stop string has occurred: nothing more is released
+        self.word = ""  # the stop string that occurred
         self._held: list[Token] = []  # tokens whose text may begin a stop string
 
     def feed(self, token: Token) -> list[Token]:
@@ -26,10 +27,11 @@ class StopCut:
             return [token]
         self._held.append(token)
         text = "".join(t.text for t in self._held)
-        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        found = [(i, s) for i, s in ((text.find(s), s) for s in self.stops) if i >= 0]
         if found:
             self.met = True
-            return self._release(min(found), cut=True)
+            at, self.word = min(found)
+            return self._release(at, cut=True)
         return self._release(len(text) - self._longest_partial(text), cut=False)
 
     def flush(self) -> list[Token]:

@@ -104,6 +104,9 @@ def vocab_tokens(n_vocab_extra: int = 0) -> list[str]:
 
 
 N_BASE_VOCAB = 256 + len(MERGES) + len(SPECIALS)
+# Qwen2.5-Coder's fill-in-the-middle tokens: with `fim=True` the first padding tokens are these
+# (CONTROL), so that a tiny model takes editors' inline-completion prompts.
+FIM_SPECIALS = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
 
 # Another family's tokenizer for the tiny weights (write_tiny_gguf(tokens=...)): the byte tokens,
 # then other merges and other specials, 289 tokens for 269 embedding rows. "</s>" as a plain token
@@ -171,8 +174,10 @@ def write_tiny_gguf(
     name: str | None = None,
     tokens: list[str] | None = None,
     endless: bool = False,
+    fim: bool = False,
 ) -> Path:
     """Write a tiny model to `path` and return it. See the module docstring for the parameters.
+    `fim`: the first padding tokens are the fill-in-the-middle tokens (FIM_SPECIALS).
 
     `tokens` replaces the token list (all NORMAL, whatever their text) and nothing else: a file
     whose tokenizer does not fit its weights, which llama.cpp refuses to load. `endless` zeroes the
@@ -195,8 +200,23 @@ def write_tiny_gguf(
         weights["output.weight"][256 + len(MERGES) : N_BASE_VOCAB] = 0.0
     name = name or f"tiny-llama-s{seed}" + (f"-like{like}" if like is not None else "")
     return write_llama_gguf(
-        path, weights, shape, name=name, n_vocab_extra=n_vocab_extra, eos_token=eos_token, tokens=tokens
+        path, weights, shape, name=name, n_vocab_extra=n_vocab_extra, eos_token=eos_token, tokens=tokens, fim=fim
     )
+
+
+def _vocabulary(n_vocab_extra: int, fim: bool) -> tuple[list[str], list[gguf.TokenType]]:
+    """The tokens and their types: bytes and merges, the specials, the padding (`fim`: the first
+    padding tokens are FIM_SPECIALS)."""
+    tokens = vocab_tokens(n_vocab_extra)
+    types = [gguf.TokenType.NORMAL] * (256 + len(MERGES)) + [gguf.TokenType.CONTROL] * len(SPECIALS)
+    types += [gguf.TokenType.UNUSED] * n_vocab_extra
+    if fim:
+        if n_vocab_extra < len(FIM_SPECIALS):
+            raise ValueError(f"fim needs n_vocab_extra >= {len(FIM_SPECIALS)}")
+        span = slice(N_BASE_VOCAB, N_BASE_VOCAB + len(FIM_SPECIALS))
+        tokens[span] = FIM_SPECIALS
+        types[span] = [gguf.TokenType.CONTROL] * len(FIM_SPECIALS)
+    return tokens, types
 
 
 def write_llama_gguf(
@@ -208,15 +228,15 @@ def write_llama_gguf(
     n_vocab_extra: int = 0,
     eos_token: str = "<|endoftext|>",
     tokens: list[str] | None = None,
+    fim: bool = False,
 ) -> Path:
     """Write a llama-architecture GGUF of `weights` (GGUF names, numpy (out, in) shapes, f32 or f16)
-    with the byte-level vocabulary above padded by `n_vocab_extra` tokens; `tokens` replaces the token
-    list (all NORMAL). Also writes models of real shapes for benchmarks/gpu_check.py."""
+    with the byte-level vocabulary above padded by `n_vocab_extra` tokens (`fim`: the first of them
+    are FIM_SPECIALS); `tokens` replaces the token list (all NORMAL). Also writes models of real
+    shapes for benchmarks/gpu_check.py."""
     path = Path(path)
     if tokens is None:
-        tokens = vocab_tokens(n_vocab_extra)
-        types = [gguf.TokenType.NORMAL] * (256 + len(MERGES)) + [gguf.TokenType.CONTROL] * len(SPECIALS)
-        types += [gguf.TokenType.UNUSED] * n_vocab_extra
+        tokens, types = _vocabulary(n_vocab_extra, fim)
     else:
         types = [gguf.TokenType.NORMAL] * len(tokens)
     half = any(w.dtype == np.float16 for w in weights.values())

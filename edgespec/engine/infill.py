@@ -1,0 +1,130 @@
+"""Fill-in-the-middle prompts: what an editor's inline completion asks the target.
+
+The format is Qwen2.5-Coder's repo-level one, which llama.cpp's server also writes for `/infill`:
+
+    <|repo_name|>myproject\n<|file_sep|>a.py\n...text of a.py...<|file_sep|>b.py\n...
+    <|fim_prefix|>code before the cursor<|fim_suffix|>code after it<|fim_middle|>
+
+The extra files (an editor's ring of recent chunks) come first, then the three parts. Each part is
+tokenized on its own with special tokens read as text, so a file that holds "<|fim_middle|>" cannot
+steer the prompt.
+
+**Order.** `psm` (prefix, suffix, middle) is the order the model was trained on and the order
+llama.cpp writes. Its cost: a keystroke changes the prompt at the cursor, and with the suffix after
+the cursor every token of the suffix is read again, from the start of the read chunk holding the
+cursor (`ChunkedBackend`: a reply bit for bit a cold read's). `spm` puts the suffix before the
+prefix (llama.cpp's `--spm-infill`), so a keystroke on the current line reads again only from that
+chunk's start to the end: the cursor's place in its chunk plus the few tokens after it. The cost of
+each order, in tokens read again and in what the model suggests, is measured in docs/serve.md.
+
+Parts longer than the context allows are cut as llama.cpp cuts them, each within a share of the
+context that does not depend on the others' lengths: the code around the cursor has half of what
+the reply's room leaves (the prefix keeps its end, within 3/4 of it; the suffix its start, within
+the rest), the extra files the other half (they keep their end). So a read of the extra files alone
+(an editor's `n_predict: 0`) cuts them where the next completion does, and its chunks are reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from edgespec.decoding.backend import Backend
+from edgespec.util.errors import EdgespecError
+
+Order = Literal["psm", "spm"]
+ORDERS: tuple[Order, ...] = ("psm", "spm")
+DEFAULT_ORDER: Order = "psm"
+REPOSITORY = "myproject"  # the repository's name in the prompt, as llama.cpp writes it
+CURRENT_FILE = "filename"  # the name of the file being edited, as llama.cpp writes it
+
+_MARKS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+_REPO_MARKS = ("<|repo_name|>", "<|file_sep|>")
+
+
+class NoInfill(EdgespecError):
+    """The target's vocabulary has no fill-in-the-middle tokens."""
+
+
+@dataclass(frozen=True)
+class FimMarks:
+    """The target's ids of the fill-in-the-middle tokens; `repo` and `file_sep` are None for a
+    model without repository-level marks (extra files are then left out)."""
+
+    prefix: int
+    suffix: int
+    middle: int
+    repo: int | None
+    file_sep: int | None
+
+
+@dataclass(frozen=True)
+class ExtraFile:
+    """A chunk of another file (or of another part of this one) the suggestion may draw on."""
+
+    filename: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Infill:
+    """One inline completion: the text before the cursor (`prefix`, then `middle`, the current
+    line up to the cursor, which llama.cpp's clients send apart), the text after it, extra files."""
+
+    prefix: str
+    suffix: str
+    middle: str = ""
+    extra: tuple[ExtraFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class InfillPrompt:
+    tokens: list[int]
+    truncated: bool  # a part was cut to fit the context
+
+
+def fim_marks(target: Backend) -> FimMarks:
+    """The target's fill-in-the-middle tokens (NoInfill when it lacks the three marks)."""
+    ids = [_single(target, mark) for mark in (*_MARKS, *_REPO_MARKS)]
+    prefix, suffix, middle, repo, file_sep = ids
+    if prefix is None or suffix is None or middle is None:
+        raise NoInfill("the target has no fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>)")
+    return FimMarks(prefix, suffix, middle, repo, file_sep)
+
+
+def _single(target: Backend, mark: str) -> int | None:
+    ids = target.tokenize(mark, special=True)
+    return ids[0] if len(ids) == 1 and ids != target.tokenize(mark, special=False) else None
+
+
+def infill_prompt(target: Backend, marks: FimMarks, infill: Infill, room: int, order: Order = "psm") -> InfillPrompt:
+    """The prompt's tokens for `infill`, leaving `room` tokens of the context for the reply."""
+
+    def text(t: str) -> list[int]:
+        return target.tokenize(t, special=False) if t else []
+
+    budget = max(0, target.n_ctx - room - 4)  # the marks
+    local = budget // 2  # the code around the cursor; the extra files have the rest
+    before = text(infill.prefix) + text(infill.middle)
+    after = text(infill.suffix)
+    keep_before = min(len(before), local * 3 // 4)
+    keep_after = min(len(after), local - local * 3 // 4)
+    extra = _extra_tokens(marks, infill.extra, text)
+    keep_extra = min(len(extra), budget - local)
+    truncated = (keep_before, keep_after, keep_extra) != (len(before), len(after), len(extra))
+    head = extra[len(extra) - keep_extra :]
+    pre = [marks.prefix, *before[len(before) - keep_before :]]
+    suf = [marks.suffix, *after[:keep_after]]
+    parts = pre + suf if order == "psm" else suf + pre
+    return InfillPrompt([*head, *parts, marks.middle], truncated)
+
+
+def _extra_tokens(marks: FimMarks, files: tuple[ExtraFile, ...], text) -> list[int]:
+    """The repository part: its name, each extra file, then the current file's name (none where the
+    model has no repository marks)."""
+    if marks.repo is None or marks.file_sep is None:
+        return []
+    tokens = [marks.repo, *text(REPOSITORY + "\n")]
+    for f in files:
+        tokens += [marks.file_sep, *text(f.filename + "\n"), *text(f.text)]
+    return [*tokens, marks.file_sep, *text(CURRENT_FILE + "\n")]
