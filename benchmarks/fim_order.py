@@ -94,13 +94,14 @@ def suggestion(engine: Engine, marks: FimMarks, lines: list[str], y: int, order:
 @click.option("--no-suggestions", is_flag=True, help="Only count the tokens read again (no model run).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 def main(files: str, n_sites: int, no_suggestions: bool, json_path: Path | None) -> None:
+    meta = provenance()  # before the run: the tree as it was when it started
     engine, _ = EngineOptions().check().open()
     try:
         marks = fim_marks(engine.target)
         result = measure(engine, marks, files.split(","), n_sites, not no_suggestions)
     finally:
         engine.close()
-    result["meta"] = provenance()
+    result["meta"] = meta
     for order in ORDERS:
         r = result["orders"][order]
         click.echo(f"{order}: {r['reread']['median']} tokens read again a keystroke (median)", err=True)
