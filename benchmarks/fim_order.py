@@ -1,5 +1,7 @@
 """What the order of a fill-in-the-middle prompt costs: tokens read again after each keystroke, and
-what the model suggests, `psm` (prefix, suffix, middle) against `spm` (suffix first).
+what the model suggests: `psm` (prefix, suffix, middle, as llama.cpp writes it), `psm-near` (the
+suffix past the line after the cursor moved before the prefix, as a chunk of the current file)
+and `spm` (suffix first).
 
 An editing session is replayed on held-out files (standard-library modules nobody here tuned on):
 at each of `--sites` lines a file, the line is removed and typed again, a character at a time, with
@@ -90,7 +92,7 @@ def suggestion(engine: Engine, marks: FimMarks, lines: list[str], y: int, order:
 
 @click.command()
 @click.option("--files", default=",".join(DEFAULT_FILES), show_default=True, help="Standard-library modules.")
-@click.option("--sites", "n_sites", type=int, default=6, show_default=True, help="Lines typed again per file.")
+@click.option("--sites", "n_sites", type=int, default=4, show_default=True, help="Lines typed again per file.")
 @click.option("--no-suggestions", is_flag=True, help="Only count the tokens read again (no model run).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 def main(files: str, n_sites: int, no_suggestions: bool, json_path: Path | None) -> None:
