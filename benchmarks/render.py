@@ -403,6 +403,28 @@ def health_latency(folder: Path) -> list[str]:
     return lines + ["", source(doc, name) + "<br>"]
 
 
+def fim_order(folder: Path) -> list[str]:
+    """What each order of a fill-in-the-middle prompt costs (benchmarks/fim_order.py): tokens read
+    again a keystroke, and the suggestions' agreement with the line the file has."""
+    name = "fim_order.json"
+    doc = load(folder, name)
+    lines = [
+        "| order | tokens read again a keystroke: median (mean, p90) | next line exact | characters right |",
+        "|---|---|---|---|",
+    ]
+    for order, r in doc["orders"].items():
+        t = r["reread"]
+        lines.append(
+            f"| `{order}` | {t['median']:g} ({t['mean']:.0f}, {t['p90']}) | {r['exact']:.0%} | {r['chars_right']:.0%} |"
+        )
+    sites = len(doc["orders"]["psm"]["sites"])
+    keystrokes = doc["orders"]["psm"]["reread"]["keystrokes"]
+    files = ", ".join(f"`{f}`" for f in doc["files"])
+    lines.append("")
+    lines.append(f"{keystrokes} keystrokes and {sites} suggestions on {files}; {machine(doc)}.<br>")
+    return lines + [source(doc, name) + "<br>"]
+
+
 QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped with the package
 
 
@@ -448,6 +470,7 @@ BLOCKS = {
     "suffix-index-costs": suffix_index_costs,
     "sessions": sessions,
     "static-corpus": static_corpus,
+    "fim-order": fim_order,
 }
 
 

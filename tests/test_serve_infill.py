@@ -59,11 +59,14 @@ def infill(**fields) -> dict:
 
 
 def raw_fim(prefix: str, suffix: str, extra: list[dict]) -> str:
-    """The repository-level prompt as Qwen2.5-Coder documents it, written out by hand."""
+    """The repository-level prompt as Qwen2.5-Coder documents it, written out by hand, in the
+    default order (`psm-near`): the suffix past the line after the cursor comes as a chunk of the
+    current file before the prefix."""
     files = "".join(f"<|file_sep|>{f['filename']}\n{f['text']}" for f in extra)
+    first, second, far = suffix.split("\n", 2)
     return (
-        f"<|repo_name|>myproject\n{files}<|file_sep|>filename\n"
-        f"<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"
+        f"<|repo_name|>myproject\n{files}<|file_sep|>filename\n{far}<|file_sep|>filename\n"
+        f"<|fim_prefix|>{prefix}<|fim_suffix|>{first}\n{second}\n<|fim_middle|>"
     )
 
 

@@ -32,9 +32,10 @@ from typing import Literal
 from edgespec.decoding.backend import Backend
 from edgespec.util.errors import EdgespecError
 
-Order = Literal["psm", "spm"]
-ORDERS: tuple[Order, ...] = ("psm", "spm")
-DEFAULT_ORDER: Order = "psm"
+Order = Literal["psm", "psm-near", "spm"]
+ORDERS: tuple[Order, ...] = ("psm", "psm-near", "spm")
+DEFAULT_ORDER: Order = "psm-near"
+NEAR_LINES = 1  # lines after the cursor's line that `psm-near` keeps in the suffix
 REPOSITORY = "myproject"  # the repository's name in the prompt, as llama.cpp writes it
 CURRENT_FILE = "filename"  # the name of the file being edited, as llama.cpp writes it
 
@@ -105,26 +106,42 @@ def infill_prompt(target: Backend, marks: FimMarks, infill: Infill, room: int, o
 
     budget = max(0, target.n_ctx - room - 4)  # the marks
     local = budget // 2  # the code around the cursor; the extra files have the rest
-    before = text(infill.prefix) + text(infill.middle)
-    after = text(infill.suffix)
+    near, far = (
+        _split_suffix(infill.suffix) if order == "psm-near" and marks.file_sep is not None else (infill.suffix, "")
+    )
+    before, after, below = text(infill.prefix) + text(infill.middle), text(near), text(far)
     keep_before = min(len(before), local * 3 // 4)
     keep_after = min(len(after), local - local * 3 // 4)
-    extra = _extra_tokens(marks, infill.extra, text)
-    keep_extra = min(len(extra), budget - local)
-    truncated = (keep_before, keep_after, keep_extra) != (len(before), len(after), len(extra))
-    head = extra[len(extra) - keep_extra :]
+    keep_below = min(len(below), local - local * 3 // 4 - keep_after)
+    files, current = _repository(marks, infill.extra, text)
+    keep_files = min(len(files), max(0, budget - local - len(current)))
+    truncated = (keep_before, keep_after, keep_below, keep_files) != (len(before), len(after), len(below), len(files))
+    head = files[len(files) - keep_files :]
+    if keep_below:  # the lines below the near suffix, as a chunk of the current file before it
+        head += [*current, *below[:keep_below]]
     pre = [marks.prefix, *before[len(before) - keep_before :]]
     suf = [marks.suffix, *after[:keep_after]]
-    parts = pre + suf if order == "psm" else suf + pre
-    return InfillPrompt([*head, *parts, marks.middle], truncated)
+    parts = suf + pre if order == "spm" else pre + suf
+    return InfillPrompt([*head, *current, *parts, marks.middle], truncated)
 
 
-def _extra_tokens(marks: FimMarks, files: tuple[ExtraFile, ...], text) -> list[int]:
-    """The repository part: its name, each extra file, then the current file's name (none where the
-    model has no repository marks)."""
+def _split_suffix(suffix: str) -> tuple[str, str]:
+    """The suffix's near part (the rest of the current line and NEAR_LINES lines after it) and the
+    lines below that."""
+    cut = -1
+    for _ in range(NEAR_LINES + 1):
+        cut = suffix.find("\n", cut + 1)
+        if cut < 0:
+            return suffix, ""
+    return suffix[: cut + 1], suffix[cut + 1 :]
+
+
+def _repository(marks: FimMarks, files: tuple[ExtraFile, ...], text) -> tuple[list[int], list[int]]:
+    """The repository part (its name, then each extra file) and the current file's separator and
+    name; none of either where the model has no repository marks."""
     if marks.repo is None or marks.file_sep is None:
-        return []
+        return [], []
     tokens = [marks.repo, *text(REPOSITORY + "\n")]
     for f in files:
         tokens += [marks.file_sep, *text(f.filename + "\n"), *text(f.text)]
-    return [*tokens, marks.file_sep, *text(CURRENT_FILE + "\n")]
+    return tokens, [marks.file_sep, *text(CURRENT_FILE + "\n")]
