@@ -298,9 +298,9 @@ def main(
         return
     from edgespec.util.provenance import provenance
 
+    meta = provenance() | {"loadavg": os.getloadavg(), "fim_order": fim_order or "serve's default"}  # as it starts
     flags = ["--fim-order", fim_order] if fim_order else []
-    doc = replay(llama_vim, target, lines, pause_s, lambda: edgespec_server(pair, flags))
-    doc = {"meta": provenance() | {"loadavg": os.getloadavg(), "fim_order": fim_order or "serve's default"}, **doc}
+    doc = {"meta": meta, **replay(llama_vim, target, lines, pause_s, lambda: edgespec_server(pair, flags))}
     check = doc["checks"]
     for kind, row in doc["latency"].items():
         click.echo(f"{kind:6s} {row['n']:3d} requests, median {row['median_s']:.2f} s, most {row['max_s']:.2f} s")
