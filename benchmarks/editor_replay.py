@@ -51,6 +51,8 @@ from editor_servers import (  # noqa: E402
 from editor_session import Edit, LlamaVim, Pause, function_body, local_context, pauses, shown  # noqa: E402
 
 STDLIB = Path(os.__file__).parent
+# llama_cpp.server's defaults warp even a greedy choice (repeat_penalty 1.1, top_k 40, min_p 0.05)
+PEER_GREEDY = {"repeat_penalty": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
 FILES = ("graphlib.py:TopologicalSorter.add", "sched.py:scheduler.enterabs", "colorsys.py:rgb_to_hls")
 
 
@@ -115,23 +117,31 @@ def _whole_bodies(vim: LlamaVim, pause: Pause, tokens: int, prompt: InfillText, 
     return mine, peer
 
 
-def compare(client: httpx.Client, roots: dict, edit: Edit, limits: tuple[int, int, int], prompt: InfillText) -> list:
+def compare(
+    client: httpx.Client,
+    roots: dict,
+    edit: Edit,
+    limits: tuple[int, int, int],
+    prompt: InfillText,
+    peer_extra=PEER_GREEDY,
+) -> list:
     """One file's pauses (`limits`: a pause every N-th word, pauses, a suggestion's tokens), a whole
-    suggestion from each side per pause; a record per request."""
+    suggestion from each side per pause (`peer_extra` added to the peer's body); a record per request."""
     every, limit, tokens = limits
     vim = LlamaVim(edit.name.split(":")[0])
     vim.open(edit.lines[: edit.start] + edit.lines[edit.end :], edit.start)
     vim.ring_update()
     todo = list(pauses(edit, every))[:limit]
     model = client.get(roots["edgespec"] + "/v1/models").json()["data"][0]["id"]  # the peer takes any name
+    vim.fim(todo[0].lines, todo[0].y, todo[0].x, [], greedy=True)  # its ring, as the timed request sends it
     mine, peer = _whole_bodies(vim, todo[0], tokens, prompt, model)
     timed_post(client, roots["edgespec"] + "/infill", mine | {"n_predict": 0, "stream": False})
-    timed_post(client, roots["peer"] + "/v1/completions", peer | {"max_tokens": 1, "stream": False})
+    timed_post(client, roots["peer"] + "/v1/completions", peer | peer_extra | {"max_tokens": 1, "stream": False})
     rows = []
     for n, pause in enumerate(todo):
         vim.fim(pause.lines, pause.y, pause.x, [], greedy=True)  # the ring as llama.vim keeps it
         mine, peer = _whole_bodies(vim, pause, tokens, prompt, model)
-        calls = {"edgespec": ("/infill", mine), "peer": ("/v1/completions", peer)}
+        calls = {"edgespec": ("/infill", mine), "peer": ("/v1/completions", peer | peer_extra)}
         texts = {}
         for side in ("edgespec", "peer") if n % 2 == 0 else ("peer", "edgespec"):
             path, body = calls[side]

@@ -57,6 +57,7 @@ class RecordingProxy:
         self.records: list[dict] = []
         self.lock = threading.Lock()
         self.inflight = 0
+        self.last_change = time.monotonic()  # when a request last started or ended
         self.started = time.perf_counter()
         self.client = httpx.Client(timeout=600)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -67,10 +68,13 @@ class RecordingProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def wait_idle(self, most_s: float) -> None:
-        """Until no request is in flight, `most_s` at most."""
+    def wait_idle(self, most_s: float, quiet_s: float = 0.0) -> None:
+        """Until no request is in flight and none has started or ended for `quiet_s` (an editor
+        may send the next one a moment after an answer), `most_s` at most."""
         deadline = time.monotonic() + most_s
-        while self.inflight and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if not self.inflight and time.monotonic() - self.last_change >= quiet_s:
+                return
             time.sleep(0.05)
 
     def close(self) -> None:
@@ -90,6 +94,7 @@ class RecordingProxy:
             record |= {"kind": request_kind(body), "request": summary(body)}
         with self.lock:
             self.inflight += 1
+            self.last_change = time.monotonic()
         try:
             reply = self.client.request(method, self.upstream + path, headers=headers, content=data)
             status, content, reply_headers = reply.status_code, reply.content, dict(reply.headers)
@@ -98,6 +103,7 @@ class RecordingProxy:
         finally:
             with self.lock:
                 self.inflight -= 1
+                self.last_change = time.monotonic()
         record |= {"status": status, "seconds": round(time.perf_counter() - start, 4)}
         try:
             parsed = json.loads(content)

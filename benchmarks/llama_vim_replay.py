@@ -256,8 +256,7 @@ def replay(llama_vim: Path, target: str, lines: int, pause_s: float, serve: Serv
                 """The typist waits `pause_s`, and on until llama.vim's requests are answered
                 (`PAUSE_MOST_S` at most) and the suggestion drawn: one is seen at every stop."""
                 time.sleep(pause_s)
-                proxy.wait_idle(PAUSE_MOST_S)
-                time.sleep(0.3)
+                proxy.wait_idle(PAUSE_MOST_S, quiet_s=0.5)  # llama.vim defers a request by 100 ms timers
 
             try:
                 vim = drive(folder / "llama.vim", folder, file, edit, proxy.url + "/infill", pause)

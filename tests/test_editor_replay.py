@@ -81,7 +81,8 @@ def test_the_comparison_asks_both_sides_at_every_pause(live, small, fim_gguf):
     edit = function_body(small, "area", max_lines=2)
     prompt = InfillText(fim_gguf, 512, None)
     with httpx.Client() as client:
-        rows = editor_replay.compare(client, {"edgespec": live.root, "peer": live.root}, edit, (3, 3, 8), prompt)
+        roots = {"edgespec": live.root, "peer": live.root}  # serve's /v1/completions takes no llama_cpp fields
+        rows = editor_replay.compare(client, roots, edit, (3, 3, 8), prompt, peer_extra={})
     rows = [r | {"file": edit.name} for r in rows]
     assert [r["request"] for r in rows] == ["edgespec", "peer", "peer", "edgespec", "edgespec", "peer"]
     assert all(r["status"] == 200 and r["first_s"] is not None for r in rows), [r.get("error") for r in rows]
