@@ -256,7 +256,9 @@ def replay(llama_vim: Path, target: str, lines: int, pause_s: float, serve: Serv
                 """The typist waits `pause_s`, and on until llama.vim's requests are answered
                 (`PAUSE_MOST_S` at most) and the suggestion drawn: one is seen at every stop."""
                 time.sleep(pause_s)
-                proxy.wait_idle(PAUSE_MOST_S, quiet_s=0.5)  # llama.vim defers a request by 100 ms timers
+                # llama.vim sends a request held back while another was in flight (its 100 ms timer
+                # polls; Vim notices the curl job's end) up to about 0.6 s after that one's answer
+                proxy.wait_idle(PAUSE_MOST_S, quiet_s=1.5)
 
             try:
                 vim = drive(folder / "llama.vim", folder, file, edit, proxy.url + "/infill", pause)
@@ -272,7 +274,7 @@ def replay(llama_vim: Path, target: str, lines: int, pause_s: float, serve: Serv
         "seconds": {"server_ready": round(ready_s, 1), "whole": round(wall, 1)},
         "checks": checks(proxy.records, vim, edit.end),
         "latency": latencies(proxy.records),
-        "shown": [{"line": s["line"], "col": s["col"], "text": s["text"][:3]} for s in vim.get("shown", [])],
+        "shown": [{"line": s["line"], "col": s["col"], "lines": len(s["text"])} for s in vim.get("shown", [])],
         "vim_messages": vim.get("messages", "").strip().splitlines(),
         "requests": proxy.records,
     }
