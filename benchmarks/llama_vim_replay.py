@@ -12,7 +12,8 @@ Python's standard library) and typed in again through tmux, a key at a time, pau
 a suggestion can be shown at every stop however fast the server is.
 Meanwhile llama.vim does what it does unprompted: a quick suggestion at every cursor move
 (`t_max_predict_ms` 250), a speculative follow-up once one is shown, the ring of chunks read in the
-background (`n_predict` 0) when the user is idle. At the end a suggestion is accepted with Tab.
+background (`n_predict` 0) when the user is idle. The body's last line is not typed: after its
+indentation the typist waits for a suggestion and accepts it with Tab.
 
 Every request passes through a recording proxy here (method, kind, status, seconds, the server's
 `timings/prompt_n` and `tokens_cached`); a timer inside Vim notes each suggestion llama.vim shows
@@ -142,9 +143,11 @@ def type_body(tmux: Tmux, body: list[str], pause: Callable[[], None], key_s: flo
     return n
 
 
-def accept_one(tmux: Tmux, indent: str, pause: Callable[[], None]) -> None:
-    """On a new line, type the indentation, wait for a suggestion and press Tab (llama.vim's accept)."""
-    tmux.keys("Enter")
+def accept_one(tmux: Tmux, indent: str, pause: Callable[[], None], new_line: bool) -> None:
+    """On a new line (or the line `o` opened), type the indentation, wait for a suggestion and press
+    Tab (llama.vim's accept)."""
+    if new_line:
+        tmux.keys("Enter")
     tmux.keys(indent, literal=True)
     pause()
     tmux.keys("Tab")
@@ -152,8 +155,9 @@ def accept_one(tmux: Tmux, indent: str, pause: Callable[[], None]) -> None:
 
 
 def drive(plugin: Path, folder: Path, file: Path, edit, endpoint: str, pause: Callable[[], None]) -> dict:
-    """Open `file` (the body taken out) in Vim with llama.vim, type the body, accept one suggestion,
-    save, and return Vim's report. `pause` is the typist's wait at each stop."""
+    """Open `file` (the body taken out) in Vim with llama.vim, type the body but its last line, take
+    that line from a suggestion with Tab, save, and return Vim's report. `pause` is the typist's
+    wait at each stop."""
     report = folder / "report.json"
     vimrc = folder / "vimrc"
     vimrc.write_text(VIMRC.format(endpoint=endpoint, plugin=plugin, report=report))
@@ -161,8 +165,8 @@ def drive(plugin: Path, folder: Path, file: Path, edit, endpoint: str, pause: Ca
     try:
         time.sleep(2.5)  # Vim starts; llama.vim picks a chunk at BufEnter and reads it within a second or two
         body = list(edit.lines[edit.start : edit.end])
-        pauses = type_body(tmux, body, pause, key_s=0.06)
-        accept_one(tmux, body[-1][: len(body[-1]) - len(body[-1].lstrip())], pause)
+        pauses = type_body(tmux, body[:-1], pause, key_s=0.06)  # the last line is left to a suggestion
+        accept_one(tmux, body[-1][: len(body[-1]) - len(body[-1].lstrip())], pause, new_line=len(body) > 1)
         tmux.keys("Escape")
         tmux.keys(":w", "Enter")
         time.sleep(3.5)  # normal mode: the ring's background reads go on
@@ -192,6 +196,7 @@ def checks(records: list[dict], vim: dict, accept_line: int) -> dict:
         "every_request_answered": bool(records) and all(r["status"] == 200 and r.get("json") for r in records),
         "vim_errors": errors,
         "accepted": _accepted(vim.get("buffer", []), accept_line),
+        "accepted_as_in_the_file": _accepted(vim.get("buffer", []), accept_line) == vim.get("expected"),
     }
 
 
@@ -272,7 +277,7 @@ def replay(llama_vim: Path, target: str, lines: int, pause_s: float, serve: Serv
         "edit": {"file": f"{path} of Python's standard library", "function": qualname, "lines": edit.end - edit.start}
         | {"chars_typed": len(typed), "pauses": vim["pauses"], "pause_s": pause_s},
         "seconds": {"server_ready": round(ready_s, 1), "whole": round(wall, 1)},
-        "checks": checks(proxy.records, vim, edit.end),
+        "checks": checks(proxy.records, vim | {"expected": edit.lines[edit.end - 1]}, edit.end - 1),
         "latency": latencies(proxy.records),
         "shown": [{"line": s["line"], "col": s["col"], "lines": len(s["text"])} for s in vim.get("shown", [])],
         "vim_messages": vim.get("messages", "").strip().splitlines(),

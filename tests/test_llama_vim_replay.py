@@ -77,7 +77,7 @@ def llama_vim() -> Path:
 
 
 def test_llama_vim_shows_suggestions_reads_its_ring_and_every_request_is_answered(llama_vim):
-    doc = llama_vim_replay.replay(llama_vim, "colorsys.py:yiq_to_rgb", 2, 0.6, stub)
+    doc = llama_vim_replay.replay(llama_vim, "colorsys.py:yiq_to_rgb", 3, 0.6, stub)
     check = doc["checks"]
     assert llama_vim_replay.passed(check), check
     assert check["accepted"] and check["accepted"].strip().startswith("i = 1")
