@@ -87,7 +87,7 @@ def test_an_edit_behind_the_read_point_rolls_back_to_the_common_prefix(open_engi
 
 def test_a_cancel_stops_between_chunks_and_keeps_what_was_read(open_engine):
     engine = open_engine()
-    prompt = engine.target.tokenize(FILE * 2)
+    prompt = engine.target.tokenize(LONGER)  # 5 whole chunks of the tiny models' 32
     chunk = engine.target.read_chunk
     cancel = threading.Event()
     evaluate = engine.target.eval
