@@ -290,8 +290,7 @@ class ChatApp(ChatActions, App):
                 gen.view.update_tokens()
                 self._show_stats()
             self._save(gen.conversation)
-        # an empty poll (the prompt is still being read) is not an update: it does not teach the pacer
-        wait = self.pacer.next_interval() if changed else self.pacer.interval
+        wait = self.pacer.next_interval() if changed else self.pacer.after_empty_poll(gen.stats.tokens)
         self._drain_timer = self.set_timer(wait, self._drain_events)
 
     def _fold_queued(self, gen: Generation) -> tuple[bool, bool]:
