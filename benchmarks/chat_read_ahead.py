@@ -180,6 +180,9 @@ def chat_run(chat: list[str], text: str, rate: float, read_ahead: bool, timeout:
         "target_read_s": stats.get("target_read_s"),
         "tokens": stats.get("tokens"),
         "stop_reason": stats.get("stop_reason"),
+        # what shaped the reply's passes: a parting between two replies comes from their shapes
+        "k_histogram": stats.get("k_histogram"),
+        "threads": stats.get("threads"),
         "echo_s": echoes,
         "reply": reply["content"],
     }
@@ -222,19 +225,29 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def compared(case: list[dict]) -> list[dict]:
+    """Per round of a case, whether the replies with and without reading ahead were the same, and
+    whether their passes were (K and thread counts per pass, which `auto` and the thread policy
+    choose live from the machine's timings: passes of other shapes give other bits, and a reply can
+    then part at a near-tie, as two cold runs can; the prompt's reading is the same either way)."""
+    pairs = [(a, b) for a in case if a["read_ahead"] for b in case if not b["read_ahead"] and b["round"] == a["round"]]
+    return [
+        {
+            "round": a["round"],
+            "same_reply": a["reply"] == b["reply"],
+            "same_passes": (a["k_histogram"], a["threads"]) == (b["k_histogram"], b["threads"]),
+        }
+        for a, b in pairs
+    ]
+
+
 def summarize(runs: list[dict]) -> list[dict]:
     """Per case and mode: medians of the first token, the echo's median, 95th percentile and most
-    over every key of its runs, and whether every round's replies of both modes were the same."""
+    over every key of its runs, and the replies of both modes compared per round (`compared`)."""
     out = []
     for chars in sorted({r["chars"] for r in runs}):
         case = [r for r in runs if r["chars"] == chars]
-        same = [
-            a["reply"] == b["reply"]
-            for a in case
-            if a["read_ahead"]
-            for b in case
-            if not b["read_ahead"] and b["round"] == a["round"]
-        ]
+        rounds = compared(case)
         for mode in (True, False):
             rs = [r for r in case if r["read_ahead"] is mode]
             echoes = [e for r in rs for e in r["echo_s"]]
@@ -250,7 +263,8 @@ def summarize(runs: list[dict]) -> list[dict]:
                     "echo_median_s": statistics.median(echoes),
                     "echo_p95_s": quantile(echoes, 0.95),
                     "echo_max_s": max(echoes),
-                    "replies_identical": all(same) if same else None,
+                    "replies_identical": all(r["same_reply"] for r in rounds) if rounds else None,
+                    "rounds_compared": rounds,
                 }
             )
     return out
