@@ -6,6 +6,7 @@ prompt in the cache for the next request and yield to any request that generates
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -169,3 +170,21 @@ def test_a_target_without_fill_in_the_middle_tokens_is_a_400(tmp_path, tiny_gguf
     with serving(load_registry(models_toml(tmp_path, tiny_gguf)).pair("tiny"), SETTINGS) as live:
         r = post(live, "/infill", infill())
     assert r.status_code == 400 and "fill-in-the-middle" in r.json()["error"]["message"]
+
+
+def test_llama_vims_own_bodies_are_answered_as_it_reads_them(live):
+    """The bodies llama.vim posts (autoload/llama.vim): `model` always sent, "" by default; each ring
+    chunk with the `time` it was picked (Vim's reltime()); and a reply it takes only where the raw
+    text matches `"content"\\s*:"` (compact JSON, as llama.cpp writes it)."""
+    chunks = [{"text": c["text"], "time": [1733351234, 512000], "filename": c["filename"]} for c in EXTRA]
+    ring = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": chunks, "prompt": "", "n_predict": 0}
+    ring |= {"temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True, "t_max_prompt_ms": 1}
+    ring |= {"t_max_predict_ms": 1, "response_fields": [""], "model": ""}
+    r = post(live, "/infill", ring)
+    assert r.status_code == 200, r.text
+    quick = infill(input_extra=chunks, prompt="", n_predict=128, stop=[], n_indent=4, top_k=40, top_p=0.9, model="")
+    quick |= {"samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True, "id_slot": 0}
+    quick |= {"t_max_prompt_ms": 500, "t_max_predict_ms": 250, "response_fields": VIM_FIELDS}
+    r = post(live, "/infill", quick)
+    assert r.status_code == 200, r.text
+    assert re.match(r"^\s*\{", r.text) and re.search(r'"content"\s*:"', r.text)

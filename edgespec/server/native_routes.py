@@ -109,7 +109,8 @@ async def answer_native(
     """A `/completion` or `/infill` request queued and answered, whole or streamed."""
     body, prompt = checked
     served = worker.engine.pair.name
-    if body.model is not None and body.model != served:
+    # llama.vim sends its `model_fim` setting, "" unless set; llama.cpp takes "" as its own model
+    if body.model and body.model != served:
         raise unknown_model(body.model, served)
     job = Job(prompt, prompt.param, native_settings(defaults, body), body.token_limit)
     started = await start(request, job, worker)
@@ -130,7 +131,8 @@ def _fields(body: NativeRequest) -> tuple[str, ...] | None:
 
 
 def _json(body: dict) -> Response:
-    return Response(json.dumps(body), media_type="application/json")
+    # compact, as llama.cpp writes it: llama.vim takes a reply only where `"content"\s*:"` matches
+    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json")
 
 
 async def _collect(job: Job, reply: Reply) -> str:

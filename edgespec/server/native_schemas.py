@@ -91,6 +91,9 @@ class NativeCompletionRequest(NativeRequest):
 class ExtraChunk(Strict):
     text: Text
     filename: Text = "tmp"
+    # llama.vim sends when it picked the chunk (Vim's reltime(): seconds and microseconds); llama.cpp
+    # does not read it, nor does edgespec
+    time: list[int | float] | None = None
 
 
 class InfillRequest(NativeRequest):
