@@ -79,6 +79,13 @@ def machine(doc: dict) -> str:
     return re.sub(r"\s*(\((R|TM)\)|\bProcessor\b)", "", model).strip()
 
 
+def instruction_set(doc: dict) -> str:
+    """The widest vector extension the run's CPU reported (hosts of one model differ 2x by it)."""
+    flags = set(doc["meta"].get("machine", {}).get("cpu_flags") or ())
+    widest = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return widest + (" and AMX, which the build leaves out" if "amx_tile" in flags else "")
+
+
 def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
     """One line saying what made a file's figures: the command, commit, machine and date."""
     meta = doc.get("meta", doc)
@@ -421,7 +428,8 @@ def fim_order(folder: Path) -> list[str]:
     keystrokes = doc["orders"]["psm"]["reread"]["keystrokes"]
     files = ", ".join(f"`{f}`" for f in doc["files"])
     lines.append("")
-    lines.append(f"{keystrokes} keystrokes and {sites} suggestions on {files}; {machine(doc)}.<br>")
+    where = f"{machine(doc)} ({instruction_set(doc)})"
+    lines.append(f"{keystrokes} keystrokes and {sites} suggestions on {files}; {where}.<br>")
     return lines + [source(doc, name) + "<br>"]
 
 

@@ -19,6 +19,7 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     from edgespec.cli import chat as command
 
     engine = FakeEngine()
+    engine.read_ahead = lambda prompt, cancel=None, save=True: None  # it can read ahead (tui/read_while_typing.py)
     seen: dict = {}
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     monkeypatch.setattr(
@@ -39,6 +40,9 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     assert seen["cache"].folder == tmp_path / "prompt-cache"  # each reply is saved for a later --resume
     assert app._first_message == "diff --git a/x b/x" and app.system == "review this"
     assert app.settings.sampling == SamplingParams(temperature=0.7) and app.settings.draft == "ngram"
+    assert app.read_ahead.enabled
+    assert CliRunner().invoke(command.chat, ["--no-read-ahead"], input="x\n").exit_code == 0
+    assert not seen["app"].read_ahead.enabled
 
     missing = CliRunner().invoke(command.chat, ["--resume", "nope"])
     assert missing.exit_code == 1 and "no saved chat 'nope'" in missing.output

@@ -87,7 +87,7 @@ def test_an_edit_behind_the_read_point_rolls_back_to_the_common_prefix(open_engi
 
 def test_a_cancel_stops_between_chunks_and_keeps_what_was_read(open_engine):
     engine = open_engine()
-    prompt = engine.target.tokenize(FILE)
+    prompt = engine.target.tokenize(LONGER)  # 5 whole chunks of the tiny models' 32
     chunk = engine.target.read_chunk
     cancel = threading.Event()
     evaluate = engine.target.eval
@@ -124,3 +124,20 @@ def test_a_read_saved_in_the_prompt_cache_warms_a_new_process(open_engine, tmp_p
     ids, summary = reply(later, prompt)
     assert summary.prompt_cached == reading.read
     assert ids == reply(open_engine(), prompt)[0]
+
+
+def test_a_reply_counts_the_prompt_tokens_it_kept_that_were_read_ahead(open_engine):
+    engine = open_engine()
+    chunk = engine.target.read_chunk
+    asked = engine.target.tokenize(FILE)
+    assert reply(engine, asked)[1].prompt_read_ahead == 0  # its prompt was read when asked
+    following = engine.target.tokenize(LONGER + "\n\nExplain g0.")
+    reading = engine.read_ahead(following)
+    assert reading.cached == len(asked) - len(asked) % chunk and reading.read >= chunk  # the last reply's chunks kept
+    edited = following[:40] + engine.target.tokenize("# another line\n") + following[40:]
+    again = engine.read_ahead(edited)
+    assert again.cached == 40 - 40 % chunk < reading.cached
+    ids, summary = reply(engine, edited)
+    assert summary.prompt_cached == again.ready and summary.prompt_read_ahead == again.ready - again.cached
+    assert ids == reply(open_engine(), edited)[0]
+    assert reply(engine, edited)[1].prompt_read_ahead == 0  # read ahead for one reply only

@@ -253,7 +253,8 @@ async def test_a_streaming_line_that_wraps_gets_its_height(tmp_path):
 def test_update_pacer_keeps_the_ui_within_its_cpu_budget():
     cpu = [0.0]
     pacer = UpdatePacer(Budget(cpu_share=0.03, min_hz=2, max_hz=30), cpu_clock=lambda: cpu[0], smoothing=1.0)
-    assert pacer.restart() == 0.25  # nothing measured yet
+    assert pacer.restart() == pacer.after_empty_poll(0) == UpdatePacer.WAITING_POLL  # no token yet: look often
+    assert pacer.after_empty_poll(1) == pacer.interval == 0.25  # then at the pace of updates: none measured yet
     cpu[0] += 0.006  # 6 ms of UI work per update: one every 0.2 s keeps it at 3% of a core
     assert pacer.next_interval() == pytest.approx(0.2 - 0.006)  # the wait is the period less the update
     cpu[0] += 0.0003  # cheap updates: capped at 30 a second

@@ -66,12 +66,18 @@ def _require_terminal() -> None:
     help="Reopen a saved chat: the most recent, or the one with this id (see ctrl+o in the app).",
 )
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True, help="Most tokens per reply.")
+@click.option(
+    "--read-ahead/--no-read-ahead",
+    default=True,
+    show_default=True,
+    help="Read the next prompt while the message is written (the CPU works as you type; replies are the same).",
+)
 @json_options
 @cache_option
 @history_options
 @error_boundary
 @opens_engine(repository=True)
-def chat(system, resume, json_object, json_schema, options: EngineOptions):
+def chat(system, resume, read_ahead, json_object, json_schema, options: EngineOptions):
     """Chat in the terminal; every token shows whether the draft or the target wrote it.
 
     Keys: enter send · shift+enter/ctrl+j newline · esc stop · ctrl+n new chat · ctrl+r regenerate ·
@@ -97,10 +103,12 @@ def chat(system, resume, json_object, json_schema, options: EngineOptions):
         _reopen_terminal()
     _require_terminal()
     click.echo("edgespec: loading the model pair…", err=True)
-    _run_app(checked, system, conversation, first_message, store)
+    _run_app(checked, system, conversation, first_message, store, read_ahead)
 
 
-def _run_app(checked: CheckedOptions, system, conversation, first_message: str | None, store) -> None:
+def _run_app(
+    checked: CheckedOptions, system, conversation, first_message: str | None, store, read_ahead: bool = True
+) -> None:
     """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every reply),
     run the app until the user quits, then say what could not be saved."""
     from edgespec.engine.thread import EngineThread
@@ -118,6 +126,7 @@ def _run_app(checked: CheckedOptions, system, conversation, first_message: str |
                 first_message=first_message,
                 store=store,
                 engine_thread=engine_thread,
+                read_ahead=read_ahead,
             )
             app.run()
             for line in app.unsaved_lines:

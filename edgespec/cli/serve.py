@@ -109,8 +109,9 @@ def base_url(sock: socket.socket) -> str:
     type=click.Choice(ORDERS),
     default=DEFAULT_ORDER,
     show_default=True,
-    help="Fill-in-the-middle prompts (/infill, suffix): prefix-suffix-middle as the model was trained, or "
-    "suffix-prefix-middle, which reads less again after a keystroke (docs/serve.md).",
+    help="How fill-in-the-middle prompts (/infill, suffix) are laid out: psm-near keeps the order the model was "
+    "trained on and gives the lines below the next one before the prefix, so a keystroke reads little again; psm "
+    "and spm are llama.cpp's two layouts (docs/serve.md).",
 )
 @cache_option
 @history_options

@@ -212,6 +212,9 @@ class Summary(Tally, WholeReply):
     # prompt tokens the target did not read: already in its cache (an earlier reply in this
     # process, or a state loaded from the prompt cache); it read the rest (`target_read_tokens`)
     prompt_cached: int = 0
+    # of those, tokens a read ahead (`Engine.read_ahead`) read before the prompt was asked: the chat
+    # app reads while the message is written, so they cost the user no wait after enter
+    prompt_read_ahead: int = 0
     ttft_s: float = 0.0
     target_read_s: float = 0.0
     decode_s: float = 0.0

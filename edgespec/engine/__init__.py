@@ -8,6 +8,8 @@ costs, and the event stream every front end reads.
 - `calibration.py`: the cost curve and the noise floor, kept in files between runs.
 - `thread.py`: the one thread that loads an engine and runs every generation of it.
 - `prompt_cache.py`: what a model has read, kept across calls and processes.
+- `read_ahead.py`: the whole read chunks of a prompt yet to be asked, read before it is.
+- `infill.py`: fill-in-the-middle prompts for editors' inline completion.
 - `prompt_cache_files.py`: one saved state's file, and reading it without trusting it.
 - `draft_sources.py`: what a call may copy from beyond its own text.
 - `reply_history.py`: every earlier prompt and reply, and the suffix index over them.

@@ -51,7 +51,7 @@ from edgespec.engine.calibration import (
 from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
-from edgespec.engine.read_ahead import Reading, read_whole_chunks
+from edgespec.engine.read_ahead import ReadAheadCredit, Reading, read_whole_chunks
 from edgespec.models.registry import PairConfig
 from edgespec.quality.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
 from edgespec.util.errors import SettingError
@@ -121,6 +121,7 @@ class Engine:
         # seconds `open_engine` spent per part of the load: "check" (the model files' size and
         # sha256, hashed once per file version), "target" and "draft" (each model's load)
         self.load_s = load_s or {}
+        self.read_ahead_kept = ReadAheadCredit()  # what read_ahead read, until a reply keeps it
 
     def chat(
         self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None
@@ -151,7 +152,7 @@ class Engine:
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
-        events = self._remembered(prompt, events, copying)
+        events = self.read_ahead_kept.credit(self._remembered(prompt, events, copying))
         return self._keeping_costs(events if self.cache is None else self._cached(prompt, events, self.cache))
 
     def _remembered(
@@ -196,9 +197,9 @@ class Engine:
         """Have the target hold the whole read chunks of a prompt yet to be asked (`read_ahead.py`),
         from the prompt cache where it has them; `save`: keep the state in the prompt cache too."""
         start = time.perf_counter()
-        if cancel is None or not cancel.is_set():
-            self.read_hook(self.target, prompt)
+        loaded = self.read_hook(self.target, prompt) if cancel is None or not cancel.is_set() else 0
         reading = read_whole_chunks(self.target, prompt, cancel, since=start)
+        self.read_ahead_kept.add(reading, loaded > 0)
         if save and reading.read and self.cache is not None:
             self.cache.save(self.target)
         return reading
@@ -208,7 +209,8 @@ class Engine:
         in the Summary's target reading and time to first token) and the models' states saved once
         the Summary is out (the reply is complete on screen while they are written)."""
         start = time.perf_counter()
-        self.read_hook(self.target, prompt)
+        if self.read_hook(self.target, prompt):
+            self.read_ahead_kept.forget()  # a saved state replaced what the target read ahead
         warm_s = time.perf_counter() - start
         for event in events:
             if isinstance(event, Summary):
@@ -223,6 +225,7 @@ class Engine:
         """Forget what the target and the draft model have read, so the next generation reads its
         whole prompt: a measurement of a cold call (the bench) must not reuse the previous one's
         cached prefix."""
+        self.read_ahead_kept.forget()
         for backend in (self.target, self.draft):
             if backend is not None:
                 backend.truncate(0)

@@ -13,9 +13,12 @@ steer the prompt.
 llama.cpp writes. Its cost: a keystroke changes the prompt at the cursor, and with the suffix after
 the cursor every token of the suffix is read again, from the start of the read chunk holding the
 cursor (`ChunkedBackend`: a reply bit for bit a cold read's). `spm` puts the suffix before the
-prefix (llama.cpp's `--spm-infill`), so a keystroke on the current line reads again only from that
-chunk's start to the end: the cursor's place in its chunk plus the few tokens after it. The cost of
-each order, in tokens read again and in what the model suggests, is measured in docs/serve.md.
+prefix (llama.cpp's `--spm-infill`), so a keystroke reads again only from that chunk's start to
+the end, but Qwen2.5-Coder was not trained on it. `psm-near` keeps the trained order with only the
+near suffix (the rest of the cursor's line and NEAR_LINES lines) after the cursor, and gives the
+lines below as a chunk of the current file before the prefix, where a keystroke does not reach
+them. What each costs, in tokens read again and in what the model suggests:
+benchmarks/fim_order.py, docs/benchmarks.md.
 
 Parts longer than the context allows are cut as llama.cpp cuts them, each within a share of the
 context that does not depend on the others' lengths: the code around the cursor has half of what

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from edgespec.decoding.backend import Backend, ContextOverflow, chunk_start, common_prefix, exact_prefix
+from edgespec.decoding.events import Event, Summary
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,36 @@ def read_whole_chunks(
         target.eval(chunk, 1)  # the rows' logits are not needed; the cache is what is kept
         position += len(chunk)
     return Reading(len(tokens), keep, position - keep, time.perf_counter() - start, stopped)
+
+
+class ReadAheadCredit:
+    """Which of the target's cached tokens read aheads read, until a generation keeps them: the
+    Summary's `prompt_read_ahead` (what the front end that read ahead saved the user at the ask).
+
+    `span` is the range [begin, end) of the target's cache that read aheads read since the last
+    generation: each read extends it to its `ready`, and keeps its start while the target still
+    holds what the earlier reads read (a roll back to before it moves the start back to the point
+    the new read starts from)."""
+
+    def __init__(self) -> None:
+        self.span: tuple[int, int] | None = None
+
+    def add(self, reading: Reading, loaded: bool) -> None:
+        """After a read ahead; `loaded`: a state from the prompt cache replaced the target's cache
+        before it read (nothing earlier reads read is left)."""
+        begin = reading.cached if self.span is None or loaded else min(self.span[0], reading.cached)
+        self.span = (begin, reading.ready)
+
+    def forget(self) -> None:
+        """What the target read ahead is gone (its cache emptied or replaced)."""
+        self.span = None
+
+    def credit(self, events: Iterator[Event]) -> Iterator[Event]:
+        """`events` of a generation, its Summary with `prompt_read_ahead`: the prompt tokens it
+        kept from the target's cache that read aheads read. The span is taken (and cleared) when
+        the generation starts, after the prompt cache's warming."""
+        span, self.span = self.span, None
+        for event in events:
+            if isinstance(event, Summary) and span is not None:
+                event.prompt_read_ahead = max(0, min(event.prompt_cached, span[1]) - span[0])
+            yield event

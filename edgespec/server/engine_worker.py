@@ -130,17 +130,17 @@ class EngineWorker:
     def submit(self, job: Job) -> None:
         """Queue `job`. A generating job makes every read only (`max_tokens` 0) queued or running
         yield: a running read stops at its next read chunk, keeping what it read; a queued one
-        reads nothing. Each is answered with what it read."""
+        reads nothing. Each is answered with what it read, and no longer counts in the queue."""
         with self._lock:
             if self._stopping.is_set():
                 raise server_stopping()
-            if len(self._jobs) > self.queue_size:  # one running, queue_size waiting
-                raise queue_full(self.retry_after())
             if job.max_tokens != 0:
                 for other in self._jobs:
                     if other.max_tokens == 0:
                         other.yielded = True
                         other.cancel.set()
+            if sum(not other.yielded for other in self._jobs) > self.queue_size:  # one running, queue_size waiting
+                raise queue_full(self.retry_after())
             self._jobs.add(job)
         self.engine_thread.submit(self._run, job)
 

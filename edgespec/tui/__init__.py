@@ -8,6 +8,8 @@
     transcript.py  messages and replies coloured by token source, notices, the legend
     stats.py       per-reply figures, live and then frozen, and the bar that shows them
     prompt.py      the prompt box
+    read_while_typing.py
+                   the next prompt, read on the engine's thread while its message is written
     details.py     F2: the last reply's K histogram, where its time went, what drafting gained
     chat_list.py   ctrl+o: the saved chats
     chat.tcss      the app's stylesheet

@@ -19,13 +19,14 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Static, TextArea
 
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
@@ -35,6 +36,7 @@ from edgespec.tui.generation import Generation, fit_context
 from edgespec.tui.header import describe_pair
 from edgespec.tui.pacing import UpdatePacer, update_budget
 from edgespec.tui.prompt import PromptBox
+from edgespec.tui.read_while_typing import ReadAhead
 from edgespec.tui.stats import ReplyFigures, StatsBar, context_gauge
 from edgespec.tui.transcript import (
     Notice,
@@ -79,6 +81,7 @@ class ChatApp(ChatActions, App):
         store: ChatStore | None = None,
         clock: Callable[[], float] = time.perf_counter,
         engine_thread: EngineThread | None = None,
+        read_ahead: bool = True,
     ):
         super().__init__()
         self.engine = engine
@@ -100,6 +103,10 @@ class ChatApp(ChatActions, App):
         # how often the reply is updated while it streams: more often when decoding leaves a core free
         self.pacer = UpdatePacer(update_budget(engine.decoding_threads(), physical_cores()))
         self._drain_timer: Timer | None = None
+        say = partial(self.notify, title="Read ahead", severity="warning")  # a read that failed
+        self.read_ahead = ReadAhead(
+            engine, self.engine_thread, self.settings.max_tokens, self._next_prompt, self.set_timer, say, read_ahead
+        )
 
     # Layout
 
@@ -162,6 +169,7 @@ class ChatApp(ChatActions, App):
         transcript.anchor()
         self._update_context()
         self._show_stats()
+        self.read_ahead.restart()  # the message in the box now follows this chat
 
     def _update_context(self) -> None:
         if self._gen is not None:
@@ -185,6 +193,15 @@ class ChatApp(ChatActions, App):
         self.query_one(PromptBox).border_subtitle = context_gauge(used, self.engine.n_ctx)
 
     # Sending and generating
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        self.read_ahead.changed(event.text_area.text)
+
+    def _next_prompt(self) -> tuple[list[dict], str] | None:
+        """What enter would send now: the chat so far and the message; None while a reply runs."""
+        boxes = self.screen_stack[0].query(PromptBox) if self.screen_stack else []  # F2 may be over it
+        text = boxes[0].text if boxes else ""
+        return None if self._gen is not None or not text.strip() else (self.conversation.chat_messages(), text)
 
     def on_prompt_box_submitted(self, event: PromptBox.Submitted) -> None:
         if self.send(event.text):
@@ -244,6 +261,7 @@ class ChatApp(ChatActions, App):
         return True
 
     def _start_reply(self) -> None:
+        self.read_ahead.stop()  # it stops within a chunk; the reply queues behind it on the engine thread
         try:
             messages, dropped, used = fit_context(
                 self.engine, self.conversation.chat_messages(), self.settings.max_tokens
@@ -290,8 +308,7 @@ class ChatApp(ChatActions, App):
                 gen.view.update_tokens()
                 self._show_stats()
             self._save(gen.conversation)
-        # an empty poll (the prompt is still being read) is not an update: it does not teach the pacer
-        wait = self.pacer.next_interval() if changed else self.pacer.interval
+        wait = self.pacer.next_interval() if changed else self.pacer.after_empty_poll(gen.stats.tokens)
         self._drain_timer = self.set_timer(wait, self._drain_events)
 
     def _fold_queued(self, gen: Generation) -> tuple[bool, bool]:
@@ -337,6 +354,7 @@ class ChatApp(ChatActions, App):
             )
         self._update_context()  # now that the worker is done, the engine is free to count
         self._show_stats()
+        self.read_ahead.resume()  # what was typed while the reply ran
 
     def _leave_generation(self) -> None:
         if self._gen is not None:
@@ -358,6 +376,7 @@ class ChatApp(ChatActions, App):
     async def on_unmount(self) -> None:
         """Quitting mid-reply counts as esc: cancel, let the worker end (up to 2 s), save the reply."""
         unsaved.say = self._say_before  # the screen is going: stderr can be read again
+        self.read_ahead.close()
         gen = self._gen
         if gen is None:
             return

@@ -76,6 +76,8 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
     decode.append(f" · TTFT {s.ttft_s:.2f} s")
     if s.target_read_tokens:  # the rest of the prompt was in the cache (a chat's earlier turns)
         decode.append(f" · read {s.target_read_tokens} of {s.prompt_tokens} prompt tokens in {s.target_read_s:.2f} s")
+        if s.prompt_read_ahead:  # read while the message was written (tui/read_while_typing.py)
+            decode.append(f" · {s.prompt_read_ahead} read ahead as the message was written")
     elif s.prompt_tokens:  # saved by a version that did not count them
         decode.append(f" · {s.prompt_tokens} prompt tokens")
     if s.draft_read_s:

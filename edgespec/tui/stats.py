@@ -167,7 +167,8 @@ class StatsBar(Static):
         s = f.summary
         parts = figure_parts(s, compact=True)  # the token count is on the reply's own line
         t.append(parts.speed, style="bold")
-        t.append(" · " + " · ".join((parts.ttft, parts.acceptance, parts.per_pass)))
+        ttft = parts.ttft + (f" ({s.prompt_read_ahead} read ahead)" if s.prompt_read_ahead else "")
+        t.append(" · " + " · ".join((ttft, parts.acceptance, parts.per_pass)))
         if f.current_k is not None:
             t.append(f" · K {f.current_k}")
             if s.controller is not None and s.controller.drafter:
