@@ -433,6 +433,52 @@ def fim_order(folder: Path) -> list[str]:
     return lines + [source(doc, name) + "<br>"]
 
 
+def chat_read_ahead(folder: Path) -> list[str]:
+    """The chat replay, reading ahead on and off: the first token after enter and the keystroke echo
+    (benchmarks/chat_read_ahead.py)."""
+    name = "chat_read_ahead.json"
+    doc = load(folder, name)
+    lines = [
+        "| pasted | read ahead | prompt tokens read ahead | first token after enter (engine) | echo median/p95/most |",
+        "|---|---|---|---|---|",
+    ]
+    for s in doc["summary"]:
+        runs = [r for r in doc["runs"] if r["chars"] == s["chars"] and r["read_ahead"] == s["read_ahead"]]
+        firsts = sorted(r["screen_ttft_s"] for r in runs)
+        spread = f" ({firsts[0]:.2f}-{firsts[-1]:.2f})" if len(firsts) > 1 else ""
+        echo = "/".join(f"{s[k] * 1000:.0f}" for k in ("echo_median_s", "echo_p95_s", "echo_max_s"))
+        lines.append(
+            f"| {s['prompt_tokens']:,.0f} tokens | {'on' if s['read_ahead'] else 'off'} | "
+            f"{s['prompt_read_ahead']:,.0f} | **{s['screen_ttft_s']:.2f} s**{spread} ({s['engine_ttft_s']:.2f} s) | "
+            f"{echo} ms |"
+        )
+    compared = [c for s in doc["summary"] if s["read_ahead"] for c in s["rounds_compared"]]
+    same = sum(c["same_reply"] for c in compared)
+    parted = [c for c in compared if not c["same_reply"]]
+    rounds = max(r["round"] for r in doc["runs"])
+    lines += [
+        "",
+        f"{doc['input']}, its first lines pasted; a {len(doc['question'])}-character question typed at "
+        f"{doc['rate']:g} keys a second; medians of {rounds} round{'s' * (rounds > 1)}, each run a cold "
+        f"`edgespec chat` process. Replies with and without reading ahead: the same in {same} of "
+        f"{len(compared)} pairs of runs"
+        + (
+            f"; the {len(parted)} that parted also ran "
+            f"{'passes of other shapes' if not any(c['same_passes'] for c in parted) else 'some passes alike'}"
+            " (K and thread counts are chosen live, as in any two runs).<br>"
+            if parted
+            else ".<br>"
+        ),
+    ]
+    if doc.get("tmux_echo_s"):
+        floor = sorted(doc["tmux_echo_s"])
+        lines.append(
+            f"tmux's own echo, measured on `cat`: median {floor[len(floor) // 2] * 1000:.0f} ms, most "
+            f"{floor[-1] * 1000:.0f} ms.<br>"
+        )
+    return lines + [source(doc, name) + "<br>"]
+
+
 QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped with the package
 
 
@@ -469,6 +515,7 @@ BLOCKS = {
     "prompt-cache": prompt_cache,
     "prompt-cache-cost": prompt_cache_cost,
     "read-chunk": read_chunk,
+    "chat-read-ahead": chat_read_ahead,
     "health-latency": health_latency,
     "draft-window": draft_window,
     "drafting-ceiling": drafting_ceiling,
