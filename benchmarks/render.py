@@ -479,6 +479,59 @@ def chat_read_ahead(folder: Path) -> list[str]:
     return lines + [source(doc, name) + "<br>"]
 
 
+def editor_replay(folder: Path) -> list[str]:
+    """Inline completion at every pause of an edit, as llama.vim asks (benchmarks/editor_replay.py),
+    and the same pauses against llama-cpp-python's server."""
+    name = "editor_replay.json"
+    doc = load(folder, name)
+    session, compare = doc["summary"]["session"], doc["summary"]["compare"]
+    lines = [
+        "| requests (llama.vim's shapes) | n | first token, median | whole, median | tokens read, median |",
+        "|---|---|---|---|---|",
+    ]
+    for kind in ("quick", "follow", "ring"):
+        r = session[kind]
+        first = f"{r['median_first_token_s']:.2f} s" if r["median_first_token_s"] is not None else "-"
+        read = r["median_prompt_n"] if r["median_prompt_n"] is not None else "-"
+        lines.append(f"| {kind} | {r['n']} | {first} | {r['median_whole_s']:.2f} s | {read} |")
+    ours, peer = compare["edgespec"], compare["peer"]
+    lines += [
+        "",
+        "| the same pauses | first token, median | whole suggestion, median |",
+        "|---|---|---|",
+        f"| edgespec `serve`, `/infill` | {ours['median_first_token_s']:.2f} s | {ours['median_whole_s']:.2f} s |",
+        f"| llama-cpp-python's server, prefix cache on | {peer['median_first_token_s']:.2f} s | "
+        f"{peer['median_whole_s']:.2f} s |",
+        "",
+        f"{session['requests']} requests, {session['errors']} errors; a keystroke on the line read "
+        f"{session['keystroke_on_the_line']['median_prompt_n']} tokens again (median of "
+        f"{session['keystroke_on_the_line']['n']}). Whole suggestion: the peer took "
+        f"{compare['peer_over_edgespec_whole']:.2f}x edgespec's time (median of the pauses' ratios "
+        f"{compare['median_of_pause_ratios']:.2f}x); {compare['same_text']} of {compare['pauses']} suggestions "
+        f"had the same text. {machine(doc)} ({instruction_set(doc)}).<br>",
+    ]
+    return lines + [source(doc, name) + "<br>"]
+
+
+def llama_vim(folder: Path) -> list[str]:
+    """llama.vim in a headless Vim against `serve` (benchmarks/llama_vim_replay.py)."""
+    name = "llama_vim_replay.json"
+    doc = load(folder, name)
+    checks, latency, edit = doc["checks"], doc["latency"], doc["edit"]
+    lines = ["| llama.vim's requests | n | answered in, median (most) |", "|---|---|---|"]
+    for kind, r in latency.items():
+        lines.append(f"| {kind} | {r['n']} | {r['median_s']:.1f} s ({r['max_s']:.1f} s) |")
+    accepted = "as the file has it" if checks["accepted_as_in_the_file"] else "not as the file has it"
+    lines += [
+        "",
+        f"{edit['lines']} lines of `{edit['function']}` in {edit['file']} typed in Vim ({edit['pauses']} pauses): "
+        f"{checks['requests']} requests, {'every one' if checks['every_request_answered'] else 'not all'} answered; "
+        f"{checks['suggestions_shown']} suggestions shown; the last line taken with Tab came out {accepted}; "
+        f"Vim errors: {len(checks['vim_errors'])}. {machine(doc)} ({instruction_set(doc)}).<br>",
+    ]
+    return lines + [source(doc, name) + "<br>"]
+
+
 QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped with the package
 
 
@@ -526,6 +579,8 @@ BLOCKS = {
     "sessions": sessions,
     "static-corpus": static_corpus,
     "fim-order": fim_order,
+    "editor-replay": editor_replay,
+    "llama-vim": llama_vim,
 }
 
 
