@@ -283,7 +283,9 @@ def main(files, json_path, **args) -> None:
         summary["compare"] = summarise_compare(compare_rows)
     summary["targets"] = targets(summary.get("session"), summary.get("compare"))
     meta |= {"loadavg_end": os.getloadavg(), "pair": info["pair"], "target": input_name(info["target"])}
-    meta |= {"context": info["context"], "threads": info["threads"], "settings": args, "files": list(files)}
+    # the peer's interpreter is where this machine keeps it: recorded as what it is, not by its path
+    settings = args | {"peer_python": "a venv with llama-cpp-python[server]" if args["peer_python"] else None}
+    meta |= {"context": info["context"], "threads": info["threads"], "settings": settings, "files": list(files)}
     print(json.dumps(summary, indent=1))
     if json_path:
         doc = {"meta": meta, "summary": summary, "session": session_rows, "compare": compare_rows}

@@ -85,7 +85,7 @@ class RecordingProxy:
 
     def forward(self, method: str, path: str, headers: dict, data: bytes) -> tuple[int, dict, bytes, dict]:
         start = time.perf_counter()
-        record: dict = {"t": round(start - self.started, 3), "method": method, "path": path}
+        record: dict = {"t": round(start - self.started, 3), "method": method, "endpoint": path.lstrip("/")}
         try:
             body = json.loads(data) if data else {}
         except ValueError:
