@@ -289,6 +289,7 @@ def summarize(runs: list[dict]) -> list[dict]:
 @click.option("--floor/--no-floor", default=True, show_default=True, help="Also the echo of `cat` in tmux.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), default=None)
 def main(pair, input_path, cases, rounds, rate, draft, max_tokens, timeout, floor, json_path):
+    meta = provenance()  # before the run: the tree as it was when it started
     whole = input_path.read_text()
     texts = {}
     for chars in (int(c) for c in cases.split(",")):
@@ -322,7 +323,7 @@ def main(pair, input_path, cases, rounds, rate, draft, max_tokens, timeout, floo
         print(f"tmux's own echo (cat): median {cat[0]:.0f} ms, most {cat[1]:.0f} ms")
     if json_path:
         result = {
-            "meta": provenance(),
+            "meta": meta,
             "pair": pair,
             "draft": draft,
             "input": input_name(input_path),

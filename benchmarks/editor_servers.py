@@ -82,26 +82,30 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
+def _running(args: list[str], ready_path: str, port: int, env: dict | None = None) -> Iterator[str]:
+    """The server `args` start, listening on `port`, until the block ends; yields its root URL once
+    `ready_path` answers 200. Its stderr is kept for the message of a start that fails."""
+    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    kept: list[str] = []
+    threading.Thread(target=_drain, args=(process.stderr, kept), daemon=True).start()
+    root = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(root + ready_path, process, kept)
+        yield root
+    finally:
+        _stop(process)
+
+
+@contextmanager
 def edgespec_server(pair: str | None, extra: list[str] = ()) -> Iterator[str]:  # type: ignore[assignment]
     """`edgespec serve` until the block ends; yields its root URL (no /v1)."""
     home = isolated_home()
     port = _free_port()
     args = [sys.executable, "-m", "edgespec", "serve", "--port", str(port), *(["-m", pair] if pair else []), *extra]
-    process = subprocess.Popen(
-        args,
-        env={**os.environ, "EDGESPEC_HOME": str(home)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    kept: list[str] = []
-    threading.Thread(target=_drain, args=(process.stderr, kept), daemon=True).start()
-    root = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(root + "/health", process, kept)
-        yield root
+        with _running(args, "/health", port, {**os.environ, "EDGESPEC_HOME": str(home)}) as root:
+            yield root
     finally:
-        _stop(process)
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -112,15 +116,8 @@ def peer_server(python: str, model: Path, n_ctx: int, threads: int) -> Iterator[
     args = [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port)]
     args += ["--n_ctx", str(n_ctx), "--n_threads", str(threads), "--n_threads_batch", str(threads)]
     args += ["--cache", "true", "--verbose", "false"]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    kept: list[str] = []
-    threading.Thread(target=_drain, args=(process.stderr, kept), daemon=True).start()
-    root = f"http://127.0.0.1:{port}"
-    try:
-        _wait_ready(root + "/v1/models", process, kept)
+    with _running(args, "/v1/models", port) as root:
         yield root
-    finally:
-        _stop(process)
 
 
 def pair_files(pair_name: str | None) -> dict:
