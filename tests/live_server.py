@@ -38,6 +38,17 @@ def tiny_models_toml(folder: Path, tiny_gguf: Path, tiny_draft_gguf: Path) -> Pa
     return path
 
 
+def ngram_pair_toml(folder: Path, target: Path, name: str = "tiny") -> str:
+    """A models.toml in `folder` with one pair, `name`: `target` drafted by n-grams, a 512-token
+    context (the fill-in-the-middle tests' tiny model)."""
+    path = folder / "models.toml"
+    path.write_text(
+        f'default = "{name}"\n[models.t]\nformat = "gguf"\npath = "{target}"\n'
+        f'[pairs.{name}]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 512\n'
+    )
+    return str(path)
+
+
 @dataclass
 class Live:
     url: str  # the API's base URL, ending in /v1

@@ -16,8 +16,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
-from tests.live_server import serving
-from tests.test_serve_infill import models_toml
+from tests.live_server import ngram_pair_toml, serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import editor_replay  # noqa: E402
@@ -34,7 +33,7 @@ def fim_gguf(tiny_gguf_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, fim_gguf):
-    config = models_toml(tmp_path_factory.mktemp("replay"), fim_gguf)
+    config = ngram_pair_toml(tmp_path_factory.mktemp("replay"), fim_gguf)
     settings = GenerateSettings(draft=DraftChoice.NGRAM, k=KSetting("fixed", 3))
     with serving(load_registry(config).pair("tiny"), settings) as live:
         yield live

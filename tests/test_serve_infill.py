@@ -18,7 +18,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
-from tests.live_server import serving
+from tests.live_server import ngram_pair_toml, serving
 
 TIMEOUT = httpx.Timeout(60.0)
 SETTINGS = GenerateSettings(draft=DraftChoice.NGRAM, k=KSetting("fixed", 3))
@@ -29,15 +29,6 @@ EXTRA = [{"filename": "shapes/util.py", "text": "def half(x):\n    return x / 2\
 VIM_FIELDS = ["content", "timings/prompt_n", "timings/prompt_ms", "timings/predicted_n", "truncated", "tokens_cached"]
 
 
-def models_toml(folder, target, name="tiny") -> str:
-    path = folder / "models.toml"
-    path.write_text(
-        f'default = "{name}"\n[models.t]\nformat = "gguf"\npath = "{target}"\n'
-        f'[pairs.{name}]\nbackend = "llamacpp"\ntarget = "t"\ndrafter = "ngram"\ncontext = 512\n'
-    )
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def fim_gguf(tiny_gguf_factory):
     return tiny_gguf_factory(n_vocab_extra=8, fim=True)
@@ -45,7 +36,7 @@ def fim_gguf(tiny_gguf_factory):
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, fim_gguf):
-    config = models_toml(tmp_path_factory.mktemp("infill"), fim_gguf)
+    config = ngram_pair_toml(tmp_path_factory.mktemp("infill"), fim_gguf)
     with serving(load_registry(config).pair("tiny"), SETTINGS, queue_size=4) as live:
         yield live
 
@@ -167,7 +158,7 @@ def test_the_fields_editors_send_with_their_neutral_values_are_taken(live):
 
 
 def test_a_target_without_fill_in_the_middle_tokens_is_a_400(tmp_path, tiny_gguf):
-    with serving(load_registry(models_toml(tmp_path, tiny_gguf)).pair("tiny"), SETTINGS) as live:
+    with serving(load_registry(ngram_pair_toml(tmp_path, tiny_gguf)).pair("tiny"), SETTINGS) as live:
         r = post(live, "/infill", infill())
     assert r.status_code == 400 and "fill-in-the-middle" in r.json()["error"]["message"]
 
