@@ -27,14 +27,13 @@ from starlette.requests import ClientDisconnect
 
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
-from edgespec.engine.choices import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.infill import DEFAULT_ORDER, Infill, Order
 from edgespec.server import openai_errors
 from edgespec.server.engine_worker import EngineWorker, Job
 from edgespec.server.native_routes import add_native_routes, infill_tokens
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
-from edgespec.server.queued import ClientGone, reading_of, sent_tokens, start, while_connected
+from edgespec.server.queued import ClientGone, reading_of, request_settings, sent_tokens, start, while_connected
 from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
 from edgespec.server.request_body import body_model, checked
 from edgespec.server.schemas import (
@@ -165,14 +164,6 @@ def create_app(
         return {"status": "ok", "model": served}
 
     return app
-
-
-def request_settings(
-    defaults: GenerateSettings, body: GenerationRequest, constraint: ConstraintSpec | None
-) -> GenerateSettings:
-    """A request's decoding settings: the command line's `defaults`, its sampling fields over them."""
-    sampling = sampling_from_flags(defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.seed)
-    return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
 
 
 async def answer(

@@ -18,7 +18,6 @@ from fastapi import FastAPI, Request, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 
 from edgespec.decoding.events import Token
-from edgespec.engine.choices import sampling_from_flags
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.infill import Infill, NoInfill, Order, fim_marks, infill_prompt
 from edgespec.engine.read_ahead import Reading
@@ -27,7 +26,7 @@ from edgespec.server.line_limits import LineLimits
 from edgespec.server.native_replies import NativeFormat
 from edgespec.server.native_schemas import InfillRequest, NativeCompletionRequest, NativeRequest
 from edgespec.server.openai_errors import APIError, unknown_model
-from edgespec.server.queued import reading_of, sent_tokens, start, while_connected
+from edgespec.server.queued import reading_of, request_settings, sent_tokens, start, while_connected
 from edgespec.server.replies import Reply
 from edgespec.server.request_body import body_model, checked
 
@@ -95,14 +94,6 @@ def add_native_routes(app: FastAPI, worker: EngineWorker, defaults: GenerateSett
         return await answer_native(request, await checked(request, checked_infill(order)), worker, defaults)
 
 
-def native_settings(defaults: GenerateSettings, body: NativeRequest) -> GenerateSettings:
-    """The command line's settings with the request's sampling values over them."""
-    sampling = sampling_from_flags(
-        defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.sampling_seed
-    )
-    return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k)
-
-
 async def answer_native(
     request: Request, checked: tuple[NativeRequest, Prompt], worker: EngineWorker, defaults: GenerateSettings
 ) -> Response:
@@ -112,7 +103,7 @@ async def answer_native(
     # llama.vim sends its `model_fim` setting, "" unless set; llama.cpp takes "" as its own model
     if body.model and body.model != served:
         raise unknown_model(body.model, served)
-    job = Job(prompt, prompt.param, native_settings(defaults, body), body.token_limit)
+    job = Job(prompt, prompt.param, request_settings(defaults, body), body.token_limit)
     started = await start(request, job, worker)
     fmt = NativeFormat(served, started.prompt_tokens, prompt.truncated, _fields(body))
     if body.token_limit == 0:

@@ -1,17 +1,44 @@
 """What every endpoint does with a queued job: wait for the engine to take it, read what it sends,
-and give up when the client goes away (the app's endpoints and llama.cpp's, native_routes.py)."""
+and give up when the client goes away (the app's endpoints and llama.cpp's, native_routes.py);
+and a request's decoding settings."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from fastapi import Request
 
+from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
+from edgespec.engine.choices import sampling_from_flags
+from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.read_ahead import Reading
 from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job, Started
 from edgespec.server.replies import Reply
+
+
+class Sampled(Protocol):
+    """A request's sampling fields (OpenAI's bodies and llama.cpp's alike); None where not given."""
+
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    min_p: float | None
+
+    @property
+    def sampling_seed(self) -> int | None: ...
+
+
+def request_settings(
+    defaults: GenerateSettings, body: Sampled, constraint: ConstraintSpec | None = None
+) -> GenerateSettings:
+    """A request's decoding settings: the command line's `defaults`, its sampling fields over them."""
+    sampling = sampling_from_flags(
+        defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.sampling_seed
+    )
+    return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
 
 
 class ClientGone(Exception):

@@ -151,6 +151,10 @@ class GenerationRequest(_Strict):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     @property
+    def sampling_seed(self) -> int | None:
+        return self.seed
+
+    @property
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 
