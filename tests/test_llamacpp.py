@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.backends.llamacpp_runtime import quantize
-from edgespec.decoding.backend import BackendError, ContextOverflow, sync_cache
+from edgespec.decoding.backend import (
+    BackendError,
+    ContextOverflow,
+    common_prefix,
+    exact_end,
+    reused_prefix,
+    sync_cache,
+)
 from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
@@ -290,3 +299,48 @@ def test_a_resumed_read_computes_the_cold_reads_logits_bit_for_bit(target):
         for t in rng.integers(3, 200, size=5):  # an earlier reply after that prefix
             target.eval([int(t)], 1)
         assert np.array_equal(sync_cache(target, prompt, 1), cold), cut
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_a_prompt_changed_near_its_end_keeps_its_tail_chunks_and_reads_as_a_cold_read(target, data):
+    """An editor's keystroke: the next prompt shares all but the end of the last one. The read keeps
+    the tail chunks before the change when both prompts end in the same read chunk (only the whole
+    chunks otherwise), and gives a cold read's logits bit for bit."""
+    chunk, tail = target.read_chunk, target.tail_chunk
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    first = [int(t) for t in rng.integers(3, 200, size=data.draw(st.integers(chunk + 1, 3 * chunk)))]
+    at = data.draw(st.integers(1, len(first) - 1))
+    second = first[:at] + [int(t) for t in rng.integers(3, 200, size=data.draw(st.integers(0, 2 * tail)))]
+    second += first[at + data.draw(st.integers(0, 3)) :]
+    target.truncate(0)
+    cold = sync_cache(target, second, 2).copy()
+    target.truncate(0)
+    sync_cache(target, first, 1)
+    assert target.exact == len(first) - len(first) % chunk
+    assert target.exact_tail == (len(first) - target.exact) - (len(first) - target.exact) % tail
+    for t in rng.integers(3, 200, size=3):  # the reply to the first
+        target.eval([int(t)], 1)
+    shared = min(common_prefix(first, second), len(second) - 2)
+    same_last_chunk = len(first) // chunk == len(second) // chunk
+    if same_last_chunk and shared >= target.exact:
+        expected = min(shared - shared % tail, target.exact + target.exact_tail)
+    else:
+        expected = min(shared - shared % chunk, target.exact)
+    assert reused_prefix(target, second, 2) == expected
+    assert np.array_equal(sync_cache(target, second, 2), cold)
+
+
+def test_a_saved_state_ending_in_tail_chunks_loads_them_as_exact(target):
+    chunk, tail = target.read_chunk, target.tail_chunk
+    text = [int(t) for t in np.random.default_rng(2).integers(3, 200, size=chunk + 2 * tail + 3)]
+    target.truncate(0)
+    sync_cache(target, text, 1)
+    target.truncate(exact_end(target))
+    assert len(target.cached) == chunk + 2 * tail
+    state = target.save_state()
+    target.truncate(0)
+    target.load_state(state, text[: chunk + 2 * tail])
+    assert (target.exact, target.exact_tail) == (chunk, 2 * tail)
+    target.truncate(chunk + tail + 1)
+    assert (target.exact, target.exact_tail) == (chunk, tail)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.backends.llamacpp import LlamaCppBackend
-from edgespec.decoding.backend import BackendError
+from edgespec.decoding.backend import BackendError, exact_end
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.policy.plan import KSetting
@@ -86,10 +86,12 @@ def test_a_hit_in_a_new_process_reads_only_the_rest_and_replies_as_a_cold_run(op
     assert warm_ids == cold_ids
     shared = len(warm_engine.target.tokenize(FILE + "\n\n"))
     assert cold.prompt_cached == 0
-    # all of it up to where the read chunk holding the shared prefix's end starts (a merge across
-    # "\n\n" may differ)
-    chunk = warm_engine.target.read_chunk
-    assert shared - 2 - chunk < warm.prompt_cached <= shared and warm.prompt_cached % chunk == 0
+    # all of it up to where the read chunk holding the shared prefix's end starts, or its tail chunk
+    # where both prompts end in the same read chunk (a merge across "\n\n" may differ)
+    chunk, tail = warm_engine.target.read_chunk, warm_engine.target.tail_chunk
+    same_last_chunk = first.prompt_tokens // chunk == warm.prompt_tokens // chunk
+    step = tail if same_last_chunk and shared % chunk >= tail else chunk
+    assert shared - 2 - step < warm.prompt_cached <= shared and warm.prompt_cached % step == 0
     # the draft model read only the rest too, at its first draft (with the first token)
     assert draft_reads[0] == warm.prompt_tokens - warm.prompt_cached + 1
 
@@ -202,7 +204,7 @@ def test_the_budget_evicts_the_least_recently_used(tmp_path, tiny_gguf, notes):
     assert cache.warm(backend, backend.tokenize(prompt(0) + "x")) > MIN_TOKENS  # 0 is now the most recent
     save(2)
     kept = {tuple(read_entry(p, with_state=False).tokens) for p in cache.folder.glob("*.kv")}
-    assert kept == {tuple(backend.tokenize(prompt(i))[: backend.exact]) for i in (0, 2)}
+    assert kept == {tuple(backend.tokenize(prompt(i))[: exact_end(backend)]) for i in (0, 2)}
     assert notes == []
     backend.close()
 
@@ -225,7 +227,7 @@ WRITER = textwrap.dedent("""
     from edgespec.engine.prompt_cache_files import Entry
     backend = LlamaCppBackend(Path(sys.argv[1]), 256, threads=2, read_chunk=32)
     backend.eval(backend.tokenize(sys.argv[3]), 1)
-    backend.truncate(backend.exact)  # what the cache saves: the whole chunks read from the start
+    backend.truncate(backend.exact + backend.exact_tail)  # what the cache saves: the exact read
     cache = PromptCache(Path(sys.argv[2]))
     state = backend.save_state()
     go = Path(sys.argv[2]).parent / "go"
@@ -255,7 +257,8 @@ def test_two_processes_writing_one_entry_leave_one_whole_entry(tmp_path, tiny_gg
     assert entry.suffix == ".kv"
     backend = load(tiny_gguf)
     tokens = backend.tokenize(FILE)
-    assert PromptCache(folder).warm(backend, tokens + [10]) == len(tokens) - len(tokens) % backend.read_chunk
+    assert len(tokens) // backend.read_chunk == (len(tokens) + 1) // backend.read_chunk  # both end in one chunk
+    assert PromptCache(folder).warm(backend, tokens + [10]) == len(tokens) - len(tokens) % backend.tail_chunk
     backend.close()
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from edgespec.backends import llamacpp_runtime as runtime
 from edgespec.backends.chat_template import render_chat
 from edgespec.backends.llamacpp_state import copy_in, copy_out, state_identity
-from edgespec.decoding.backend import BackendError, ContextOverflow, Vocabulary
+from edgespec.decoding.backend import BackendError, ContextOverflow, ReadCut, Vocabulary
 from edgespec.decoding.tree import branches_through, depths, leaves
 from edgespec.util import interrupts
 
@@ -39,9 +39,12 @@ _BATCH = 512  # the most tokens one llama_decode call may hold (a tree pass's li
 # any other point would compute different numbers than a fresh read: a warm call's reply could then
 # differ from a cold call's at a near-tie. `exact` counts the leading cached tokens read in whole
 # chunks from position 0; a later read keeps at most those, and forms the fresh read's chunks after.
-# 128 reads a prompt as fast as any size tried (benchmarks/read_chunk.py), and a warm call reads
-# at most 127 tokens of its shared prefix again.
+# 128 reads a prompt as fast as any size tried (benchmarks/read_chunk.py). A read's last, partial
+# chunk is cut into tail chunks of a quarter of that, so a prompt that changes near its end (an
+# editor's keystroke) reads again at most 31 tokens of what it shares with the last one, where whole
+# chunks alone would read up to 127; 32-token chunks alone would read a whole prompt 13% slower.
 READ_CHUNK = 128
+TAIL_CHUNKS_PER_CHUNK = 4
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
 # is at most 17 tokens) are not: the abort check is a Python call per graph node, about 600 a pass
 # for a 1.5B model, a few percent of a draft pass, and such a batch ends soon anyway.
@@ -67,14 +70,15 @@ class LlamaCppBackend:
         """`n_gpu_layers`: layers to offload (-1 all); None offloads all where llama.cpp can (`gpu_layers`).
         `sha256`: the file's, where the caller verified it (names the model in `cache_identity`).
         `read_chunk`: tokens per read chunk (`exact`; small ones let tests on tiny contexts see whole
-        chunks)."""
+        chunks); a read's last partial chunk is cut into tail chunks of a quarter of it."""
         import llama_cpp as lc
 
         self._lc = lc
         self.path, self._sha256 = path, sha256
-        if not 0 < read_chunk <= _BATCH:
+        if not 0 < read_chunk <= _BATCH or read_chunk % TAIL_CHUNKS_PER_CHUNK:
             raise ValueError(f"read_chunk {read_chunk}")
         self.read_chunk = read_chunk
+        self.tail_chunk = read_chunk // TAIL_CHUNKS_PER_CHUNK
         # what close() frees, whenever loading stops
         self._model: llama_cpp.llama_model_p | None = None
         self._ctx: llama_cpp.llama_context_p | None = None
@@ -125,10 +129,11 @@ class LlamaCppBackend:
         if not self._ctx:
             raise BackendError(runtime.failure(f"llama.cpp could not create a {self.n_ctx}-token context for {path}"))
         self._mem = lc.llama_get_memory(self._ctx)
-        self._identity = state_identity(lc, path, self._sha256, mparams, cparams, self.placement, self.read_chunk)
+        self._identity = state_identity(lc, path, self._sha256, mparams, cparams, self.placement, ReadCut.of(self))
         self._batch = lc.llama_batch_init(_BATCH, 0, MAX_BRANCHES)
         self.cached: list[int] = []
         self.exact = 0  # leading cached tokens a fresh read computes the same (`ChunkedBackend`)
+        self.exact_tail = 0  # and the tail chunks after them
         # what eval_tree left for keep_path: nodes' branches, tokens, branch count
         self._tree: tuple[list[list[int]], list[int], int] | None = None
         self.eos_ids = frozenset(t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t))
@@ -138,8 +143,11 @@ class LlamaCppBackend:
 
     def eval(self, tokens: Sequence[int], n_logits: int) -> np.ndarray:
         """Append tokens; return a (n_logits, n_vocab) float32 view of llama.cpp's logits buffer
-        (a copy when the rows span read chunks; a decoder's pass never does).
+        (a copy when the rows span read chunks; a decoder's pass of fewer than `tail_chunk` tokens
+        never does).
 
+        A read from where the exact cache ends is cut as a fresh read is (`ChunkedBackend`); from
+        anywhere else (a pass after a reply's tokens) into plain chunks from its start.
         The view is only valid until the next eval on this backend: callers use it at once."""
         if len(self.cached) + len(tokens) > self.n_ctx:
             raise ContextOverflow(f"{len(self.cached) + len(tokens)} tokens do not fit the {self.n_ctx}-token context")
@@ -147,12 +155,12 @@ class LlamaCppBackend:
             raise ValueError(f"n_logits={n_logits} with {len(tokens)} tokens")
         first_logit = len(tokens) - n_logits
         earlier: list[np.ndarray] = []  # rows of chunks before the last, copied before the next decode
-        n_out = 0
-        for start in range(0, len(tokens), self.read_chunk):
+        n_out, start = 0, 0
+        while start < len(tokens):
             if n_out:
                 earlier.append(self._logits(n_out).copy())
-            chunk = tokens[start : start + self.read_chunk]
             pos0 = len(self.cached)
+            chunk = tokens[start : start + self._piece(pos0, pos0 + len(tokens) - start)]
             n_out = 0
             for i, tok in enumerate(chunk):
                 want = start + i >= first_logit
@@ -161,11 +169,30 @@ class LlamaCppBackend:
             rc = self._run(len(chunk), n_branches=1)
             if rc == 0:
                 self.cached.extend(chunk)
-                if pos0 == self.exact and len(chunk) == self.read_chunk:
-                    self.exact += self.read_chunk
+                self._count_exact(pos0, len(chunk))
             self._raise_on(rc)
+            start += len(chunk)
         last = self._logits(n_out)
         return np.concatenate([*earlier, last]) if earlier else last
+
+    def _piece(self, pos: int, end: int) -> int:
+        """How many tokens the batch of a read at `pos` that ends at `end` holds."""
+        chunk, tail = self.read_chunk, self.tail_chunk
+        if pos != self.exact + self.exact_tail or end > self.exact + chunk and self.exact_tail:
+            return min(chunk, end - pos)  # not a fresh read's cut: no later read keeps it
+        if not self.exact_tail and end - pos >= chunk:
+            return chunk
+        return tail if end - pos >= tail else end - pos
+
+    def _count_exact(self, pos: int, n: int) -> None:
+        """After `n` tokens read at `pos` in one batch: extend `exact` or `exact_tail` when the batch was
+        a whole chunk or tail chunk where the exact cache ended."""
+        if pos != self.exact + self.exact_tail:
+            return
+        if not self.exact_tail and n == self.read_chunk:
+            self.exact += n
+        elif n == self.tail_chunk and self.exact_tail + n < self.read_chunk:
+            self.exact_tail += n
 
     def eval_tree(
         self, pending: int, ids: Sequence[int], parents: Sequence[int], need: Sequence[bool] | None = None
@@ -267,7 +294,7 @@ class LlamaCppBackend:
         if n < len(self.cached):
             self._lc.llama_memory_seq_rm(self._mem, 0, n, -1)
             del self.cached[n:]
-            self.exact = min(self.exact, n - n % self.read_chunk)
+            self.exact, self.exact_tail = ReadCut.of(self).truncated(self.exact, self.exact_tail, n)
 
     def tokenize(self, text: str, *, special: bool = True) -> list[int]:
         data = text.encode("utf-8")
@@ -335,10 +362,10 @@ class LlamaCppBackend:
 
     def save_state(self) -> bytearray:
         """The KV cells of sequence 0 (the tokens of `cached`), as llama.cpp serializes them. Only
-        an exact cache is saved (the prompt cache cuts it to `exact` first): a loaded state counts
+        an exact cache is saved (the prompt cache cuts it to `exact_end` first): a loaded state counts
         as exact, so that a warm call computes what a cold one does."""
-        if self.exact != len(self.cached):
-            raise ValueError(f"saving {len(self.cached)} tokens of which {self.exact} are exact")
+        if self.exact + self.exact_tail != len(self.cached):
+            raise ValueError(f"saving {len(self.cached)} tokens of which {self.exact + self.exact_tail} are exact")
         return copy_out(self._lc, self._ctx)
 
     def load_state(self, data: bytes | bytearray, tokens: Sequence[int]) -> None:
@@ -351,7 +378,7 @@ class LlamaCppBackend:
             lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
             raise BackendError(runtime.failure("llama.cpp could not load a saved state"))
         self.cached = list(tokens)
-        self.exact = len(tokens) - len(tokens) % self.read_chunk
+        self.exact, self.exact_tail = ReadCut.of(self).split(len(tokens))
 
     # -- lifetime ----------------------------------------------------------------------------
 

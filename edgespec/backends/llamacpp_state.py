@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from edgespec.decoding.backend import BackendError, Placement
+from edgespec.decoding.backend import BackendError, Placement, ReadCut
 
 
 def _u8_array(buffer: bytearray):
@@ -15,7 +15,7 @@ def _u8_array(buffer: bytearray):
     return (ctypes.c_uint8 * len(buffer)).from_buffer(buffer)
 
 
-def state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placement: Placement, read_chunk: int) -> str:
+def state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placement: Placement, cut: ReadCut) -> str:
     """What a saved KV state depends on besides its tokens (see `LlamaCppBackend.cache_identity`).
     The model is named by its content: the sha256 the store verified before the load, so a hard
     link, a copy or a move keeps every entry. A file with no known sha256 (a local `path` without
@@ -35,7 +35,7 @@ def state_identity(lc, path: Path, sha256: str | None, mparams, cparams, placeme
             f"n_gpu_layers {mparams.n_gpu_layers}",
             f"{placement.device} {placement.detail}",
             " ".join(f"{k} {v}" for k, v in settings.items()),
-            f"read_chunk {read_chunk}",  # states saved under another cut would not be exact
+            f"read_chunk {cut.chunk} tail {cut.tail}",  # states saved under another cut would not be exact
         ]
     )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import numpy as np
 
@@ -130,10 +130,18 @@ class ChunkedBackend(Backend, Protocol):
     compute a token's row differently by the batch's shape and the row's place in it). It reads in
     chunks at fixed positions and says how much of its cache a later read may keep and still compute,
     bit for bit, what a fresh read of the same tokens would: a warm call then replies exactly as a
-    cold one. Optional: callers test for `exact`; other backends keep any shared prefix."""
+    cold one. Optional: callers test for `exact`; other backends keep any shared prefix.
+
+    A read of tokens [0, n) is cut the same way whatever the cache held before: whole chunks of
+    `read_chunk` up to the last multiple of it, then tail chunks of `tail_chunk`, then the rest. The
+    tail chunks let a prompt that changes near its end (an editor's keystroke) keep all but the last
+    tail chunk or so; they are kept only by a prompt whose last whole chunk ends where theirs starts
+    (a longer prompt reads that span as one whole chunk)."""
 
     read_chunk: int  # tokens per chunk; chunks start at multiples of it
+    tail_chunk: int  # tokens per tail chunk (a read's last, partial chunk is cut into these; divides read_chunk)
     exact: int  # leading tokens of `cached` read in whole chunks from position 0 (a multiple of read_chunk)
+    exact_tail: int  # tokens after `exact` read in whole tail chunks (a multiple of tail_chunk, < read_chunk)
 
 
 class ThreadedBackend(Backend, Protocol):
@@ -162,16 +170,67 @@ def chunk_start(backend: Backend, n: int) -> int:
     return n - n % chunk
 
 
-def exact_prefix(backend: Backend, n: int) -> int:
-    """The most of the first `n` cached tokens a read may keep and still compute what a fresh read
-    computes (`ChunkedBackend`); all `n` for a backend that makes no such distinction."""
-    return chunk_start(backend, min(n, getattr(backend, "exact", n)))
+def exact_prefix(backend: Backend, n: int, length: int | None = None) -> int:
+    """The most of the first `n` cached tokens a read of a `length`-token prompt may keep and still
+    compute what a fresh read computes (`ChunkedBackend`; `length` None: whole chunks only); all `n`
+    for a backend that makes no such distinction."""
+    if not is_chunked(backend):
+        return n
+    return ReadCut.of(backend).kept(backend.exact, backend.exact_tail, n, length)
+
+
+def exact_end(backend: Backend) -> int:
+    """Where the cached tokens that a later read may keep end (`exact` and `exact_tail`): what a
+    saved state covers."""
+    return backend.exact + backend.exact_tail if is_chunked(backend) else len(backend.cached)
+
+
+def is_chunked(backend: Backend) -> TypeGuard[ChunkedBackend]:
+    """Whether `backend` reads in chunks at fixed positions (`ChunkedBackend`)."""
+    return hasattr(backend, "exact")
+
+
+@dataclass(frozen=True)
+class ReadCut:
+    """How a `ChunkedBackend` cuts reads: whole chunks of `chunk`, the last partial one in tails of
+    `tail`. The arithmetic of what a cache read under this cut may keep, for a backend or a saved
+    state alike."""
+
+    chunk: int
+    tail: int
+
+    @classmethod
+    def of(cls, backend: ChunkedBackend) -> ReadCut:
+        return cls(backend.read_chunk, backend.tail_chunk)
+
+    def split(self, n: int) -> tuple[int, int]:
+        """`exact` and `exact_tail` of a cache holding an exact read of `n` tokens (a saved state's)."""
+        whole = n - n % self.chunk
+        return whole, (n - whole) - (n - whole) % self.tail
+
+    def truncated(self, exact: int, exact_tail: int, n: int) -> tuple[int, int]:
+        """`exact` and `exact_tail` once a cache is cut to its first `n` tokens."""
+        whole = min(exact, n - n % self.chunk)
+        if whole < exact:
+            return whole, 0
+        end = min(exact + exact_tail, n - n % self.tail)
+        return whole, max(0, end - whole)
+
+    def kept(self, exact: int, exact_tail: int, n: int, length: int | None) -> int:
+        """Of a cache with `exact` and `exact_tail` sharing its first `n` tokens with a `length`-token
+        prompt, the most a read of that prompt keeps: the whole chunks, and the tail chunks too when
+        the prompt's last whole chunk ends where they start (a fresh read then cuts them the same)."""
+        whole = min(n, exact) - min(n, exact) % self.chunk
+        if exact_tail and length is not None and whole == exact and length - length % self.chunk == exact:
+            shared = min(n, exact + exact_tail)
+            return shared - shared % self.tail
+        return whole
 
 
 def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int = 1, exact: bool = True) -> int:
     """How many of `tokens` `sync_cache` would keep from the cache; it evaluates the rest."""
     keep = max(0, min(common_prefix(backend.cached, tokens), len(tokens) - n_logits))
-    return exact_prefix(backend, keep) if exact else keep
+    return exact_prefix(backend, keep, len(tokens)) if exact else keep
 
 
 def sync_cache(backend: Backend, tokens: Sequence[int], n_logits: int, exact: bool = True) -> np.ndarray:

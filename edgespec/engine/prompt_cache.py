@@ -14,9 +14,10 @@ takes about 20 s.
 
 A warm call computes what a cold one does, bit for bit: llama.cpp's numbers depend on how a read is
 cut into batches, so the backend reads in chunks at fixed positions, a state is saved only up to
-the last whole chunk read from the start, and a load is cut to a chunk's start; the rest is read in
-the chunks a cold read forms (`ChunkedBackend` in `decoding/backend.py`). The reply then differs
-only where the passes after the prompt differ (drafts from earlier calls, the live choice of K).
+the last whole chunk (or tail chunk) read from the start, and a load is cut to where such a chunk
+starts; the rest is read in the chunks a cold read forms (`ChunkedBackend` in
+`decoding/backend.py`). The reply then differs only where the passes after the prompt differ
+(drafts from earlier calls, the live choice of K).
 
 The engine does both, for the target and the draft model (`Engine(cache=...)`). Only the front ends
 that serve a user pass a cache (`run`, `chat`, `serve`); the bench passes none, so its timings stay
@@ -48,10 +49,11 @@ from typing import TypeGuard
 from edgespec.decoding.backend import (
     Backend,
     BackendError,
+    ReadCut,
     StatefulBackend,
-    chunk_start,
     common_prefix,
-    exact_prefix,
+    exact_end,
+    is_chunked,
     reused_prefix,
 )
 from edgespec.engine.prompt_cache_files import (
@@ -111,10 +113,7 @@ class PromptCache:
         identity = backend.cache_identity()
         have = reused_prefix(backend, tokens)
         ranked = sorted(
-            (
-                (chunk_start(backend, min(common_prefix(e.tokens, tokens), len(tokens) - 1)), e)
-                for e in self._entries(identity)
-            ),
+            ((_kept(backend, e.tokens, tokens), e) for e in self._entries(identity)),
             key=lambda pair: -pair[0],
         )  # stable: memory before disk on a tie
         for shared, entry in ranked:
@@ -134,21 +133,21 @@ class PromptCache:
         return 0
 
     def save(self, backend: Backend) -> None:
-        """Keep `backend`'s exact state (`exact_prefix`: the backend drops the rest) unless a saved
+        """Keep `backend`'s exact state (`exact_end`: the backend drops the rest) unless a saved
         one covers it (the same tokens or more after them). Saved states it nearly covers go
         (NEAR_DUPLICATE); a failure to save is said once and costs nothing else."""
-        exact = exact_prefix(backend, len(backend.cached))
+        exact = exact_end(backend)
         if not _stateful(backend) or exact < MIN_TOKENS:
             return
         backend.truncate(exact)  # no later read keeps the rest (`sync_cache`): no state holds it
         identity, tokens = backend.cache_identity(), list(backend.cached)
         state: bytearray | None = None
         try:
-            if self.memory_entries and not self._covered(self._memory.get(identity, []), tokens):
+            if self.memory_entries and not self._covered(self._memory.get(identity, []), backend):
                 state = _state_of(backend)
                 self._remember(Entry(identity, tokens, state=state))
             on_disk = self._disk_entries(identity)
-            if not self._covered(on_disk, tokens):
+            if not self._covered(on_disk, backend):
                 state = state if state is not None else _state_of(backend)
                 self._write(Entry(identity, tokens), state, [e for e in on_disk if _superseded(e, tokens)])
         except BackendError as e:
@@ -160,10 +159,13 @@ class PromptCache:
         """Saved states of this identity: in memory (most recent first), then on disk."""
         return self._memory.get(identity, [])[::-1] + self._disk_entries(identity)
 
-    def _covered(self, entries: list[Entry], tokens: list[int]) -> bool:
-        """Whether one of `entries` starts with `tokens` (touched as used if so)."""
+    def _covered(self, entries: list[Entry], backend: Backend) -> bool:
+        """Whether one of `entries` keeps all that `backend`'s state would for any later read (it
+        starts with the same tokens and, where they end in tail chunks, ends in the same chunk):
+        touched as used if so."""
+        tokens = backend.cached
         for entry in entries:
-            if entry.tokens[: len(tokens)] == tokens:
+            if entry.tokens[: len(tokens)] == tokens and _kept(backend, entry.tokens, tokens, 0) == len(tokens):
                 self._touch(entry)
                 return True
         return False
@@ -297,6 +299,16 @@ def _stateful(backend: Backend) -> TypeGuard[StatefulBackend]:
     """Whether `backend` can save and load its cache's state (`StatefulBackend`); the cache leaves
     one that cannot alone."""
     return getattr(backend, "save_state", None) is not None
+
+
+def _kept(backend: Backend, saved: Sequence[int], tokens: Sequence[int], n_logits: int = 1) -> int:
+    """How many of `tokens` a read keeps from a state saved of `saved` (`ReadCut.kept`), all but the
+    last `n_logits` of them at most (the reader needs their logits)."""
+    n = min(common_prefix(saved, tokens), len(tokens) - n_logits)
+    if not is_chunked(backend):
+        return n
+    cut = ReadCut.of(backend)
+    return cut.kept(*cut.split(len(saved)), n, len(tokens))
 
 
 def _state_of(backend: StatefulBackend) -> bytearray:

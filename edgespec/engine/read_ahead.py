@@ -57,7 +57,7 @@ def read_whole_chunks(
     start = time.perf_counter() if since is None else since
     end = chunk_start(target, len(tokens))
     keep = exact_prefix(target, min(common_prefix(target.cached, tokens), end))
-    if keep < len(target.cached):
+    if keep < end:  # else all it would read is held: the generation decides what else to keep
         target.truncate(keep)
     step = getattr(target, "read_chunk", max(1, end - keep))
     position, stopped = keep, False
