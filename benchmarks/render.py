@@ -284,16 +284,16 @@ PEER_FILES = ("peer.json", "peer_files.json")  # benchmarks/peer.py: the suites 
 
 
 def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
-    """edgespec's default path against llama.cpp alone on the published target (benchmarks/peer.py),
-    a row per suite of each of `files` that a run wrote: whole-reply times summed per side and
-    their ratio, the peer's over edgespec's (above 1: edgespec is faster)."""
+    """edgespec's default path against the peers on the published target (benchmarks/peer.py): a row
+    per suite and peer mode of each of `files` that a run wrote: whole-reply times summed per side
+    and their ratio, the peer's over edgespec's (above 1: edgespec is faster)."""
     docs = [(name, load(folder, name)) for name in files if (folder / name).exists()]
     if not docs:
         raise FileNotFoundError(f"none of {', '.join(files)} in {folder}")
     lines = [
-        "| suite (prompts) | timed | whole reply edgespec / llama.cpp | llama.cpp / edgespec (median) "
+        "| suite (prompts) | peer | timed | whole reply edgespec / peer | peer / edgespec (median) "
         "| TTFT | decode | tokens | equal outputs |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     setups = []
     for name, doc in docs:
@@ -303,7 +303,8 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
                 return "-" if s[key] is None else f"{s[key]:.2f}x"
 
             lines.append(
-                f"| {s['suite']} ({s['prompts']}) | {'whole process' if s['timed'] == 'process' else 'call'} | "
+                f"| {s['suite']} ({s['prompts']}) | {peer_mode(doc, s)} | "
+                f"{'whole process' if s['timed'] == 'process' else 'call'} | "
                 f"{s['edgespec_whole_s']:.1f} / {s['peer_whole_s']:.1f} s | **{ratio('whole_ratio')}** "
                 f"({ratio('whole_ratio_median')}) | {ratio('ttft_ratio')} | {ratio('decode_ratio')} | "
                 f"{s['edgespec_tokens']:g} / {s['peer_tokens']:g} | {s['equal']}/{s['prompts']} |"
@@ -311,10 +312,19 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
         mine, theirs = doc["meta"]["edgespec"], doc["meta"]["peer"]
         setups.append(
             f"{name}: edgespec pair `{mine['pair']}`, `--draft {mine['draft']}`, target "
-            f"`{Path(mine['target']).name}` ({mine['target_layout']}); llama.cpp alone `{Path(theirs['path']).name}` "
-            f"({theirs['layout']}); {theirs['threads']} threads each, medians of {doc['meta']['rounds']} rounds.<br>"
+            f"`{Path(mine['target']).name}` ({mine['target_layout']}); llama-cpp-python on "
+            f"`{Path(theirs['path']).name}` ({theirs['layout']}); {theirs['threads']} threads each, "
+            f"medians of {doc['meta']['rounds']} rounds.<br>"
         )
     return lines + [""] + setups + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+def peer_mode(doc: dict, summary: dict) -> str:
+    """The peer a summary row measured: llama.cpp alone (all a run ran before it named its peers), or
+    llama-cpp-python's prompt lookup decoding with the tokens it drafts a pass."""
+    mode = summary.get("peer", "alone")
+    drafts = doc["meta"]["peer"].get("modes", {}).get(mode, {}).get("num_pred_tokens")
+    return "llama.cpp alone" if drafts is None else f"prompt lookup, {drafts} tokens"
 
 
 def busy_machine(folder: Path) -> list[str]:
