@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from edgespec.util.provenance import instruction_set, isa_label
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = ("README.md", "docs/benchmarks.md")
@@ -72,32 +74,47 @@ def on_every_machine(folder: Path, name: str) -> list[str]:
     return [name, *others]
 
 
-def machine(doc: dict) -> str:
-    """The CPU a run was made on, as a table cell: its model without trademark signs or the word
-    "Processor"."""
-    model = doc["meta"].get("machine", {}).get("cpu_model") or "?"
-    return re.sub(r"\s*(\((R|TM)\)|\bProcessor\b)", "", model).strip()
+def _machine_of(doc: dict) -> dict:
+    """A run's machine record: under "meta" (or at the top level of the older files), as provenance
+    records it, or in the oldest files the meta itself."""
+    meta = doc.get("meta", doc)
+    return meta["machine"] if isinstance(meta.get("machine"), dict) else meta
 
 
-def instruction_set(doc: dict) -> str:
-    """The widest vector extension the run's CPU reported (hosts of one model differ 2x by it)."""
-    flags = set(doc["meta"].get("machine", {}).get("cpu_flags") or ())
-    widest = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return widest + (" and AMX, which the build leaves out" if "amx_tile" in flags else "")
+def host(doc: dict) -> str:
+    """The host a run was made on, as a table names it: its CPU model without trademark signs or the
+    word "Processor", and its instruction set ("Intel Xeon, AVX-512 + AMX", "AMD EPYC, AVX2"); hosts
+    of one model differ 2x by it. A run made before provenance summed up the instruction set still
+    listed the CPU's vector flags, and the label is read from them; one that listed none says so."""
+    machine = _machine_of(doc)
+    model = re.sub(r"\s*(\((R|TM)\)|\bProcessor\b)", "", machine.get("cpu_model") or "?").strip()
+    isa = _isa(machine)
+    return f"{model}, {isa_label(isa) if isa else 'ISA not recorded'}"
+
+
+def _isa(machine: dict) -> dict | None:
+    """The instruction set a machine record names, or reads from its vector flags; None: neither."""
+    if isinstance(machine.get("isa"), dict):
+        return machine["isa"]
+    if isinstance(machine.get("cpu_flags"), list):
+        return instruction_set(machine["cpu_flags"])
+    return None
 
 
 def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
-    """One line saying what made a file's figures: the command, commit, machine and date."""
+    """One line saying what made a file's figures: the command, commit, host and date; and where the
+    host has AMX but the recorded llama.cpp build lists no AMX kernels, that the build leaves it out."""
     meta = doc.get("meta", doc)
     commit = (meta.get("commit") or "")[:7] or meta.get("version", "?")
-    machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else meta
+    machine = _machine_of(doc)
     cpus = machine.get("cpus", machine.get("cpu_count"))
-    where = f"{cpus} CPUs"
-    if machine.get("cpu_model"):
-        where += f" ({machine['cpu_model']})"
+    where = f"{cpus} CPUs ({host(doc)})"
     backends = meta.get("backends") or {}
     if backends.get("llama-cpp-python"):
         where += f", llama-cpp-python {backends['llama-cpp-python']}"
+        build = backends.get("llama.cpp build") or ""
+        if (_isa(machine) or {}).get("amx") and "CPU :" in build and "AMX" not in build:
+            where += " (built without AMX)"
     command = meta.get("command", "?")
     command = shlex.join(command) if isinstance(command, list) else command
     date = f", {meta['date'][:10]}" if meta.get("date") else ""
@@ -173,7 +190,7 @@ def bench(folder: Path, files: tuple[str, ...] = BENCH_FILES, by_machine: bool =
             prompts = f"{auto['prompts']}" + (f", {rounds} rounds" if rounds > 1 else "")
             row = (
                 f"| {suite} ({prompts}) |"
-                + (f" {machine(doc)} |" if by_machine else "")
+                + (f" {host(doc)} |" if by_machine else "")
                 + f" **{auto['total_speedup_vs_ar']:.2f}x** | "
                 f"{auto['speedup_vs_ar']:.2f}x | {ar['ttft_s']:.2f} / {auto['ttft_s']:.2f} s | "
                 f"{auto['acceptance']:.0%} | {v.get('exact', 0)}/{v.get('tie', 0)}/{v.get('DIFF', 0)} |"
@@ -206,7 +223,7 @@ def verify_curve(doc: dict, by_machine: bool = False) -> str | None:
     (curve,) = curves.values()
     ar = next(s for s in doc["summary"] if s["mode"] == "ar")
     sizes = " · ".join(f"{n}: {curve[str(n)]:.0f}" for n in CURVE_SIZES if str(n) in curve)
-    where = f" on {machine(doc)}" if by_machine else ""
+    where = f" on {host(doc)}" if by_machine else ""
     return (
         f"{ar['suite']}{where}: `ar` decoded {ar['decode_tokens_per_s']:.1f} tok/s; a target pass cost, in ms by "
         f"tokens verified, {sizes}.<br>"
@@ -252,7 +269,7 @@ def drafting_ceiling(folder: Path) -> list[str]:
                 next((s for s in doc["summary"] if (s["suite"], s["mode"]) == (suite, m)), None)
                 for m in ("auto", "copies", "ceiling")
             )
-            cells = [f"{suite} ({auto['prompts']})", machine(doc)]
+            cells = [f"{suite} ({auto['prompts']})", host(doc)]
             cells += [
                 f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" if m else "not run"
                 for m in (auto, copies, perfect)
@@ -267,16 +284,16 @@ PEER_FILES = ("peer.json", "peer_files.json")  # benchmarks/peer.py: the suites 
 
 
 def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
-    """edgespec's default path against llama.cpp alone on the published target (benchmarks/peer.py),
-    a row per suite of each of `files` that a run wrote: whole-reply times summed per side and
-    their ratio, the peer's over edgespec's (above 1: edgespec is faster)."""
+    """edgespec's default path against the peers on the published target (benchmarks/peer.py): a row
+    per suite and peer mode of each of `files` that a run wrote: whole-reply times summed per side
+    and their ratio, the peer's over edgespec's (above 1: edgespec is faster)."""
     docs = [(name, load(folder, name)) for name in files if (folder / name).exists()]
     if not docs:
         raise FileNotFoundError(f"none of {', '.join(files)} in {folder}")
     lines = [
-        "| suite (prompts) | timed | whole reply edgespec / llama.cpp | llama.cpp / edgespec (median) "
+        "| suite (prompts) | peer | timed | whole reply edgespec / peer | peer / edgespec (median) "
         "| TTFT | decode | tokens | equal outputs |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     setups = []
     for name, doc in docs:
@@ -286,7 +303,8 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
                 return "-" if s[key] is None else f"{s[key]:.2f}x"
 
             lines.append(
-                f"| {s['suite']} ({s['prompts']}) | {'whole process' if s['timed'] == 'process' else 'call'} | "
+                f"| {s['suite']} ({s['prompts']}) | {peer_mode(doc, s)} | "
+                f"{'whole process' if s['timed'] == 'process' else 'call'} | "
                 f"{s['edgespec_whole_s']:.1f} / {s['peer_whole_s']:.1f} s | **{ratio('whole_ratio')}** "
                 f"({ratio('whole_ratio_median')}) | {ratio('ttft_ratio')} | {ratio('decode_ratio')} | "
                 f"{s['edgespec_tokens']:g} / {s['peer_tokens']:g} | {s['equal']}/{s['prompts']} |"
@@ -294,10 +312,19 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
         mine, theirs = doc["meta"]["edgespec"], doc["meta"]["peer"]
         setups.append(
             f"{name}: edgespec pair `{mine['pair']}`, `--draft {mine['draft']}`, target "
-            f"`{Path(mine['target']).name}` ({mine['target_layout']}); llama.cpp alone `{Path(theirs['path']).name}` "
-            f"({theirs['layout']}); {theirs['threads']} threads each, medians of {doc['meta']['rounds']} rounds.<br>"
+            f"`{Path(mine['target']).name}` ({mine['target_layout']}); llama-cpp-python on "
+            f"`{Path(theirs['path']).name}` ({theirs['layout']}); {theirs['threads']} threads each, "
+            f"medians of {doc['meta']['rounds']} rounds.<br>"
         )
     return lines + [""] + setups + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+def peer_mode(doc: dict, summary: dict) -> str:
+    """The peer a summary row measured: llama.cpp alone (all a run ran before it named its peers), or
+    llama-cpp-python's prompt lookup decoding with the tokens it drafts a pass."""
+    mode = summary.get("peer", "alone")
+    drafts = doc["meta"]["peer"].get("modes", {}).get(mode, {}).get("num_pred_tokens")
+    return "llama.cpp alone" if drafts is None else f"prompt lookup, {drafts} tokens"
 
 
 def busy_machine(folder: Path) -> list[str]:
@@ -428,7 +455,7 @@ def fim_order(folder: Path) -> list[str]:
     keystrokes = doc["orders"]["psm"]["reread"]["keystrokes"]
     files = ", ".join(f"`{f}`" for f in doc["files"])
     lines.append("")
-    where = f"{machine(doc)} ({instruction_set(doc)})"
+    where = host(doc)
     lines.append(f"{keystrokes} keystrokes and {sites} suggestions on {files}; {where}.<br>")
     return lines + [source(doc, name) + "<br>"]
 
@@ -508,7 +535,7 @@ def editor_replay(folder: Path) -> list[str]:
         f"{session['keystroke_on_the_line']['n']}). Whole suggestion: the peer took "
         f"{compare['peer_over_edgespec_whole']:.2f}x edgespec's time (median of the pauses' ratios "
         f"{compare['median_of_pause_ratios']:.2f}x); {compare['same_text']} of {compare['pauses']} suggestions "
-        f"had the same text. {machine(doc)} ({instruction_set(doc)}).<br>",
+        f"had the same text. {host(doc)}.<br>",
     ]
     return lines + [source(doc, name) + "<br>"]
 
@@ -527,7 +554,7 @@ def llama_vim(folder: Path) -> list[str]:
         f"{edit['lines']} lines of `{edit['function']}` in {edit['file']} typed in Vim ({edit['pauses']} pauses): "
         f"{checks['requests']} requests, {'every one' if checks['every_request_answered'] else 'not all'} answered; "
         f"{checks['suggestions_shown']} suggestions shown; the last line taken with Tab came out {accepted}; "
-        f"Vim errors: {len(checks['vim_errors'])}. {machine(doc)} ({instruction_set(doc)}).<br>",
+        f"Vim errors: {len(checks['vim_errors'])}. {host(doc)}.<br>",
     ]
     return lines + [source(doc, name) + "<br>"]
 

@@ -1,5 +1,6 @@
-"""benchmarks/peer.py compares edgespec's default path with llama.cpp alone on the published target:
-on one tiny model file both sides must read the same prompt and give the same greedy tokens, the
+"""benchmarks/peer.py compares edgespec's default path with its peers on the published target,
+llama.cpp alone and llama-cpp-python's own prompt lookup decoding: on one tiny model file every side
+must read the same prompt and give the same greedy tokens (a lookup mode also proposing drafts), the
 JSON must say what ran where, the summary's medians and ratios must be the peer's time over
 edgespec's, and a bad argument must be one line and a non-zero exit."""
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("peer", ROOT / "benchmarks" / "peer.py")
 peer = sys.modules["peer"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(peer)
+peer_cases, peer_sides = sys.modules["peer_cases"], sys.modules["peer_sides"]  # peer.py imported them
 _spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
 render = sys.modules["render"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render)
@@ -63,26 +65,29 @@ def test_both_sides_read_the_same_prompt_and_give_the_same_greedy_tokens(tiny_re
     rc, out, _ = run(argv + ["--rounds", "2", "--json", str(result)], capsys)
     assert rc == 0
     doc = json.loads(result.read_text())
-    assert [(s["suite"], s["prompts"], s["equal"], s["timed"]) for s in doc["summary"]] == [
-        ("chat", 2, 2, "call"),
-        ("plain", 1, 1, "call"),
+    assert [(s["suite"], s["peer"], s["prompts"], s["equal"], s["timed"]) for s in doc["summary"]] == [
+        ("chat", "alone", 2, 2, "call"),
+        ("plain", "alone", 1, 1, "call"),
     ]
     for p in doc["prompts"]:
-        assert p["equal"] and p["first_difference"] is None
-        assert p["edgespec"]["tokens"] == p["peer"]["tokens"] > 0
+        assert p["alone"]["equal"] and p["alone"]["first_difference"] is None
+        assert p["edgespec"]["tokens"] == p["alone"]["tokens"] > 0
     # both sides, each round, the first side alternating by round
     firsts = [r["side"] for r in doc["rows"] if r["id"] == "c/0"]
-    assert firsts == ["edgespec", "peer", "peer", "edgespec"]
+    assert firsts == ["edgespec", "alone", "alone", "edgespec"]
     assert all(r["whole_s"] >= r["ttft_s"] > 0 and r["decode_s"] >= 0 for r in doc["rows"])
     meta = doc["meta"]
     assert {"command", "version", "machine", "backends", "date"} <= set(meta)
     assert meta["edgespec"]["pair"] == "tiny" and meta["edgespec"]["target"] == meta["peer"]["path"]
     assert meta["edgespec"]["target_layout"] == meta["peer"]["layout"] and meta["edgespec"]["prompt_cache"] is False
     assert meta["peer"]["threads"] == meta["edgespec"]["threads"] == 1 and meta["rounds"] == 2
-    assert out.splitlines()[0].startswith("suite (prompts) |") and out.splitlines()[1].startswith("chat (2) | call |")
+    assert meta["peer"]["modes"] == {"alone": {"runtime": peer_sides.ALONE, "num_pred_tokens": None}}
+    assert out.splitlines()[0].startswith("suite (prompts) |") and out.splitlines()[1].startswith(
+        "chat (2) | alone | call |"
+    )
     # what the page's block renders of it
     rows = render.peer(tmp_path, ("peer.json",))
-    assert rows[2].startswith("| chat (2) | call |") and rows[2].endswith("| 2/2 |")
+    assert rows[2].startswith("| chat (2) | llama.cpp alone | call |") and rows[2].endswith("| 2/2 |")
     assert any(line.startswith("peer.json: edgespec pair `tiny`, `--draft none`") for line in rows)
 
 
@@ -97,21 +102,63 @@ def test_the_default_path_drafts_and_still_reports_against_the_peer(tiny_registr
     assert s["prompts"] == 1 and s["whole_ratio"] > 0 and s["edgespec_tokens"] == s["peer_tokens"] == 20
 
 
+REPEATS = "the river and the hill, the river and the hill, the river and the hill, the river and"
+
+
+def test_llama_cpp_python_s_prompt_lookup_runs_beside_llama_cpp_alone(tiny_registry, tmp_path, capsys):
+    """Each lookup mode drafts (by its own count of proposed tokens, more at n=10 than at n=2), and
+    its greedy reply is llama.cpp alone's and edgespec's, token for token, on the same prompt ids."""
+    suite = tmp_path / "repeats.jsonl"
+    lines = [{"id": "r/0", "suite": "repeats", "mode": "completion", "max_tokens": 40, "prompt": REPEATS}]
+    lines.append({**SUITE[0], "max_tokens": 24})
+    suite.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = tmp_path / "peer.json"
+    argv = ["--config", str(tiny_registry), "--peer-model", "t", "--suite", str(suite), "--draft", "none"]
+    rc, out, err = run(argv + ["--peers", "alone,lookup2,lookup10", "--rounds", "2", "--json", str(result)], capsys)
+    assert rc == 0, err
+    doc = json.loads(result.read_text())
+    modes = doc["meta"]["peer"]["modes"]
+    assert {m: modes[m]["num_pred_tokens"] for m in modes} == {"alone": None, "lookup2": 2, "lookup10": 10}
+    assert "LlamaPromptLookupDecoding(num_pred_tokens=10)" in modes["lookup10"]["runtime"]
+    # every side each round, in order and then in the reverse order
+    sides = [r["side"] for r in doc["rows"] if r["id"] == "r/0"]
+    assert sides == ["edgespec", "alone", "lookup2", "lookup10", "lookup10", "lookup2", "alone", "edgespec"]
+    for p in doc["prompts"]:
+        for mode in ("alone", "lookup2", "lookup10"):
+            assert p[mode]["equal"] and p[mode]["tokens"] == p["edgespec"]["tokens"] > 0, (p["id"], mode)
+        assert "drafted" not in p["alone"] and "drafted" not in p["edgespec"]
+    (repeats,) = [p for p in doc["prompts"] if p["id"] == "r/0"]
+    assert 0 < repeats["lookup2"]["drafted"] < repeats["lookup10"]["drafted"]
+    assert [(s["suite"], s["peer"], s["equal"]) for s in doc["summary"]] == [
+        (suite_, mode, 1) for mode in ("alone", "lookup2", "lookup10") for suite_ in ("repeats", "chat")
+    ]
+    assert all(s["whole_ratio"] > 0 for s in doc["summary"])
+    assert [line.split(" | ")[1] for line in out.splitlines()[1:]] == ["alone"] * 2 + ["lookup2"] * 2 + ["lookup10"] * 2
+    rows = render.peer(tmp_path, ("peer.json",))
+    assert rows[4].startswith("| repeats (1) | prompt lookup, 2 tokens | call |")
+
+
 @pytest.mark.subprocess
 def test_whole_processes_read_the_same_file_and_prompt(tiny_registry, tmp_path, capsys):
     source = tmp_path / "notes.txt"
     source.write_text("the river and the hill\n" * 20)
     result = tmp_path / "peer.json"
     argv = ["--config", str(tiny_registry), "--peer-model", "t", "--file", f"{source}:10", "say it again"]
-    rc, _, err = run(argv + ["--whole-process", "--draft", "none", "--rounds", "1", "--json", str(result)], capsys)
+    argv += ["--peers", "alone,lookup2", "--whole-process", "--draft", "none", "--rounds", "1"]
+    rc, _, err = run(argv + ["--json", str(result)], capsys)
     assert rc == 0, err
     doc = json.loads(result.read_text())
-    (s,) = doc["summary"]
-    assert (s["suite"], s["timed"], s["prompts"]) == ("files", "process", 1)
+    assert [(s["suite"], s["peer"], s["timed"], s["prompts"], s["equal"]) for s in doc["summary"]] == [
+        ("files", "alone", "process", 1, 1),
+        ("files", "lookup2", "process", 1, 1),
+    ]
     rows = {r["side"]: r for r in doc["rows"]}
-    # each side's own count of the prompt it read: the peer tokenized the text edgespec rendered
-    assert rows["edgespec"]["prompt_tokens"] == rows["peer"]["prompt_tokens"] > 100
-    assert rows["edgespec"]["tokens"] == rows["peer"]["tokens"] == peer.FILE_MAX_TOKENS and s["equal"] == 1
+    # each side's own count of the prompt it read: the peers tokenized the text edgespec rendered
+    assert rows["edgespec"]["prompt_tokens"] == rows["alone"]["prompt_tokens"] == rows["lookup2"]["prompt_tokens"] > 100
+    assert (
+        rows["edgespec"]["tokens"] == rows["alone"]["tokens"] == rows["lookup2"]["tokens"] == peer_cases.FILE_MAX_TOKENS
+    )
+    assert rows["lookup2"]["drafted"] > 0 and "drafted" not in rows["alone"]  # the process drafted by prompt lookup
     assert all(r["whole_s"] > r["ttft_s"] for r in rows.values())
 
 
@@ -140,8 +187,8 @@ def test_the_summary_is_medians_per_prompt_and_the_peer_s_time_over_edgespec_s()
         *(row("b", "peer", r, 3.0, 1.0, tokens=9, parted=p) for r, p in enumerate((7, None, 4))),
     ]
     prompts, (s,) = peer.summarise(rows)
-    assert prompts[0]["edgespec"]["whole_s"] == 2.0 and prompts[0]["equal"]
-    assert not prompts[1]["equal"] and prompts[1]["first_difference"] == 4
+    assert prompts[0]["edgespec"]["whole_s"] == 2.0 and prompts[0]["peer"]["equal"]
+    assert not prompts[1]["peer"]["equal"] and prompts[1]["peer"]["first_difference"] == 4
     assert s["edgespec_whole_s"] == 4.0 and s["peer_whole_s"] == 7.0
     assert s["whole_ratio"] == pytest.approx(7 / 4)
     assert s["whole_ratio_median"] == pytest.approx((4 / 2 + 3 / 2) / 2)
@@ -151,7 +198,7 @@ def test_the_summary_is_medians_per_prompt_and_the_peer_s_time_over_edgespec_s()
     assert "1.75x (1.75x)" in peer.table([s])[1]
 
 
-def test_the_page_block_gives_a_row_per_suite_of_each_run(tmp_path):
+def test_the_page_block_gives_a_row_per_suite_and_peer_of_each_run(tmp_path):
     meta = {
         "command": "benchmarks/peer.py --suite dev:humaneval --json peer.json",
         "commit": "0123456789abcdef",
@@ -175,16 +222,24 @@ def test_the_page_block_gives_a_row_per_suite_of_each_run(tmp_path):
         "peer_tokens": 1990,
         "equal": 17,
     }
+    # peer.json: a run of two peer modes; peer_files.json: one made before runs named their peers
+    modes = {"alone": {"num_pred_tokens": None}, "lookup2": {"num_pred_tokens": 2}}
+    lookup = {**suite, "peer": "lookup2", "peer_whole_s": 150.0, "whole_ratio": 1.5}
     files = {**suite, "suite": "files", "timed": "process", "prompts": 3, "equal": 3}
-    (tmp_path / "peer.json").write_text(json.dumps({"meta": meta, "summary": [suite]}))
+    run = {"meta": {**meta, "peer": {**meta["peer"], "modes": modes}}, "summary": [{**suite, "peer": "alone"}, lookup]}
+    (tmp_path / "peer.json").write_text(json.dumps(run))
     (tmp_path / "peer_files.json").write_text(json.dumps({"meta": meta, "summary": [files]}))
     rows = render.peer(tmp_path)
-    assert rows[2:4] == [
-        "| humaneval (20) | call | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - | 2000 / 1990 | 17/20 |",
-        "| files (3) | whole process | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - | 2000 / 1990 | 3/3 |",
+    assert rows[2:5] == [
+        "| humaneval (20) | llama.cpp alone | call | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - | 2000 / 1990 "
+        "| 17/20 |",
+        "| humaneval (20) | prompt lookup, 2 tokens | call | 100.0 / 150.0 s | **1.50x** (1.20x) | 1.00x | - "
+        "| 2000 / 1990 | 17/20 |",
+        "| files (3) | llama.cpp alone | whole process | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - "
+        "| 2000 / 1990 | 3/3 |",
     ]
-    assert rows[5] == (
-        "peer.json: edgespec pair `p`, `--draft auto`, target `tuned.gguf` (q4_K_M (q4_Kx2)); llama.cpp alone "
+    assert rows[6] == (
+        "peer.json: edgespec pair `p`, `--draft auto`, target `tuned.gguf` (q4_K_M (q4_Kx2)); llama-cpp-python on "
         "`published.gguf` (q4_K_M (q4_Kx1 q6_Kx1)); 2 threads each, medians of 3 rounds.<br>"
     )
     assert rows[-1].startswith("<sub>`benchmarks/results/peer_files.json`: `benchmarks/peer.py --suite")
@@ -205,6 +260,8 @@ def test_the_page_block_gives_a_row_per_suite_of_each_run(tmp_path):
         (["--suite", "dev:nonesuch"], "no suite named nonesuch"),
         (["--file", "no-such-file.py", "explain"], "no such file"),
         (["--suite", "dev", "--peer-model", "nonesuch"], "not in the registry"),
+        (["--suite", "dev", "--peers", "alone,lookup0"], "--peers: unknown peer 'lookup0'"),
+        (["--suite", "dev", "--peers", "speculative"], "--peers: unknown peer 'speculative'"),
         (["--suite", "dev", "-m", "nonesuch"], 'unknown pair "nonesuch"'),
     ],
 )

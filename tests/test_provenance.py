@@ -32,6 +32,7 @@ def test_the_cpu_model_and_its_vector_extensions_are_recorded(tmp_path):
     x86 = p._cpu(tmp_path / "x86")
     assert x86 == {
         "cpu_model": "AMD EPYC 9654",
+        "isa": {"vector": "AVX-512", "avx512": ["avx512f", "avx512_vnni"], "amx": ["amx_tile"]},
         "cpu_flags": [
             "sse",
             "sse2",
@@ -48,7 +49,27 @@ def test_the_cpu_model_and_its_vector_extensions_are_recorded(tmp_path):
     }
     arm = p._cpu(tmp_path / "arm")
     assert arm["cpu_flags"] == ["asimd", "asimddp", "sve", "i8mm", "bf16"]
+    assert arm["isa"] == {"vector": "SVE", "avx512": [], "amx": []}
     assert p._cpu(tmp_path / "missing") == {}
+
+
+@pytest.mark.parametrize(
+    "flags, label",
+    [
+        ("sse2 avx f16c avx2 fma", "AVX2"),
+        ("avx2 avx512f avx512dq avx512_bf16 avx512_vnni", "AVX-512"),
+        ("avx2 avx512f avx512_vnni amx_bf16 amx_tile amx_int8", "AVX-512 + AMX"),
+        ("sse2 avx", "AVX"),
+        ("asimd asimddp", "NEON"),
+        ("sse2", "no AVX or NEON"),
+    ],
+)
+def test_the_instruction_set_is_the_widest_extension_and_amx(flags, label):
+    """Subsets spelled with an underscore (avx512_vnni, amx_int8) count, as /proc/cpuinfo spells them."""
+    isa = p.instruction_set(flags.split())
+    assert p.isa_label(isa) == label
+    assert isa["avx512"] == [f for f in flags.split() if f.startswith("avx512")]
+    assert isa["amx"] == [f for f in flags.split() if f.startswith("amx")]
 
 
 @pytest.mark.subprocess
@@ -58,7 +79,7 @@ def test_a_measurement_records_the_backend_build():
     backends = record["backends"]
     assert backends["llama-cpp-python"] == metadata.version("llama-cpp-python")
     assert backends["llama.cpp build"].startswith("CPU :")  # llama.cpp's own list of the features it was built with
-    assert "cpus" in record["machine"] and "cpu_flags" in record["machine"]
+    assert "cpus" in record["machine"] and "cpu_flags" in record["machine"] and "isa" in record["machine"]
 
 
 def test_an_input_is_named_by_its_repository_path_or_a_description(tmp_path):

@@ -62,9 +62,10 @@ def test_another_machine_s_run_is_a_row_of_its_own(tmp_path):
     auto["total_speedup_vs_ar"] = 3.25
     (other / "bench_structured.json").write_text(json.dumps(doc))
     rows = render.structured(folder)
-    mine = [row for row in rows if "| Other CPU 9000 |" in row]
+    other_host = f"Other CPU 9000, {render.host(doc).partition(', ')[2]}"  # the instruction set of the copied run
+    mine = [row for row in rows if f"| {other_host} |" in row]
     assert len(mine) == 1 and mine[0].startswith(f"| {auto['suite']} ({auto['prompts']}") and "**3.25x**" in mine[0]
-    assert any(line.startswith(f"{auto['suite']} on Other CPU 9000: `ar` decoded") for line in rows)
+    assert any(line.startswith(f"{auto['suite']} on {other_host}: `ar` decoded") for line in rows)
     assert any("`benchmarks/results/other-cpu/bench_structured.json`" in line for line in rows)
 
 
@@ -81,8 +82,52 @@ def test_the_source_line_names_the_command_commit_and_machine():
     }
     assert render.source(doc, "x.json") == (
         "<sub>`benchmarks/results/x.json`: `edgespec bench --json x.json` at "
-        "0123456, 16 CPUs (AMD EPYC 9654), llama-cpp-python 0.3.36, 2027-01-02</sub>"
+        "0123456, 16 CPUs (AMD EPYC 9654, ISA not recorded), llama-cpp-python 0.3.36, 2027-01-02</sub>"
     )
+
+
+XEON = {"cpus": 2, "cpu_model": "Intel(R) Xeon(R) Processor"}
+
+
+@pytest.mark.parametrize(
+    "machine, named",
+    [
+        # a run recorded since provenance sums up the instruction set
+        (
+            XEON | {"isa": {"vector": "AVX-512", "avx512": ["avx512f", "avx512_vnni"], "amx": ["amx_tile"]}},
+            "AVX-512 + AMX",
+        ),
+        (XEON | {"isa": {"vector": "AVX2", "avx512": [], "amx": []}}, "AVX2"),
+        # an older run that listed the CPU's vector flags: read from them, underscores and all
+        (XEON | {"cpu_flags": ["avx", "avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]}, "AVX-512 + AMX"),
+        (XEON | {"cpu_flags": ["sse2", "avx", "f16c", "avx2"]}, "AVX2"),
+        # one that recorded no flags: no instruction set is made up for it
+        (XEON, "ISA not recorded"),
+    ],
+)
+def test_a_host_is_named_with_its_instruction_set_or_says_it_was_not_recorded(machine, named):
+    doc = {"meta": {"command": "x", "commit": "0123456789", "dirty": False, "machine": machine}}
+    assert render.host(doc) == f"Intel Xeon, {named}"
+    assert f"2 CPUs (Intel Xeon, {named})" in render.source(doc, "x.json")
+
+
+def test_the_source_line_says_when_the_llama_cpp_build_leaves_the_host_s_amx_out():
+    isa = {"vector": "AVX-512", "avx512": ["avx512f"], "amx": ["amx_tile"]}
+    build = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | REPACK = 1"
+    doc = {
+        "meta": {"machine": XEON | {"isa": isa}, "backends": {"llama-cpp-python": "0.3.36", "llama.cpp build": build}}
+    }
+    assert "(Intel Xeon, AVX-512 + AMX), llama-cpp-python 0.3.36 (built without AMX)</sub>" in render.source(
+        doc, "x.json"
+    )
+    doc["meta"]["backends"]["llama.cpp build"] = build + " | AMX_INT8 = 1"
+    assert "(built without AMX)" not in render.source(doc, "x.json")
+
+
+def test_every_committed_result_names_its_host_s_instruction_set():
+    """No committed run is rendered without an instruction set: each recorded it or its vector flags."""
+    docs = [json.loads(path.read_text()) for path in render.RESULTS.rglob("*.json")]
+    assert [render.host(doc) for doc in docs if render.host(doc).endswith("ISA not recorded")] == []
 
 
 def test_the_verify_curve_line_names_the_machine_s_pass_costs():

@@ -3,8 +3,9 @@
 A benchmark's JSON is the record the pages' tables are rendered from (benchmarks/render.py), so it
 says what made it: the command line, the commit (and whether the tree had uncommitted changes) of the
 edgespec that ran, the machine (its platform, processor, cores and the CPU's vector extensions, which
-decide which kernels llama.cpp runs) and the backend builds (llama.cpp's own report of the features
-it was built with, and the runtime packages' versions).
+decide which kernels llama.cpp runs, summed up as its instruction set: AVX2 or AVX-512, AMX) and the
+backend builds (llama.cpp's own report of the features it was built with, and the runtime packages'
+versions).
 """
 
 from __future__ import annotations
@@ -58,11 +59,38 @@ def _cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip(), value.strip())
-    flags = (fields.get("flags") or fields.get("Features") or "").split()
+    flags = [f for f in (fields.get("flags") or fields.get("Features") or "").split() if _VECTOR_FLAG.match(f)]
     return {
         "cpu_model": fields.get("model name", fields.get("Model", "")),
-        "cpu_flags": [f for f in flags if _VECTOR_FLAG.match(f)],
+        "cpu_flags": flags,
+        "isa": instruction_set(flags),
     }
+
+
+# The vector extensions from the widest down, each with the flag that names it.
+_WIDEST = (
+    ("AVX-512", "avx512f"),
+    ("AVX2", "avx2"),
+    ("AVX", "avx"),
+    ("SVE", "sve"),
+    ("NEON", "asimd"),
+    ("NEON", "neon"),
+)
+
+
+def instruction_set(flags: list[str]) -> dict:
+    """What the CPU's flags (as /proc/cpuinfo spells them, e.g. `avx512_vnni`, `amx_tile`) say about
+    the kernels llama.cpp can run there: the widest vector extension, every AVX-512 subset and every
+    AMX extension. Two hosts sold under one model name can differ 2x in speed by these."""
+    avx512 = [f for f in flags if f.startswith("avx512")]
+    amx = [f for f in flags if f.startswith("amx")]
+    widest = next((name for name, flag in _WIDEST if flag in flags), "no AVX or NEON")
+    return {"vector": widest, "avx512": avx512, "amx": amx}
+
+
+def isa_label(isa: dict) -> str:
+    """An instruction set (`instruction_set`) as a page names it: "AVX-512 + AMX", "AVX2"."""
+    return isa["vector"] + (" + AMX" if isa.get("amx") else "")
 
 
 def _backends() -> dict:
