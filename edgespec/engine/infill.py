@@ -11,8 +11,8 @@ steer the prompt.
 
 **Order.** `psm` (prefix, suffix, middle) is the order the model was trained on and the order
 llama.cpp writes. Its cost: a keystroke changes the prompt at the cursor, and with the suffix after
-the cursor every token of the suffix is read again, from the start of the read chunk holding the
-cursor (`ChunkedBackend`: a reply bit for bit a cold read's). `spm` puts the suffix before the
+the cursor every token of the suffix is read again, from the start of the read chunk (or tail
+chunk) holding the cursor (`ChunkedBackend`: a reply bit for bit a cold read's). `spm` puts the suffix before the
 prefix (llama.cpp's `--spm-infill`), so a keystroke reads again only from that chunk's start to
 the end, but Qwen2.5-Coder was not trained on it. `psm-near` keeps the trained order with only the
 near suffix (the rest of the cursor's line and NEAR_LINES lines) after the cursor, and gives the
