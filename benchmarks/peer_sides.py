@@ -86,6 +86,9 @@ class LlamaPeer:
             n_threads_batch=threads,
             n_gpu_layers=n_gpu_layers,
             draft_model=self.lookup,
+            # a draft model needs every position's logits; llama-cpp-python 0.3.36 turns that on but
+            # sizes its score buffer by this argument, and a prompt past n_batch tokens then fails
+            logits_all=drafting,
             verbose=False,
         )
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
