@@ -285,15 +285,17 @@ PEER_FILES = ("peer.json", "peer_files.json")  # benchmarks/peer.py: the suites 
 
 def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
     """edgespec's default path against the peers on the published target (benchmarks/peer.py): a row
-    per suite and peer mode of each of `files` that a run wrote: whole-reply times summed per side
-    and their ratio, the peer's over edgespec's (above 1: edgespec is faster)."""
-    docs = [(name, load(folder, name)) for name in files if (folder / name).exists()]
+    per host, suite and peer mode of each of `files` that a run wrote (and of their namesakes from
+    other machines): whole-reply times summed per side and their ratio, the peer's over edgespec's
+    (above 1: edgespec is faster)."""
+    names = [path for name in files for path in on_every_machine(folder, name)]
+    docs = [(name, load(folder, name)) for name in names if (folder / name).exists()]
     if not docs:
         raise FileNotFoundError(f"none of {', '.join(files)} in {folder}")
     lines = [
-        "| suite (prompts) | peer | timed | whole reply edgespec / peer | peer / edgespec (median) "
+        "| host | suite (prompts) | peer | timed | whole reply edgespec / peer | peer / edgespec (median) "
         "| TTFT | decode | tokens | equal outputs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     setups = []
     for name, doc in docs:
@@ -303,7 +305,7 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
                 return "-" if s[key] is None else f"{s[key]:.2f}x"
 
             lines.append(
-                f"| {s['suite']} ({s['prompts']}) | {peer_mode(doc, s)} | "
+                f"| {host(doc)} | {s['suite']} ({s['prompts']}) | {peer_mode(doc, s)} | "
                 f"{'whole process' if s['timed'] == 'process' else 'call'} | "
                 f"{s['edgespec_whole_s']:.1f} / {s['peer_whole_s']:.1f} s | **{ratio('whole_ratio')}** "
                 f"({ratio('whole_ratio_median')}) | {ratio('ttft_ratio')} | {ratio('decode_ratio')} | "

@@ -87,7 +87,7 @@ def test_both_sides_read_the_same_prompt_and_give_the_same_greedy_tokens(tiny_re
     )
     # what the page's block renders of it
     rows = render.peer(tmp_path, ("peer.json",))
-    assert rows[2].startswith("| chat (2) | llama.cpp alone | call |") and rows[2].endswith("| 2/2 |")
+    assert rows[2].split(" | ", 1)[1].startswith("chat (2) | llama.cpp alone | call |") and rows[2].endswith("| 2/2 |")
     assert any(line.startswith("peer.json: edgespec pair `tiny`, `--draft none`") for line in rows)
 
 
@@ -135,7 +135,7 @@ def test_llama_cpp_python_s_prompt_lookup_runs_beside_llama_cpp_alone(tiny_regis
     assert all(s["whole_ratio"] > 0 for s in doc["summary"])
     assert [line.split(" | ")[1] for line in out.splitlines()[1:]] == ["alone"] * 2 + ["lookup2"] * 2 + ["lookup10"] * 2
     rows = render.peer(tmp_path, ("peer.json",))
-    assert rows[4].startswith("| repeats (1) | prompt lookup, 2 tokens | call |")
+    assert rows[4].split(" | ", 1)[1].startswith("repeats (1) | prompt lookup, 2 tokens | call |")
 
 
 @pytest.mark.subprocess
@@ -229,22 +229,32 @@ def test_the_page_block_gives_a_row_per_suite_and_peer_of_each_run(tmp_path):
     run = {"meta": {**meta, "peer": {**meta["peer"], "modes": modes}}, "summary": [{**suite, "peer": "alone"}, lookup]}
     (tmp_path / "peer.json").write_text(json.dumps(run))
     (tmp_path / "peer_files.json").write_text(json.dumps({"meta": meta, "summary": [files]}))
+    # the same run on another machine, in its sub-folder: rows of its own, named by its host
+    xeon = {"machine": {"cpus": 2, "cpu_model": "Intel(R) Xeon(R) Processor", "cpu_flags": ["avx2", "avx512f"]}}
+    (tmp_path / "intel-xeon").mkdir()
+    (tmp_path / "intel-xeon" / "peer.json").write_text(json.dumps({**run, "meta": {**run["meta"], **xeon}}))
     rows = render.peer(tmp_path)
-    assert rows[2:5] == [
-        "| humaneval (20) | llama.cpp alone | call | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - | 2000 / 1990 "
-        "| 17/20 |",
-        "| humaneval (20) | prompt lookup, 2 tokens | call | 100.0 / 150.0 s | **1.50x** (1.20x) | 1.00x | - "
+    epyc = "| AMD EPYC 7B13, ISA not recorded"
+    assert rows[2:7] == [
+        f"{epyc} | humaneval (20) | llama.cpp alone | call | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - "
         "| 2000 / 1990 | 17/20 |",
-        "| files (3) | llama.cpp alone | whole process | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - "
+        f"{epyc} | humaneval (20) | prompt lookup, 2 tokens | call | 100.0 / 150.0 s | **1.50x** (1.20x) | 1.00x | - "
+        "| 2000 / 1990 | 17/20 |",
+        "| Intel Xeon, AVX-512 | humaneval (20) | llama.cpp alone | call | 100.0 / 125.0 s | **1.25x** (1.20x) "
+        "| 1.00x | - | 2000 / 1990 | 17/20 |",
+        "| Intel Xeon, AVX-512 | humaneval (20) | prompt lookup, 2 tokens | call | 100.0 / 150.0 s | **1.50x** "
+        "(1.20x) | 1.00x | - | 2000 / 1990 | 17/20 |",
+        f"{epyc} | files (3) | llama.cpp alone | whole process | 100.0 / 125.0 s | **1.25x** (1.20x) | 1.00x | - "
         "| 2000 / 1990 | 3/3 |",
     ]
-    assert rows[6] == (
+    assert rows[8] == (
         "peer.json: edgespec pair `p`, `--draft auto`, target `tuned.gguf` (q4_K_M (q4_Kx2)); llama-cpp-python on "
         "`published.gguf` (q4_K_M (q4_Kx1 q6_Kx1)); 2 threads each, medians of 3 rounds.<br>"
     )
     assert rows[-1].startswith("<sub>`benchmarks/results/peer_files.json`: `benchmarks/peer.py --suite")
     (tmp_path / "peer.json").unlink()
-    assert render.peer(tmp_path)[2].startswith("| files (3) |")  # a run of the files alone
+    (tmp_path / "intel-xeon" / "peer.json").unlink()
+    assert render.peer(tmp_path)[2].startswith(f"{epyc} | files (3) |")  # a run of the files alone
 
 
 @pytest.mark.parametrize(
