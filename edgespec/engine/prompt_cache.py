@@ -174,7 +174,7 @@ class PromptCache:
         path = entry.path
         assert path is not None  # an entry holds its state in memory or names its file
         try:
-            whole = read_entry(path, with_state=True)
+            whole = read_entry(path, with_state=True, limit=self.budget)
         except FileNotFoundError:  # removed since the lookup (another process evicted it)
             return None
         except Damaged as e:
@@ -232,7 +232,7 @@ class PromptCache:
         entries = []
         for path in paths:
             try:
-                entry = read_entry(path, with_state=False)
+                entry = read_entry(path, with_state=False, limit=self.budget)
             except FileNotFoundError:
                 continue
             except Damaged as e:
