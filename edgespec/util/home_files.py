@@ -11,7 +11,8 @@ by a crash, a flipped bit, a number a hand edit made huge. So:
   limit if the file grows meanwhile (`read_home_file`);
 - numbers read back are checked against their range before they size anything (`check_ids`: token
   ids against the vocabulary, before `np.bincount` allocates one counter per id);
-- a folder reached through a link is refused (`check_no_links`), so no write lands outside the home.
+- a folder reached through a link is refused (`check_no_links`), so no write lands outside the home;
+- a JSON record (`read_home_json`) is an object, nested within bounds, or it is not one.
 A refused or damaged entry raises `Untrusted`, whose message says what it is; the store sets it aside
 (`discard`: removed, with one line on stderr) and goes on without it.
 """
@@ -29,6 +30,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from edgespec.util import json_depth
 from edgespec.util.user_files import CHUNK, size_text
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -81,6 +83,24 @@ def read_home_file(path: Path, limit: int) -> bytes:
                 raise Untrusted(f"larger than {size_text(limit)}")
             chunks.append(chunk)
     return b"".join(chunks)
+
+
+def read_home_json(path: Path, limit: int, what: str, say: Callable[[str], None] | None = None) -> dict:
+    """The JSON object a store keeps in `path` (a record edgespec can make again: a measurement, a
+    hash memo), or {}: when there is none or it cannot be read, and when it is not one (anything but
+    a regular file, past `limit`, not JSON, not an object), which is then removed in one line
+    naming `what` ("speed calibration")."""
+    try:
+        value = json_depth.loads(read_home_file(path, limit))
+        if not isinstance(value, dict):
+            raise Untrusted("not a JSON object")
+    except (Untrusted, ValueError) as e:
+        why = str(e) if isinstance(e, Untrusted) else f"not JSON ({e})"
+        discard(path, why, say, what)
+        return {}
+    except OSError:
+        return {}  # none yet, or unreadable: measured again (a write then says why it failed)
+    return value
 
 
 def check_ids(ids: np.ndarray, vocab: int) -> None:
