@@ -19,7 +19,6 @@ from edgespec.engine import history_log, reply_history
 from edgespec.engine.reply_history import ReplyHistory, history_budget
 from edgespec.util.errors import UsageError
 
-
 VOCAB = 100_000  # a tokenizer's size: every id below it is one
 
 

@@ -128,6 +128,8 @@ class ReplyHistory:
         what this process holds (records, index) and take the log as it is now."""
         if not self._off and generation_of(self._log_path) != self._generation:
             try:
+                check_no_links(self.folder, home())
+                private_folder(self.folder)  # removed since (a user's rm -rf): made again
                 self._reload()
             except (OSError, Untrusted) as e:
                 self._turn_off(e)
@@ -144,7 +146,7 @@ class ReplyHistory:
         payload = ids.astype(TOKEN).tobytes()
         crc = zlib.crc32(payload)
         try:
-            private_folder(self.folder)  # removed since (a user's rm -rf): made again
+            private_folder(self.folder)  # removed just now: made again
             with self._locked():
                 if not self._generation or generation_of(self._log_path) != self._generation:
                     # none yet, or rewritten or cleared by another process just now: as it is now
