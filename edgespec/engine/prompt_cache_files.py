@@ -13,6 +13,7 @@ What to keep, load and evict is the cache's policy (`prompt_cache.py`).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import struct
@@ -23,7 +24,6 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from edgespec.util.home_files import Untrusted, open_home_file
 
@@ -88,7 +88,7 @@ def read_entry(path: Path, with_state: bool, limit: int) -> Entry:
         raise Damaged(str(e)) from None
 
 
-def _read_entry(f: BinaryIO, path: Path, with_state: bool) -> Entry:
+def _read_entry(f: io.FileIO, path: Path, with_state: bool) -> Entry:
     file_size = os.fstat(f.fileno()).st_size
     head = f.read(len(MAGIC) + _LENGTH.size)
     if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):

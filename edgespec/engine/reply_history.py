@@ -237,7 +237,8 @@ class ReplyHistory:
         except FileNotFoundError:
             return Log()
         except Untrusted as e:
-            log, damage, data = Log(), str(e), b""
+            log, data = Log(), b""
+            damage: str | None = str(e)
         else:
             if not data:  # created and never written: a writer killed at once
                 return Log()
