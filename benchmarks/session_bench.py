@@ -51,7 +51,7 @@ def run_sequence(engine: Engine, session: Session, mode: str, folder: Path, prom
     """One sequence's calls in order, each as a new process makes it, with a history (and a prompt
     cache) that start empty in `folder`."""
     draft, k = MODES[mode]
-    engine.sources = DraftSources(history=ReplyHistory.open(folder / "history"))
+    engine.sources = DraftSources(history=ReplyHistory.open(folder / "history", vocab=engine.target.n_vocab))
     engine.cache = PromptCache(folder / "prompt-cache") if prompt_cache else None
     replies: list[str] = []
     calls = []

@@ -130,7 +130,7 @@ def main() -> None:
         del built
 
         start = time.perf_counter()
-        history = ReplyHistory.open(folder, budget)
+        history = ReplyHistory.open(folder, budget, vocab=VOCAB)
         out["first_open_s"] = time.perf_counter() - start
         del history
         gc.collect()
@@ -144,7 +144,7 @@ def main() -> None:
 
         before = rss()
         start = time.perf_counter()
-        history = ReplyHistory.open(folder, budget)
+        history = ReplyHistory.open(folder, budget, vocab=VOCAB)
         out["open_s"] = time.perf_counter() - start
         out["rss_after_open_mb"] = (rss() - before) / 1e6
         base = history.index.parts[0]
@@ -185,7 +185,7 @@ def main() -> None:
         out["parts_after_appends"] = len(history.index.parts)
 
         out["log_bytes"] = (folder / "log").stat().st_size
-        out["index_bytes"] = sum(p.stat().st_size for p in folder.glob("index-*.npy"))
+        out["index_bytes"] = sum(p.stat().st_size for p in folder.glob("index-*.idx"))
         out["disk_bytes"] = history.size()[2]
 
     print(json.dumps(out, indent=1))

@@ -19,6 +19,8 @@ from edgespec.engine import history_log, reply_history
 from edgespec.engine.reply_history import ReplyHistory, history_budget
 from edgespec.util.errors import UsageError
 
+VOCAB = 100_000  # a tokenizer's size: every id below it is one
+
 
 class Said(list):
     """The lines a history said, in order (its `say`)."""
@@ -34,18 +36,18 @@ def replies(history, prompt):
 
 def opened(folder: Path, budget: int = 10_000) -> tuple[ReplyHistory, Said]:
     said = Said()
-    return ReplyHistory.open(folder, budget, say=said), said
+    return ReplyHistory.open(folder, budget, say=said, vocab=VOCAB), said
 
 
 def mapped(array: np.ndarray) -> bool:
     """Whether `array` reads a file mapped into memory (a saved index loaded, not sorted here)."""
     while array is not None and not isinstance(array, mmap.mmap):
-        array = array.base
+        array = array.obj if isinstance(array, memoryview) else array.base
     return array is not None
 
 
 def saved_indexes(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.glob("index-*.npy"))
+    return sorted(p.name for p in folder.glob("index-*.idx"))
 
 
 def test_another_process_sees_the_appends_on_opening(tmp_path):
@@ -92,7 +94,7 @@ def test_a_hash_collision_is_not_a_match(tmp_path):
 
 
 def _append_many(folder: Path, worker: int, n: int) -> None:
-    history = ReplyHistory.open(folder, 1_000_000)
+    history = ReplyHistory.open(folder, 1_000_000, vocab=VOCAB)
     for i in range(n):
         history.append([worker, i] * 50, [1000 + worker, i] * (20 + i))
 
@@ -201,7 +203,7 @@ def test_the_saved_index_is_reused_while_it_describes_the_log(tmp_path, monkeypa
     assert saved_indexes(tmp_path) == []  # appends are indexed in memory only
     second, _ = opened(tmp_path)  # nothing saved: sorts the log, saves it
     [saved] = saved_indexes(tmp_path)
-    assert saved.endswith("-2.npy") and not mapped(second.index.parts[0].sa)
+    assert saved.endswith("-2.idx") and not mapped(second.index.parts[0].sa)
     second.append([1, 2, 3], [4, 6])
     third, _ = opened(tmp_path)  # the saved index, and the record after it in memory
     assert saved_indexes(tmp_path) == [saved] and mapped(third.index.parts[0].sa)
@@ -209,7 +211,7 @@ def test_the_saved_index_is_reused_while_it_describes_the_log(tmp_path, monkeypa
     # too many records since it was saved: sorted again
     monkeypatch.setattr(reply_history, "REBUILD_TOKENS", 3)
     fourth, _ = opened(tmp_path)
-    assert saved_indexes(tmp_path) == [saved.replace("-2.npy", "-3.npy")] and not mapped(fourth.index.parts[0].sa)
+    assert saved_indexes(tmp_path) == [saved.replace("-2.idx", "-3.idx")] and not mapped(fourth.index.parts[0].sa)
 
 
 def test_an_index_of_a_rewritten_log_is_not_used(tmp_path):
@@ -228,19 +230,20 @@ def test_an_index_of_a_rewritten_log_is_not_used(tmp_path):
     reopened, _ = opened(tmp_path, budget=20)
     assert not mapped(reopened.index.parts[0].sa)
     [new] = saved_indexes(tmp_path)
-    assert new != old and new.endswith("-4.npy")
+    assert new != old and new.endswith("-4.idx")
     assert reopened.index.longest_match([1, 2])[0] == 0
     assert reopened.index.propose([12, 12], 1).ids == [22]
 
 
-def test_a_damaged_index_is_sorted_again_silently(tmp_path):
+def test_a_damaged_index_is_removed_in_one_line_and_sorted_again(tmp_path):
     history, _ = opened(tmp_path)
     history.append([1, 2], [3])
     opened(tmp_path)
     [saved] = saved_indexes(tmp_path)
-    (tmp_path / saved).write_bytes(b"\x93NUMPY garbage")
+    (tmp_path / saved).write_bytes(b"garbage")
     reopened, said = opened(tmp_path)
-    assert said == [] and reopened.index.propose([2], 1).ids == [3]
+    assert len(said) == 1 and saved in said[0] and "removed" in said[0]
+    assert reopened.index.propose([2], 1).ids == [3]
     assert saved_indexes(tmp_path) == [saved] and opened(tmp_path)[0].index.propose([2], 1).ids == [3]
 
 

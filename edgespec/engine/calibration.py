@@ -17,6 +17,7 @@ from edgespec.models.registry import PairConfig
 from edgespec.quality.noise_floor import NoiseFloor
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_text_atomic
+from edgespec.util.home_files import read_home_json
 from edgespec.util.paths import home, private_folder
 
 # Saved curves of another version are measured again: "v5" curves keep each size's recent session
@@ -30,6 +31,7 @@ CALIBRATION_VERSION = "v5"
 CALIBRATION_BUDGET_S = 30.0
 # "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
 NOISE_FLOOR_VERSION = "floor-v2"
+_FILE_BYTES = 1 << 20  # a file of measurements past this is not one (`read_home_json`)
 
 
 def runtime_key(pair: PairConfig, placements: Mapping[str, Placement], backends: Sequence[Backend | None]) -> list[str]:
@@ -78,10 +80,7 @@ def _noise_floor_file() -> Path:
 
 def _read_saved(path: Path, key: str) -> dict | None:
     """The measurement saved under `key` in a JSON file of them, or None (no file, no entry, damaged)."""
-    try:
-        saved = json.loads(path.read_text()).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
+    saved = read_home_json(path, _FILE_BYTES, path.name).get(key)  # one line where it is not a record
     return saved if isinstance(saved, dict) else None
 
 
@@ -90,11 +89,7 @@ def _save(path: Path, key: str, value: dict, version: str, what: str) -> None:
     starting with `version`) go, and so does a damaged file. A file that cannot be read or written
     only costs a measurement next time (said once: `unsaved`)."""
     try:
-        try:
-            data = json.loads(path.read_text()) if path.exists() else {}
-            data = {k: v for k, v in data.items() if k.startswith(version + "|")}
-        except (ValueError, AttributeError):
-            data = {}
+        data = {k: v for k, v in read_home_json(path, _FILE_BYTES, path.name).items() if k.startswith(version + "|")}
         data[key] = value
         private_folder(path.parent)
         write_text_atomic(path, json.dumps(data, indent=1))

@@ -44,6 +44,8 @@ class DraftSources:
     def drafters(self, prompt: Sequence[int], kinds: Collection[DrafterKind]) -> list[CorpusDrafter]:
         """The copying drafters of `kinds` for a call after `prompt`, those with text to copy."""
         out = []
+        if self.history is not None:
+            self.history.refresh()  # cleared by another process since: nothing of it is drafted from
         if self.history is not None and DrafterKind.RETRY in kinds:
             earlier = self.history.earlier_replies(prompt)
             if earlier:  # each earlier prompt is a prefix of this one
@@ -93,11 +95,11 @@ def open_sources(
         return sources  # nothing to read: the tokenizer is not even named
     folder = history_folder(tokenizer_id(backend))
     if history_budget is not None:
-        sources.history = ReplyHistory.open(folder, history_budget, say=sources.say)
+        sources.history = ReplyHistory.open(folder, history_budget, say=sources.say, vocab=backend.n_vocab)
     files = context_files(context)
     if repository:
         files += work_tree_files(Path.cwd())
     if files:
         tokenize = lambda text: backend.tokenize(text, special=False)  # noqa: E731
-        sources.repository = RepositoryCorpus(folder / "files", tokenize).build(files)
+        sources.repository = RepositoryCorpus(folder / "files", tokenize, backend.n_vocab).build(files)
     return sources

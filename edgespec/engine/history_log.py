@@ -6,6 +6,10 @@ prompt length, reply length, CRC-32 of the payload) and the payload, the prompt'
 token ids (int32, little endian). An append is one `write` to the log opened with O_APPEND
 (`append_record`); the history holds the folder's lock around every read and write, so a reader
 never sees half a record.
+
+Nothing read back is trusted (`util/home_files.py`): the log is opened only as a regular file,
+never through a link, its size bounded (`log_limit`) before it is read, and a record whose ids lie
+outside the vocabulary is damage, like one whose checksum fails: ids size the index's counters.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Sequence
@@ -21,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.util.home_files import Untrusted, check_ids, kind_of, open_home_file
+
 LOG_MAGIC = b"edgespec reply history 1\n"  # a new format changes the number
 GENERATION = 16
 LOG_HEADER = len(LOG_MAGIC) + GENERATION
@@ -28,6 +35,10 @@ RECORD = struct.Struct("<4sHHIII")  # magic, version, reserved (0), prompt token
 RECORD_MAGIC = b"EShr"
 RECORD_VERSION = 1
 TOKEN = np.dtype("<i4")
+ANY_TOKEN = 2**31  # the vocabulary bound where none is known (`edgespec history`): any int32 id >= 0
+# A log holds at most a budget's tokens, plus one record and what processes append at once before
+# one of them trims: far below this many bytes per budget token (a record's header is 5 ids' worth).
+_LOG_BYTES_PER_BUDGET_TOKEN = 96
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +69,14 @@ class Log:
     data: bytes = b""
 
 
-def parse_log(data: bytes) -> tuple[Log, str | None]:
-    """The records of a log's bytes, and what is wrong from the first bad one on (None: nothing)."""
+def log_limit(budget_tokens: int) -> int:
+    """The most bytes a log of a history of `budget_tokens` is read from; a larger one is damage."""
+    return LOG_HEADER + _LOG_BYTES_PER_BUDGET_TOKEN * budget_tokens
+
+
+def parse_log(data: bytes, vocab: int) -> tuple[Log, str | None]:
+    """The records of a log's bytes, and what is wrong from the first bad one on (None: nothing).
+    Every id must be below `vocab`."""
     if len(data) < LOG_HEADER or not data.startswith(LOG_MAGIC):
         return Log(), "not a history log of this version"
     records: list[Record] = []
@@ -75,6 +92,8 @@ def parse_log(data: bytes) -> tuple[Log, str | None]:
             damage = "not a record where one should start"
         elif zlib.crc32(view[at + RECORD.size : end]) != crc:
             damage = "a record does not match its checksum"
+        elif not _in_vocab(np.frombuffer(data, TOKEN, prompt_len + reply_len, at + RECORD.size), vocab):
+            damage = f"a record holds token ids outside the vocabulary of {vocab:,}"
         else:
             prompt = view[at + RECORD.size : at + RECORD.size + 4 * prompt_len]
             records.append(Record(at, prompt_len, reply_len, crc, prompt_digest(prompt)))
@@ -87,8 +106,9 @@ def documents(data: bytes, records: Sequence[Record]) -> list[np.ndarray]:
     return [np.frombuffer(data, TOKEN, r.tokens, r.offset + RECORD.size) for r in records]
 
 
-def read_record(fd: int, record: Record) -> np.ndarray | None:
-    """A record's tokens read back from the log, None if the log no longer holds it there."""
+def read_record(fd: int, record: Record, vocab: int) -> np.ndarray | None:
+    """A record's tokens read back from the log, None if the log no longer holds it there (or holds
+    ids of `vocab` or more there: rewritten since by something else)."""
     raw = os.pread(fd, record.end - record.offset, record.offset)
     if len(raw) != record.end - record.offset:
         return None
@@ -101,15 +121,25 @@ def read_record(fd: int, record: Record) -> np.ndarray | None:
         record.crc,
     ) or zlib.crc32(memoryview(raw)[RECORD.size :]) != crc:
         return None
-    return np.frombuffer(raw, TOKEN, record.tokens, RECORD.size)
+    tokens = np.frombuffer(raw, TOKEN, record.tokens, RECORD.size)
+    return tokens if _in_vocab(tokens, vocab) else None
 
 
 def append_record(path: Path, record: bytes) -> int:
     """Write `record` at the end of the log in one write (under the lock); its offset. A short
-    write (a full disk) is undone, so the log never ends in half a record."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    write (a full disk) is undone, so the log never ends in half a record. Only into a regular file
+    reached without a link (Untrusted otherwise: a FIFO would block, a link write elsewhere)."""
     try:
-        offset = os.fstat(fd).st_size
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO no one reads
+            raise Untrusted("a link, not a file" if e.errno == errno.ELOOP else "a FIFO, not a file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(kind_of(st.st_mode))
+        offset = st.st_size
         if os.write(fd, record) != len(record):
             os.ftruncate(fd, offset)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -119,17 +149,25 @@ def append_record(path: Path, record: bytes) -> int:
 
 
 def generation_of(path: Path) -> bytes:
-    """The generation in a log's header; empty for no log (or not one)."""
+    """The generation in a log's header; empty for no log (or not one: a link, a FIFO, ...)."""
     try:
-        with open(path, "rb") as f:
+        with open_home_file(path, 1 << 62) as f:
             head = f.read(LOG_HEADER)
-    except FileNotFoundError:
+    except (FileNotFoundError, Untrusted):
         return b""
     return head[len(LOG_MAGIC) :] if len(head) == LOG_HEADER and head.startswith(LOG_MAGIC) else b""
 
 
 def prompt_digest(data: bytes | memoryview) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _in_vocab(ids: np.ndarray, vocab: int) -> bool:
+    try:
+        check_ids(ids, vocab)
+    except Untrusted:
+        return False
+    return True
 
 
 def write_private(path: Path, data: bytes) -> None:

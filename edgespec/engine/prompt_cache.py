@@ -71,6 +71,7 @@ from edgespec.engine.prompt_cache_files import (
 from edgespec.models.config import budget_setting
 from edgespec.util import unsaved
 from edgespec.util.atomic_file import write_atomic
+from edgespec.util.home_files import Untrusted, check_no_links
 from edgespec.util.paths import home, private_folder
 
 MIN_TOKENS = 32  # shorter states are not saved, and a load must gain at least this many tokens
@@ -176,7 +177,7 @@ class PromptCache:
         path = entry.path
         assert path is not None  # an entry holds its state in memory or names its file
         try:
-            whole = read_entry(path, with_state=True)
+            whole = read_entry(path, with_state=True, limit=self.budget)
         except FileNotFoundError:  # removed since the lookup (another process evicted it)
             return None
         except Damaged as e:
@@ -227,6 +228,8 @@ class PromptCache:
 
     def _disk_entries(self, identity: str) -> list[Entry]:
         """The entries on disk named for `identity`, headers checked; bad ones are removed."""
+        if not self._folder_usable():
+            return []
         try:
             paths = sorted(self.folder.glob(identity_pattern(identity)))
         except OSError:
@@ -234,7 +237,7 @@ class PromptCache:
         entries = []
         for path in paths:
             try:
-                entry = read_entry(path, with_state=False)
+                entry = read_entry(path, with_state=False, limit=self.budget)
             except FileNotFoundError:
                 continue
             except Damaged as e:
@@ -261,6 +264,8 @@ class PromptCache:
             )
             return
         path = entry_path(self.folder, entry.identity, entry.tokens)
+        if not self._folder_usable():
+            return
         try:
             private_folder(self.folder, tighten=True)
             write_atomic(path, lambda tmp: write_entry_file(tmp, header, entry.tokens, state))
@@ -271,6 +276,16 @@ class PromptCache:
             self._evict()
         except OSError as e:
             unsaved.cannot_save("prompt cache", self.folder, e, self.warn)
+
+    def _folder_usable(self) -> bool:
+        """Whether the folder is one (or none yet), reached without a link: a link there would take
+        reads and writes outside the home. Said once, and the cache goes without disk."""
+        try:
+            check_no_links(self.folder, home())
+        except Untrusted as e:
+            self._say("link", f"prompt cache: not using the disk: {e}")
+            return False
+        return True
 
     def _evict(self) -> None:
         """Remove the least recently used entries until the folder fits the budget, and temporary

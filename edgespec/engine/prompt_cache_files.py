@@ -4,18 +4,18 @@ A file is named `<identity hash>-<tokens hash>.kv` (`entry_path`) and holds MAGI
 length (4 bytes), the header (JSON: the backend's `cache_identity`, the token count, the state's
 size, CRC-32s of the token ids and of the state), the token ids (int32, little endian), then the
 state. Nothing is trusted from a name or a header: only regular files are opened (no link is
-followed, and a FIFO never blocks the open), sizes are checked against the file before anything is
-read, a lookup reads headers only (a few KB, no states) and checks identity and token ids; a load
-checks the state's CRC. What to keep, load and evict is the cache's policy (`prompt_cache.py`).
+followed, and a FIFO never blocks the open: `util/home_files.py`, which every store under the home
+reads through), sizes are checked against the file before anything is read, a lookup reads
+headers only (a few KB, no states) and checks identity and token ids; a load checks the state's CRC.
+What to keep, load and evict is the cache's policy (`prompt_cache.py`).
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
+import io
 import json
 import os
-import stat
 import struct
 import sys
 import time
@@ -23,8 +23,9 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from io import BufferedReader
 from pathlib import Path
+
+from edgespec.util.home_files import Untrusted, open_home_file
 
 MAGIC = b"edgespec prompt cache 1\n"  # a new format changes the number; older entries are then removed
 _LENGTH = struct.Struct("<I")
@@ -73,62 +74,52 @@ def entry_size(header: bytes, entry: Entry, state: bytearray) -> int:
     return len(MAGIC) + _LENGTH.size + len(header) + 4 * len(entry.tokens) + len(state)
 
 
-def read_entry(path: Path, with_state: bool) -> Entry:
+def read_entry(path: Path, with_state: bool, limit: int) -> Entry:
     """The entry in `path`: its header and token ids, and its state too if asked (CRC-checked).
 
-    The folder may hold anything under an entry's name: only a regular file is read
-    (`_open_regular`), and every size the header claims is checked against the file's before
-    anything is read or allocated, so a header claiming 2**62 tokens is Damaged at once."""
-    with _open_regular(path) as f:
-        file_size = os.fstat(f.fileno()).st_size
-        head = f.read(len(MAGIC) + _LENGTH.size)
-        if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
-            raise Damaged("not an entry of this version")
-        (length,) = _LENGTH.unpack(head[len(MAGIC) :])
-        if length > _MAX_HEADER:
-            raise Damaged("bad header")
-        try:
-            meta = json.loads(f.read(length))
-            identity, n_tokens, size = meta["identity"], meta["n_tokens"], meta["state_size"]
-            tokens_crc, state_crc = meta["tokens_crc32"], meta["state_crc32"]
-        except (ValueError, TypeError, KeyError, RecursionError):
-            raise Damaged("bad header") from None
-        if not (
-            isinstance(identity, str)
-            and all(isinstance(v, int) and v >= 0 for v in (n_tokens, size, tokens_crc, state_crc))
-        ):
-            raise Damaged("bad header")
-        claimed = f.tell() + 4 * n_tokens + size
-        if file_size != claimed:
-            raise Damaged("truncated" if file_size < claimed else "trailing bytes")
-        raw = f.read(4 * n_tokens)
-        if len(raw) != 4 * n_tokens or zlib.crc32(raw) != tokens_crc:
-            raise Damaged("token ids do not match their checksum")
-        entry = Entry(identity, token_list(raw), path)
-        if with_state:
-            state = bytearray(size)
-            if f.readinto(state) != size or zlib.crc32(state) != state_crc:
-                raise Damaged("the state does not match its checksum")
-            entry.state = state
+    The folder may hold anything under an entry's name: only a regular file of at most `limit` bytes
+    (the cache's budget) is read (`open_home_file`), and every size the header claims is checked
+    against the file's before anything is read or allocated, so a header claiming 2**62 tokens is
+    Damaged at once."""
+    try:
+        with open_home_file(path, limit) as f:
+            return _read_entry(f, path, with_state)
+    except Untrusted as e:
+        raise Damaged(str(e)) from None
+
+
+def _read_entry(f: io.FileIO, path: Path, with_state: bool) -> Entry:
+    file_size = os.fstat(f.fileno()).st_size
+    head = f.read(len(MAGIC) + _LENGTH.size)
+    if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
+        raise Damaged("not an entry of this version")
+    (length,) = _LENGTH.unpack(head[len(MAGIC) :])
+    if length > _MAX_HEADER:
+        raise Damaged("bad header")
+    try:
+        meta = json.loads(f.read(length))
+        identity, n_tokens, size = meta["identity"], meta["n_tokens"], meta["state_size"]
+        tokens_crc, state_crc = meta["tokens_crc32"], meta["state_crc32"]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        raise Damaged("bad header") from None
+    if not (
+        isinstance(identity, str)
+        and all(isinstance(v, int) and v >= 0 for v in (n_tokens, size, tokens_crc, state_crc))
+    ):
+        raise Damaged("bad header")
+    claimed = f.tell() + 4 * n_tokens + size
+    if file_size != claimed:
+        raise Damaged("truncated" if file_size < claimed else "trailing bytes")
+    raw = f.read(4 * n_tokens)
+    if len(raw) != 4 * n_tokens or zlib.crc32(raw) != tokens_crc:
+        raise Damaged("token ids do not match their checksum")
+    entry = Entry(identity, token_list(raw), path)
+    if with_state:
+        state = bytearray(size)
+        if f.readinto(state) != size or zlib.crc32(state) != state_crc:
+            raise Damaged("the state does not match its checksum")
+        entry.state = state
     return entry
-
-
-def _open_regular(path: Path) -> BufferedReader:
-    """`path` opened for reading if it is a regular file itself; Damaged if it is a link or anything
-    else. O_NONBLOCK: opening a FIFO returns at once (to be refused) instead of waiting for a writer."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise Damaged("a link, not a file") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Damaged("not a regular file")
-        return open(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def write_entry_file(tmp: Path, header: bytes, tokens: list[int], state: bytearray) -> None:

@@ -11,9 +11,9 @@ the files 0600 (it holds the user's code):
 - `log`: every call's prompt and reply, one record each, appended in one `write` (its format:
   `history_log.py`), under an exclusive `flock` of `lock`, so processes append at once and a
   reader (who takes the lock too) never sees half a record.
-- `index-<generation>-<records>.npy`: the suffix index (a 2 x n int32 array: the corpus and its
-  suffix array) over the first <records> records of that generation's log, a record one document
-  (the prompt, then the reply that continues it). Opening memory-maps it and indexes the records
+- `index-<generation>-<records>.idx`: the suffix index (the corpus and its suffix array, with
+  checksums: `history_index.py`) over the first <records> records of that generation's log, a
+  record one document (the prompt, then the reply that continues it). Opening memory-maps it and indexes the records
   appended since in memory; past REBUILD_TOKENS of those, the opening process sorts the whole log
   again and saves the result (0.7 s at 3M tokens on 2 cores, once per REBUILD_TOKENS appended;
   sorting the records since costs every opening 15 ms at most).
@@ -24,26 +24,35 @@ The log keeps at most `budget_tokens` tokens (default 4M: a 16 MB log and a 32 M
 EDGESPEC_HISTORY_BUDGET); past it the oldest records go, down to KEEP_AFTER_TRIM of it, so the
 rewrite and the index's rebuild come once per quarter budget appended, not at every append.
 
+Nothing in the folder is trusted (`util/home_files.py`): a link, a FIFO or a device under any of
+these names, a log past `log_limit`, ids outside the vocabulary, an index that fails its checksums
+are each set aside (a log renamed `log.damaged-<time>`, the rest removed) with one line, and the
+call goes on. A folder reached through a link is not used: no read or write lands outside the home.
+
+Another process may clear or rewrite the log (`edgespec history --clear`, a trim): `refresh`, before
+each call, notices the log's generation change and drops what this process holds (its records and
+index) for the log as it is now, and appends go on into a new log.
+
 A folder that cannot be read or written costs only the history: said in one line, and the history
 is off for the rest of the process. The methods are for one thread at a time (the engine's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import fcntl
 import hashlib
 import os
-import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from edgespec.decoding.suffix_index import SegmentedIndex, SuffixIndex
+from edgespec.engine.history_files import clear_folder, folder_bytes, folder_lock, remove_stale_partials
+from edgespec.engine.history_index import OLD_FORMATS, SUFFIX, index_name, load_index, save_index
 from edgespec.engine.history_log import (
     GENERATION,
     LOG_HEADER,
@@ -57,6 +66,7 @@ from edgespec.engine.history_log import (
     append_record,
     documents,
     generation_of,
+    log_limit,
     parse_log,
     prompt_digest,
     read_record,
@@ -64,6 +74,7 @@ from edgespec.engine.history_log import (
 )
 from edgespec.models.config import budget_setting
 from edgespec.util.atomic_file import write_atomic
+from edgespec.util.home_files import Untrusted, check_no_links, discard, open_home_file, read_home_file, warn
 from edgespec.util.paths import display_path, home, private_folder
 
 DEFAULT_BUDGET = 4_000_000
@@ -73,17 +84,19 @@ REBUILD_TOKENS = 131_072
 RECENT_RECORDS = 1000  # the records `earlier_replies` looks through, the newest
 EARLIER_REPLIES = 4
 _MAX_TOKEN = 2**31 - 1
-_STALE_PARTIAL_S = 3600  # a temporary file this old was left by a killed writer
 
 
 class ReplyHistory:
-    """The prompts and replies in `folder` (module docstring), at most `budget_tokens` tokens, and
-    their suffix index (`index`). `say` gets the one-line warnings (default: stderr)."""
+    """The prompts and replies in `folder` (module docstring), at most `budget_tokens` tokens of ids
+    below `vocab` (the tokenizer's size), and their suffix index (`index`). `say` gets the one-line
+    warnings (default: stderr)."""
 
-    def __init__(self, folder: Path, budget_tokens: int = DEFAULT_BUDGET, say: Callable[[str], None] | None = None):
+    def __init__(
+        self, folder: Path, budget_tokens: int, say: Callable[[str], None] | None = None, *, vocab: int
+    ) -> None:
         """Nothing is read here: `open` does."""
-        self.folder, self.budget_tokens = folder, budget_tokens
-        self.say = say if say is not None else _to_stderr
+        self.folder, self.budget_tokens, self.vocab = folder, budget_tokens, vocab
+        self.say = say if say is not None else warn
         self.index = SegmentedIndex()
         # the log as this process knows it: what it read on opening, and its own appends since
         self._generation, self._tokens = b"", 0
@@ -92,40 +105,56 @@ class ReplyHistory:
 
     @classmethod
     def open(
-        cls, folder: Path, budget_tokens: int = DEFAULT_BUDGET, say: Callable[[str], None] | None = None
+        cls,
+        folder: Path,
+        budget_tokens: int = DEFAULT_BUDGET,
+        say: Callable[[str], None] | None = None,
+        *,
+        vocab: int,
     ) -> ReplyHistory:
         """The history in `folder` (made if missing), its index loaded or rebuilt; off (said in one
         line) when the folder cannot be used."""
-        history = cls(folder, budget_tokens, say)
+        history = cls(folder, budget_tokens, say, vocab=vocab)
         try:
+            check_no_links(folder, home())
             private_folder(folder, tighten=True)
-            with history._locked():
-                log = history._trimmed(history._read_log())
-                saved = history._saved_index(log)
-            history._adopt(log, saved)
-        except OSError as e:
+            history._reload()
+        except (OSError, Untrusted) as e:
             history._turn_off(e)
         return history
 
+    def refresh(self) -> None:
+        """Before a call: if another process cleared or rewrote the log since this one read it, drop
+        what this process holds (records, index) and take the log as it is now."""
+        if not self._off and generation_of(self._log_path) != self._generation:
+            try:
+                check_no_links(self.folder, home())
+                private_folder(self.folder)  # removed since (a user's rm -rf): made again
+                self._reload()
+            except (OSError, Untrusted) as e:
+                self._turn_off(e)
+
     def append(self, prompt: Sequence[int], reply: Sequence[int]) -> None:
         """Keep one call's prompt and reply, and index them (one document) in this process. A record
-        larger than the whole budget is not kept. Token ids must be in 0..2**31-1 (ValueError)."""
+        larger than the whole budget is not kept. Token ids must be below the vocabulary (ValueError)."""
         ids = np.asarray([*prompt, *reply], dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() > _MAX_TOKEN):
-            raise ValueError("token ids must be in 0..2**31-1")
+        if ids.size and (ids.min() < 0 or ids.max() >= min(self.vocab, _MAX_TOKEN + 1)):
+            raise ValueError(f"token ids must be in 0..{min(self.vocab, _MAX_TOKEN + 1) - 1}")
         if self._off or not ids.size or ids.size > self.budget_tokens:
             return
+        self.refresh()  # cleared since: the new record starts a new log, and nothing old stays indexed
         payload = ids.astype(TOKEN).tobytes()
         crc = zlib.crc32(payload)
         try:
+            private_folder(self.folder)  # removed just now: made again
             with self._locked():
                 if not self._generation or generation_of(self._log_path) != self._generation:
-                    # none yet, or rewritten or cleared by another process since: as it is now
+                    # none yet, or rewritten or cleared by another process just now: as it is now
                     log = self._read_log()
                     self._set_log(log if log.generation else self._write_log(b""))
                 header = RECORD.pack(RECORD_MAGIC, RECORD_VERSION, 0, len(prompt), len(reply), crc)
                 offset = append_record(self._log_path, header + payload)
-        except OSError as e:
+        except (OSError, Untrusted) as e:
             self._turn_off(e)
             return
         self._records.append(Record(offset, len(prompt), len(reply), crc, prompt_digest(payload[: 4 * len(prompt)])))
@@ -136,7 +165,7 @@ class ReplyHistory:
                 with self._locked():
                     log = self._trimmed(self._read_log())
                 self._adopt(log, None)
-            except OSError as e:
+            except (OSError, Untrusted) as e:
                 self._turn_off(e)
 
     def earlier_replies(self, prompt: Sequence[int]) -> list[tuple[int, list[int]]]:
@@ -155,34 +184,30 @@ class ReplyHistory:
             hashes[n], done = hasher.copy().digest(), n
         out: list[tuple[int, list[int]]] = []
         try:
-            with open(self._log_path, "rb") as f:
+            with open_home_file(self._log_path, log_limit(self.budget_tokens)) as f:
                 for record in reversed(recent):
                     if record.reply_len and hashes.get(record.prompt_len) == record.prompt_hash:
-                        tokens = read_record(f.fileno(), record)
+                        tokens = read_record(f.fileno(), record, self.vocab)
                         if tokens is not None and tokens[: record.prompt_len].tobytes() == raw[: 4 * record.prompt_len]:
                             out.append((record.prompt_len, tokens[record.prompt_len :].tolist()))
                             if len(out) == EARLIER_REPLIES:
                                 break
-        except OSError:
+        except (OSError, Untrusted):
             pass  # rewritten or removed since by another process: nothing found this time
         return out
 
     def size(self) -> tuple[int, int, int]:
-        """(records, tokens) as this process knows them, and the folder's bytes on disk."""
-        try:
-            on_disk = sum(p.stat().st_size for p in self.folder.iterdir() if p.is_file())
-        except OSError:
-            on_disk = 0
-        return len(self._records), self._tokens, on_disk
+        """(records, tokens) as this process knows them, and the folder's bytes on disk (its
+        regular files; a name removed meanwhile counts nothing)."""
+        return len(self._records), self._tokens, folder_bytes(self.folder)
 
     def clear(self) -> None:
         """Remove every prompt and reply kept (the log, the index, damaged logs set aside)."""
         try:
             with self._locked():
-                for pattern in ("log", "log.damaged-*", "index-*.npy", ".*.partial"):
-                    for path in self.folder.glob(pattern):
-                        path.unlink(missing_ok=True)
-        except OSError as e:
+                for problem in clear_folder(self.folder):
+                    self.say(f"history: {problem}")
+        except (OSError, Untrusted) as e:
             self._turn_off(e)
         self._set_log(Log())
         self.index = SegmentedIndex()
@@ -193,29 +218,33 @@ class ReplyHistory:
     def _log_path(self) -> Path:
         return self.folder / "log"
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         """Hold the folder's lock: every read and write of the log and the index is under it."""
-        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
+        return folder_lock(self.folder, self.say)
+
+    def _reload(self) -> None:
+        """Read the log and its saved index again (under the lock), dropping this process's view."""
+        with self._locked():
+            log = self._trimmed(self._read_log())
+            saved = self._saved_index(log)
+        self._adopt(log, saved)
 
     def _read_log(self) -> Log:
-        """The log on disk (under the lock). A damaged one is set aside, its records before the
-        damage kept in a new log, and said in one line."""
+        """The log on disk (under the lock). A damaged one, or anything else under its name, is set
+        aside, its records before the damage kept in a new log, and said in one line."""
         try:
-            data = self._log_path.read_bytes()
+            data = read_home_file(self._log_path, log_limit(self.budget_tokens))
         except FileNotFoundError:
             return Log()
-        if not data:  # created and never written: a writer killed at once
-            return Log()
-        log, damage = parse_log(data)
-        if damage is None:
-            return log
+        except Untrusted as e:
+            log, data = Log(), b""
+            damage: str | None = str(e)
+        else:
+            if not data:  # created and never written: a writer killed at once
+                return Log()
+            log, damage = parse_log(data, self.vocab)
+            if damage is None:
+                return log
         aside = self._log_path.with_name(f"log.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(self._log_path, aside)
         kept = self._write_log(data[LOG_HEADER : log.records[-1].end] if log.records else b"")
@@ -229,7 +258,7 @@ class ReplyHistory:
         """A new log (a new generation) of `records` (whole records, as on disk), replacing the old."""
         data = LOG_MAGIC + os.urandom(GENERATION) + records
         write_atomic(self._log_path, lambda tmp: write_private(tmp, data))
-        log, _ = parse_log(data)
+        log, _ = parse_log(data, self.vocab)
         return log
 
     def _trimmed(self, log: Log) -> Log:
@@ -249,34 +278,33 @@ class ReplyHistory:
         self._generation, self._records = log.generation, list(log.records)
         self._tokens = sum(r.tokens for r in log.records)
 
-    def _turn_off(self, error: OSError) -> None:
+    def _turn_off(self, error: OSError | Untrusted) -> None:
         if not self._off:
             self._off = True
+            why = error.strerror or error if isinstance(error, OSError) else error
             self.say(
-                f"history: cannot use {display_path(self.folder)} ({error.strerror or error}); "
-                "going on without the reply history this run"
+                f"history: cannot use {display_path(self.folder)} ({why}); going on without the reply history this run"
             )
 
     # -- the index ----------------------------------------------------------------------------
 
     def _saved_index(self, log: Log) -> tuple[SuffixIndex, int] | None:
         """The saved index of the most records of `log` (and how many), memory-mapped; None if
-        none fits it. Indexes of other generations describe logs rewritten since."""
-        best: tuple[SuffixIndex, int] | None = None
+        none fits it (under the lock). Indexes of other generations describe logs rewritten since;
+        a damaged one, or anything else under an index's name, is removed in one line."""
         if not log.generation:
             return None
-        for path in self.folder.glob(f"index-{log.generation.hex()}-*.npy"):
-            covered = path.stem.rpartition("-")[2]
-            if not covered.isdigit() or int(covered) > len(log.records) or (best and best[1] >= int(covered)):
+        for path in sorted(self.folder.glob(f"index-{log.generation.hex()}-*{SUFFIX}"), key=_covered, reverse=True):
+            covered = _covered(path)
+            if not 0 < covered <= len(log.records):
                 continue
             try:
-                both = np.load(path, mmap_mode="r")
-                base = SuffixIndex(both[0], both[1])
-            except (OSError, ValueError, IndexError):
-                continue  # damaged or half-written: rebuilt
-            if base.size == 1 + sum(r.tokens + 1 for r in log.records[: int(covered)]):
-                best = base, int(covered)
-        return best
+                return load_index(path, log.records[:covered], self.vocab), covered
+            except FileNotFoundError:
+                continue
+            except Untrusted as e:
+                discard(path, f"not a usable index: {e}", self.say, "history")
+        return None
 
     def _adopt(self, log: Log, saved: tuple[SuffixIndex, int] | None) -> None:
         """Take `log` as this process's view, indexed: the saved index and the records after it, or
@@ -298,17 +326,19 @@ class ReplyHistory:
 
     def _save_index(self, base: SuffixIndex, generation: bytes, covered: int) -> None:
         """Save `base` (the index of the first `covered` records of `generation`'s log) for the next
-        process, unless the log was rewritten while it was sorted; older indexes go."""
-        name = f"index-{generation.hex()}-{covered}.npy"
+        process, unless the log was rewritten while it was sorted; older indexes (and those of an
+        older format) go."""
+        name = index_name(generation, covered)
         try:
             with self._locked():
                 if generation_of(self._log_path) != generation:
                     return
-                write_atomic(self.folder / name, lambda tmp: _save_array(tmp, np.stack([base.tokens, base.sa])))
-                for path in self.folder.glob("index-*.npy"):
-                    if path.name != name:
-                        path.unlink(missing_ok=True)
-                _remove_stale_partials(self.folder)
+                write_atomic(self.folder / name, lambda tmp: _save_private(tmp, base))
+                for pattern in (f"index-*{SUFFIX}", *OLD_FORMATS):
+                    for path in self.folder.glob(pattern):
+                        if path.name != name:
+                            path.unlink(missing_ok=True)
+                remove_stale_partials(self.folder)
         except OSError as e:
             self._turn_off(e)
 
@@ -323,22 +353,11 @@ def history_budget(from_config: int | None) -> int:
     return budget_setting(BUDGET_ENV, from_config, DEFAULT_BUDGET, "a number of tokens (e.g. 4M or 4000000)")
 
 
-def _save_array(path: Path, array: np.ndarray) -> None:
-    with open(path, "wb") as f:  # a file, not a name: np.save would add ".npy" to the temporary name
-        np.save(f, array)
+def _covered(path: Path) -> int:
+    covered = path.name.removesuffix(SUFFIX).rpartition("-")[2]
+    return int(covered) if covered.isdigit() and len(covered) < 19 else -1
+
+
+def _save_private(path: Path, base: SuffixIndex) -> None:
+    save_index(path, base)
     os.chmod(path, 0o600)
-
-
-def _remove_stale_partials(folder: Path) -> None:
-    """Temporary files that killed writers left (`write_atomic`'s, named `.<name>.<random>.partial`)."""
-    now = time.time()
-    for path in folder.glob(".*.partial"):
-        try:
-            if now - path.stat().st_mtime > _STALE_PARTIAL_S:
-                path.unlink()
-        except OSError:
-            pass  # removed by another process meanwhile
-
-
-def _to_stderr(message: str) -> None:
-    print(f"edgespec: {message}", file=sys.stderr, flush=True)

@@ -6,12 +6,16 @@ calls their functions. `run` and `chat` started inside a git work tree index its
 corpus is bounded (files, bytes per file, tokens in all); binary and non-UTF-8 files are skipped.
 
 Tokenizing a repository takes seconds, so each file's tokens are kept on disk, named by its path,
-size and modification time: a file that changed is read again, the others are not. The suffix
+size and modification time: a file that changed is read again, the others are not. A kept file is
+read only as a regular file reached without a link, its size bounded, its ids checked against the
+vocabulary (`util/home_files.py`); anything else under its name is removed in one line and the
+file tokenized again. A cache folder reached through a link is not used. The suffix
 index over them is rebuilt when the set changes (divsufsort: about 0.25 s per million tokens).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -21,8 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.decoding.suffix_index import SuffixIndex
+from edgespec.util.atomic_file import write_atomic
 from edgespec.util.errors import EdgespecError, UsageError
-from edgespec.util.paths import private_folder
+from edgespec.util.home_files import Untrusted, check_ids, check_no_links, discard, read_home_file, warn
+from edgespec.util.paths import home, private_folder
 from edgespec.util.user_files import read_user_file
 
 MAX_FILES = 5000  # files indexed at most
@@ -93,13 +99,20 @@ def read_text(path: Path) -> str | None:
 
 
 class RepositoryCorpus:
-    """The files' tokens, kept in `folder` (one .npy per file version), and their suffix index."""
+    """The files' tokens (ids below `vocab`), kept in `folder` (one `.tokens` file per file version),
+    and their suffix index."""
 
-    def __init__(self, folder: Path, tokenize: Tokenize):
-        self.folder, self.tokenize = folder, tokenize
+    def __init__(self, folder: Path, tokenize: Tokenize, vocab: int):
+        self.folder, self.tokenize, self.vocab = folder, tokenize, vocab
+        self._kept = True  # whether tokens are read from and kept in `folder`
 
     def build(self, files: Iterable[Path]) -> SuffixIndex | None:
         """The index over `files` (up to the bounds; None when none has text)."""
+        try:
+            check_no_links(self.folder, home())
+        except Untrusted as e:
+            self._kept = False
+            warn(f"repository token cache not used: {e}")
         docs: list[np.ndarray] = []
         total = 0
         for path in list(files)[:MAX_FILES]:
@@ -110,14 +123,15 @@ class RepositoryCorpus:
             total += len(docs[-1])
             if total >= MAX_TOKENS:
                 break
-        self._prune()
+        if self._kept:
+            self._prune()
         return SuffixIndex.build(docs) if docs else None
 
     def _prune(self) -> None:
         """Keep the cache of file versions bounded: past KEPT files, the least recently used go (a
         file read from the cache is touched)."""
         try:
-            kept = sorted(self.folder.glob("*.tokens"), key=lambda p: p.stat().st_mtime_ns)
+            kept = sorted(self.folder.glob("*.tokens"), key=lambda p: os.lstat(p).st_mtime_ns)
             for path in kept[: max(0, len(kept) - KEPT)]:
                 path.unlink(missing_ok=True)
         except OSError:
@@ -130,25 +144,41 @@ class RepositoryCorpus:
             return None
         key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
         kept = self.folder / f"{key}.tokens"  # the ids as little-endian int32, nothing else
-        try:
-            # read as bytes, not np.load: numpy's file read fails with a TypeError when a signal
-            # (Ctrl-C) interrupts it, where Python's own read retries and the signal is then handled
-            tokens = np.frombuffer(kept.read_bytes(), dtype="<i4").astype(np.int32)
-            os.utime(kept)  # recently used: pruned last
+        tokens = self._kept_tokens(kept) if self._kept else None
+        if tokens is not None:
             return tokens
-        except (OSError, ValueError):
-            pass
         text = read_text(path)
         if text is None:
             return None
         tokens = np.asarray(self.tokenize(text), dtype=np.int32)
-        try:
-            private_folder(self.folder)
-            tmp = kept.with_suffix(f".{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(tokens.astype("<i4").tobytes())
-            os.replace(tmp, kept)
-        except OSError:
-            pass  # kept for next time only where it can be: the corpus is built either way
+        if self._kept:
+            try:
+                private_folder(self.folder)
+                write_atomic(kept, lambda tmp: _write_private(tmp, tokens.astype("<i4").tobytes()))
+            except OSError:
+                pass  # kept for next time only where it can be: the corpus is built either way
         return tokens
+
+    def _kept_tokens(self, kept: Path) -> np.ndarray | None:
+        """The tokens kept in `kept`, or None (none kept, or removed in one line: not what was kept)."""
+        try:
+            # read as bytes, not np.load: numpy's file read fails with a TypeError when a signal
+            # (Ctrl-C) interrupts it, where Python's own read retries and the signal is then handled
+            data = read_home_file(kept, 4 * MAX_FILE_BYTES)
+            if len(data) % 4:
+                raise Untrusted("cut short")
+            tokens = np.frombuffer(data, dtype="<i4").astype(np.int32)
+            check_ids(tokens, self.vocab)
+        except OSError:
+            return None
+        except Untrusted as e:
+            discard(kept, str(e), what="repository token cache")
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(kept, follow_symlinks=False)  # recently used: pruned last
+        return tokens
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    os.chmod(path, 0o600)

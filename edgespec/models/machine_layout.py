@@ -26,10 +26,12 @@ from edgespec.models.store import Store
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import UsageError
 from edgespec.util.hardware import physical_cores
+from edgespec.util.home_files import read_home_json
 
 PUBLISHED = "published"  # the layout name of the file as published
 LAYOUT_ENV = "EDGESPEC_LAYOUT"  # "published": every pair keeps its published target file
 RECORD = ".machine-layouts.json"
+RECORD_BYTES = 1 << 20  # a choice per source file: a few hundred bytes each
 
 
 @dataclass(frozen=True)
@@ -97,11 +99,8 @@ def record_choice(models_dir: Path, source_sha256: str, choice: Choice) -> None:
 
 
 def _read(models_dir: Path) -> dict:
-    try:
-        data = json.loads((models_dir / RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The choices made here; {} when none, or when the record is not one (removed in one line)."""
+    return read_home_json(models_dir / RECORD, RECORD_BYTES, "machine layout record")
 
 
 def machine_target(store: Store, pair: PairConfig, published_path: Path) -> tuple[ModelSpec, Path, Choice | None]:

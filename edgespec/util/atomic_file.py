@@ -8,13 +8,15 @@ one, never half of one. No fsync: a killed process is covered, a power cut may l
 Model files (a pull, a tuned layout) are built the same way under `partial_path`, a name that holds
 the writer's process id: a writer stopped by a signal removes its own, and one killed outright
 leaves it for the next run to remove (`remove_stale_partials`), while a file another running
-edgespec is writing is left alone.
+edgespec is writing is left alone. Work folders (a pull's downloads) follow the same rule: named
+`work_folder_prefix`, removed by the next run once their maker is gone (`remove_stale_folders`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable
@@ -61,6 +63,26 @@ def remove_stale_partials(folder: Path) -> None:
         if not (pid.isdigit() and _running(int(pid))):
             with contextlib.suppress(OSError):  # a folder this user cannot write: left as it is
                 path.unlink(missing_ok=True)
+
+
+def work_folder_prefix(kind: str) -> str:
+    """The name prefix of this process's temporary work folders of `kind` (".pull-")."""
+    return f"{kind}{os.getpid()}-"
+
+
+def remove_stale_folders(folder: Path, kind: str) -> None:
+    """Remove the work folders of `kind` in `folder` whose maker is no longer running (those named
+    without a process id came from an older edgespec, which left them whenever it was killed). A
+    link under such a name is removed itself, never followed."""
+    for path in folder.glob(f"{kind}*"):
+        pid = path.name.removeprefix(kind).partition("-")[0]
+        if pid.isdigit() and _running(int(pid)):
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or a folder this user cannot write
+            if path.is_symlink() or not path.is_dir():
+                path.unlink()
+            else:
+                shutil.rmtree(path)
 
 
 def _running(pid: int) -> bool:
