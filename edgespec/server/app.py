@@ -117,12 +117,10 @@ def create_app(
     fim_order: Order = DEFAULT_ORDER,
     reach: Reach = LOOPBACK,
 ) -> FastAPI:
-    """The app serving `worker`'s engine under its pair's name; `defaults` are the command line's
-    decoding settings, which a request's sampling fields override; `fim_order`: how a
-    fill-in-the-middle prompt is laid out (engine/infill.py); `reach`: the address it listens on
-    and the hosts and origins allowed beyond it (reach.py)."""
-    served = worker.engine.pair.name
-    started = int(time.time())
+    """The app serving `worker`'s engine under its pair's name; `defaults`: the command line's decoding
+    settings, which a request's sampling fields override; `fim_order`: the layout of a fill-in-the-middle
+    prompt (engine/infill.py); `reach`: its address and the hosts and origins allowed (reach.py)."""
+    served, started = worker.engine.pair.name, int(time.time())
     app = _guarded_app(api_key, reach)
 
     def checked_chat(raw: bytes, content_type: str | None) -> Checked:
