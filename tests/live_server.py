@@ -18,6 +18,7 @@ from edgespec.models.config import load_registry
 from edgespec.models.registry import PairConfig
 from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker
+from edgespec.server.reach import LOOPBACK, Reach
 
 START_TIMEOUT_S = 20
 HELLO = [{"role": "user", "content": "hello there"}]
@@ -60,12 +61,15 @@ class Live:
 
 
 @contextlib.contextmanager
-def serving_app(worker: EngineWorker, settings: GenerateSettings, api_key: str | None = None) -> Iterator[Live]:
-    """Serve `worker`'s engine until the block ends (the worker stays open)."""
+def serving_app(
+    worker: EngineWorker, settings: GenerateSettings, api_key: str | None = None, reach: Reach = LOOPBACK
+) -> Iterator[Live]:
+    """Serve `worker`'s engine on 127.0.0.1 until the block ends (the worker stays open); `reach`:
+    the hosts and origins allowed beyond the server's own (server/reach.py)."""
     sock = listen("127.0.0.1", 0)
     # on_stop does nothing: the worker outlives this server (a test serves one worker under several
     # apps); `edgespec serve` stops its worker there (tests/test_interrupts.py runs it so)
-    server = uvicorn_server(create_app(worker, settings, api_key), lambda: None, log_level="warning")
+    server = uvicorn_server(create_app(worker, settings, api_key, reach=reach), lambda: None, log_level="warning")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S

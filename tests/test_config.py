@@ -203,6 +203,9 @@ def test_toml_syntax_error_names_the_line(tmp_path):
     assert "TOML syntax error" in message and "line 2" in message
 
 
+RANGE = "is not in 32 to 1,048,576 (tokens)"
+
+
 @pytest.mark.parametrize(
     "edit, expected",
     [
@@ -210,8 +213,23 @@ def test_toml_syntax_error_names_the_line(tmp_path):
             ('backend = "llamacpp"', 'backend = "lamacpp"'),
             'pair "foo": key "backend": "lamacpp" is not one of llamacpp, hf',
         ),
-        (("context = 4096", "context = 0"), 'pair "foo": key "context": 0 must be > 0'),
-        (("context = 4096", "context = -5"), 'pair "foo": key "context": -5 must be > 0'),
+        (("context = 4096", "context = 0"), f'pair "foo": key "context": 0 {RANGE}'),
+        (("context = 4096", "context = -5"), f'pair "foo": key "context": -5 {RANGE}'),
+        # llama.cpp aborts the process below 16 (GGML_ASSERT, exit 134); 10^8 sized a 25.6 GB read of stdin
+        (("context = 4096", "context = 8"), f'pair "foo": key "context": 8 {RANGE}'),
+        (("context = 4096", "context = 100000000"), f'pair "foo": key "context": 100000000 {RANGE}'),
+        (
+            ("context = 4096", "context = 4096\nthreads = 100000"),
+            'pair "foo": key "threads": 100000 is not in 1 to 512 (llama.cpp\'s most)',
+        ),
+        (
+            ("context = 4096", "context = 4096\nn_gpu_layers = 4294967296"),
+            'pair "foo": key "n_gpu_layers": 4294967296 is not in -1 to 2,147,483,647 (-1 = all layers)',
+        ),
+        (
+            ("context = 4096", "context = 4096\ndraft_window = 100000000"),
+            'pair "foo": key "draft_window": 100000000 is not in 0 to 1,048,576 (0 = the whole prompt)',
+        ),
         (("context = 4096", 'context = "4096"'), 'pair "foo": key "context": expected an integer, got "4096"'),
         (("context = 4096", "context = true"), 'pair "foo": key "context": expected an integer, got true'),
         (
@@ -232,10 +250,10 @@ def test_toml_syntax_error_names_the_line(tmp_path):
             ('target = "qwen2.5-coder-1.5b-instruct-q4_k_m"', 'target = "llama-3.2-1b-instruct"'),
             'pair "foo": key "target": model "llama-3.2-1b-instruct" has format "hf"; backend "llamacpp" needs "gguf"',
         ),
-        (("context = 4096", "context = 4096\nn_gpu_layers = -2"), 'pair "foo": key "n_gpu_layers": -2 must be >= -1'),
+        (("context = 4096", "context = 4096\nn_gpu_layers = -2"), 'pair "foo": key "n_gpu_layers": -2 is not in -1'),
         (
             ("context = 4096", "context = 4096\ndraft_window = -1"),
-            'pair "foo": key "draft_window": -1 must be >= 0 (0 = the whole prompt)',
+            'pair "foo": key "draft_window": -1 is not in 0 to 1,048,576 (0 = the whole prompt)',
         ),
         (
             ("context = 4096", "context = 4096\n[pairs.foo.sampling]\ntop_p = 1.5"),
@@ -280,9 +298,12 @@ source = { pypi = "m-part{n}", version = "1.0", parts = 2, member = "m_part{n}/d
         ),
         (("size = 10", 'size = 10\nsha256 = "abc"'), 'model "m": key "sha256": is not 64 lowercase hex digits'),
         (("size = 10", 'size = "10"'), 'model "m": key "size": expected an integer, got "10"'),
-        (("size = 10", "size = 10\nweights_gb = 0"), 'model "m": key "weights_gb": 0.0 must be > 0'),
+        (("size = 10", "size = 10\nweights_gb = 0"), 'model "m": key "weights_gb": 0.0 is not in 0.001 to 1,000,000'),
+        (("size = 10", "size = 10\nweights_gb = inf"), 'model "m": key "weights_gb": inf is not in 0.001 to'),
+        (("size = 10", "size = 0"), 'model "m": key "size": 0 is not in 1 to'),
         (("size = 10", 'size = 10\nweights_gb = "9 GB"'), 'model "m": key "weights_gb": expected a number, got "9 GB"'),
-        (("parts = 2", "parts = 0"), 'model "m": key "source.parts": 0 must be > 0'),
+        (("parts = 2", "parts = 0"), 'model "m": key "source.parts": 0 is not in 1 to 10,000'),
+        (("parts = 2", "parts = 1000000000"), 'model "m": key "source.parts": 1000000000 is not in 1 to 10,000'),
         (("parts = 2, ", ""), 'model "m": missing key "source.parts"'),
         (('"m-part{n}"', '"m-part"'), 'model "m": key "source.pypi": "m-part" has no {n} for the part number'),
         (("version", "vers"), 'model "m": unknown key "source.vers"; valid keys: pypi, version, parts, member'),

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
+from click.testing import CliRunner
+
+from edgespec.cli import main as cli
 from edgespec.engine.repository import RepositoryCorpus, context_files, read_text
 
 
@@ -38,3 +42,22 @@ def test_a_files_tokens_are_kept_until_it_changes(tmp_path):
     corpus.build([src])
     assert calls == ["abcabc", "abcabd!"]
     assert RepositoryCorpus(tmp_path / "cache", tokenize, 256).build([tmp_path / "gone.py"]) is None
+
+
+def test_links_into_the_kernels_files_are_never_read(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "status").symlink_to("/proc/self/status")  # text: read once, as a regular file of size 0
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    assert [f.name for f in context_files([tmp_path]) if read_text(f) is not None] == ["a.py"]
+
+
+@pytest.mark.parametrize("path", ["/proc", "/proc/self/environ", "/sys", "/dev/zero", "/dev/null", "fifo", "link"])
+def test_a_bad_context_path_is_one_line_before_the_model_loads(tiny_cli_home, path):
+    """The pair "missing" has no model file: an error about it would mean the load came first."""
+    os.mkfifo(tiny_cli_home / "fifo")
+    (tiny_cli_home / "link").symlink_to("/proc/self")
+    given = str(tiny_cli_home / path) if not path.startswith("/") else path
+    result = CliRunner().invoke(cli.main, ["run", "-m", "missing", "hi", "--context", given], input="")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"edgespec: error: --context {given}: ")

@@ -31,6 +31,9 @@ REQUESTS = 1100  # generated requests; at least 1,000 must be sent
 N_CTX = 96  # short replies keep 1,100 requests quick; long prompts meet the context limit
 
 
+LOCAL = "http://localhost"  # the Host a client of a keyless server sends (TestClient's own is refused)
+
+
 @pytest.fixture(scope="module")
 def clients():
     """The app as `serve` runs it, without and with `--api-key sekret`, over one fake engine."""
@@ -41,9 +44,9 @@ def clients():
     worker = EngineWorker(engine, EngineThread(), queue_size=4)
     try:
         with (
-            TestClient(create_app(worker, GenerateSettings()), raise_server_exceptions=False) as open_client,
+            TestClient(create_app(worker, GenerateSettings()), LOCAL, raise_server_exceptions=False) as open_client,
             TestClient(
-                create_app(worker, GenerateSettings(), api_key="sekret"), raise_server_exceptions=False
+                create_app(worker, GenerateSettings(), api_key="sekret"), LOCAL, raise_server_exceptions=False
             ) as keyed_client,
         ):
             yield open_client, keyed_client

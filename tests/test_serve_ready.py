@@ -106,7 +106,7 @@ def test_serve_is_ready_only_once_the_speed_is_measured(monkeypatch, tmp_path, o
             self.app = app
 
         def run(self, sockets):
-            with TestClient(self.app) as client:
+            with TestClient(self.app, "http://localhost") as client:
                 deadline = time.monotonic() + TIMEOUT
                 while (health := client.get("/health")).status_code == 503 and time.monotonic() < deadline:
                     time.sleep(0.01)

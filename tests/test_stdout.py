@@ -79,3 +79,47 @@ def test_a_reader_that_leaves_ends_the_reply_quietly_with_the_stats_written(endl
     assert err.splitlines()[-1].startswith("load ") and "stop: cancelled" in err, err
     stats = json.loads(stats_json.read_text())
     assert stats["stop_reason"] == "cancelled" and stats["tokens"] > 0
+
+
+# `edgespec run` with native code that prints to descriptor 1 once the pair has loaded: through C's
+# stdio, through a child process (what ggml's abort does: it starts a debugger for its backtrace),
+# and, with "abort", ggml's own abort (GGML_ASSERT's path; a context too small once took it).
+NOISY = """
+import ctypes, subprocess, sys
+from edgespec.engine import loading
+real = loading.open_engine
+def noisy(*args, **kwargs):
+    engine = real(*args, **kwargs)
+    libc = ctypes.CDLL(None)
+    libc.puts(b"NATIVE-PRINTF")
+    libc.fflush(None)
+    subprocess.run(["echo", "CHILD-PROCESS"], check=True)
+    if mode == "abort":
+        from llama_cpp._ggml import libggml
+        libggml.ggml_abort(b"native.c", 1, b"native abort")
+    return engine
+loading.open_engine = noisy
+mode, sys.argv = sys.argv[1], ["edgespec", *sys.argv[2:]]
+from edgespec.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("mode", ["print", "abort"])
+def test_what_native_code_prints_never_reaches_stdout(endless_env, mode):
+    result = subprocess.run(
+        [sys.executable, "-c", NOISY, mode, "run", *SHORT_RUN],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=endless_env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    err = result.stderr.decode(errors="replace")
+    assert b"NATIVE" not in result.stdout and b"CHILD" not in result.stdout, result.stdout[:300]
+    assert "NATIVE-PRINTF" in err and "CHILD-PROCESS" in err
+    if mode == "print":
+        assert result.returncode == 0 and result.stdout, err  # the reply, and only it
+    else:
+        assert result.returncode < 0 and result.stdout == b"" and "native abort" in err

@@ -38,7 +38,7 @@ from edgespec.engine.choices import FROM_ELSEWHERE
 from edgespec.engine.figures import stats_line
 from edgespec.util.errors import EdgespecError, UsageError
 from edgespec.util.output_files import check_writable, write_or_rescue
-from edgespec.util.stdout import PipeClosed, check_open
+from edgespec.util.stdout import PipeClosed, check_open, text_only
 from edgespec.util.text_check import check_text
 
 if TYPE_CHECKING:
@@ -100,6 +100,7 @@ def run(prompt, system, raw, json_object, json_schema, color, stats, stats_json,
     Piped text comes first and the PROMPT after it, so asking another thing about the same input
     finds it in the prompt cache and reads only the new instruction (see --no-cache)."""
     check_open()
+    text_only()  # what llama.cpp prints, an abort's backtrace included, goes to stderr
     check_text(prompt, "PROMPT")
     check_text(system, "--system")
     if raw and system:

@@ -8,7 +8,9 @@ at once; uvicorn then serves on that socket. Only the request line of each reque
 from __future__ import annotations
 
 import copy
+import dataclasses
 import ipaddress
+import re
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -27,7 +29,7 @@ from edgespec.engine.infill import DEFAULT_ORDER, ORDERS, Order
 from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES
 from edgespec.util import interrupts
 from edgespec.util.errors import UsageError
-from edgespec.util.text_check import check_text
+from edgespec.util.text_check import check_text, text_problem
 
 if TYPE_CHECKING:
     from edgespec.engine.options import CheckedOptions, EngineOptions
@@ -97,6 +99,29 @@ def base_url(sock: socket.socket) -> str:
     help="Require 'Authorization: Bearer KEY' on every endpoint but /health (or $EDGESPEC_API_KEY).",
 )
 @click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    envvar="EDGESPEC_ALLOW_HOST",
+    callback=lambda ctx, param, values: tuple(_allowed_host(v) for v in values),
+    help="Without --api-key, also answer requests whose Host header is NAME (repeatable; '*': any; or "
+    "$EDGESPEC_ALLOW_HOST, names split by spaces). Its own address, localhost, 127.0.0.1 and [::1] always pass.",
+)
+@click.option(
+    "--allow-origin",
+    "allow_origins",
+    multiple=True,
+    envvar="EDGESPEC_ALLOW_ORIGIN",
+    callback=lambda ctx, param, values: tuple(_allowed_origin(v) for v in values),
+    help="Answer browser requests from the web page ORIGIN (scheme://host[:port], repeatable; '*': any).",
+)
+@click.option(
+    "--shared-history",
+    is_flag=True,
+    help="On an address other machines reach, draft from and record the history all the same "
+    "(its clients can then tell what was asked before); on loopback it is always shared.",
+)
+@click.option(
     "--queue",
     "queue_size",
     type=click.IntRange(min=0),
@@ -117,7 +142,9 @@ def base_url(sock: socket.socket) -> str:
 @history_options
 @error_boundary
 @opens_engine(cache_memory_entries=SERVE_MEMORY_ENTRIES)
-def serve(host, port, api_key, queue_size, fim_order, options: EngineOptions):
+def serve(
+    host, port, api_key, allow_hosts, allow_origins, shared_history, queue_size, fim_order, options: EngineOptions
+):
     """Serve the pair over OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models) for
     editors, agents and the openai SDK, and llama.cpp's /infill and /completion for editors'
     inline completion; responses carry speculative metrics and, on request, every token's origin.
@@ -127,26 +154,66 @@ def serve(host, port, api_key, queue_size, fim_order, options: EngineOptions):
     checked = options.check()
     sock = listen(host, port)
     try:
-        if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback and not api_key:
-            click.echo(
-                f"edgespec: warning: listening on {host} without --api-key: anyone who can reach this port "
-                "can use the model",
-                err=True,
-            )
+        if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback:
+            checked = _on_a_network(host, checked, api_key, shared_history)
         click.echo("edgespec: loading the model pair…", err=True)
-        _serve_on(sock, checked, api_key, queue_size, fim_order)
+        _serve_on(sock, checked, api_key, queue_size, fim_order, ((host, *allow_hosts), allow_origins))
     finally:
         sock.close()
 
 
+def _on_a_network(host: str, checked: CheckedOptions, api_key: str | None, shared_history: bool) -> CheckedOptions:
+    """What changes when other machines can reach the server, each said in one line: without a
+    key anyone there can use the model, and unless --shared-history, it keeps no history (whether a
+    reply is drafted from it shows in every reply's figures, so clients could tell what was asked
+    before, by whom ever; docs/serve.md)."""
+    if not api_key:
+        click.echo(
+            f"edgespec: warning: listening on {host} without --api-key: anyone who can reach this port "
+            "can use the model",
+            err=True,
+        )
+    if checked.history_budget is None or shared_history:
+        return checked
+    click.echo(
+        f"edgespec: listening on {host}: no history is drafted from or kept (--shared-history keeps it)", err=True
+    )
+    return dataclasses.replace(checked, history_budget=None)
+
+
+def _allowed_host(value: str) -> str:
+    """An --allow-host value: a host name or address (a port, or IPv6 brackets, dropped)."""
+    from edgespec.server.reach import host_name
+
+    name = host_name(value.strip())
+    if not name or text_problem(name) or any(c.isspace() or c in "/@" for c in name):
+        raise click.BadParameter(f"{value!r} is not a host name or address")
+    return name
+
+
+def _allowed_origin(value: str) -> str:
+    """An --allow-origin value: "*", or a web page's origin as browsers send it (scheme://host[:port];
+    "null" and the like are not allowed: any sandboxed page sends it)."""
+    if text_problem(value) is None and re.fullmatch(r"\*|[a-z][a-z0-9+.-]*://[^/\s@]+", value.strip(), re.IGNORECASE):
+        return value.strip()
+    raise click.BadParameter(f"{value!r} is not an origin such as http://localhost:3000")
+
+
 def _serve_on(
-    sock: socket.socket, checked: CheckedOptions, api_key: str | None, queue_size: int, fim_order: Order
+    sock: socket.socket,
+    checked: CheckedOptions,
+    api_key: str | None,
+    queue_size: int,
+    fim_order: Order,
+    allowed: tuple[tuple[str, ...], tuple[str, ...]],
 ) -> None:
     """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every
-    generation), then serve on `sock` until a signal stops it."""
+    generation), then serve on `sock` until a signal stops it, answering the hosts and origins
+    `allowed` beyond its own (server/reach.py)."""
     from edgespec.engine.thread import EngineThread
     from edgespec.server.app import create_app
     from edgespec.server.engine_worker import EngineWorker
+    from edgespec.server.reach import Reach
 
     engine_thread = EngineThread()
     try:
@@ -156,7 +223,8 @@ def _serve_on(
         raise
     worker = EngineWorker(engine, engine_thread, queue_size)
     try:
-        app = create_app(worker, defaults, api_key, fim_order)
+        reach = Reach(sock.getsockname()[0], *allowed)
+        app = create_app(worker, defaults, api_key, fim_order, reach)
         worker.prepare(defaults)  # on the engine thread while uvicorn starts: /health says 503 until it ends
         name = checked.pair.name
         click.echo(f"edgespec: serving {name!r} at {base_url(sock)} (model name {name!r}); Ctrl-C stops", err=True)

@@ -24,6 +24,7 @@ from edgespec.engine.draft_sources import open_sources
 from edgespec.engine.engine import Engine, GenerateSettings, require_draft_model
 from edgespec.engine.prompt_cache import PromptCache, open_cache
 from edgespec.engine.reply_history import history_budget
+from edgespec.engine.repository import context_files
 from edgespec.models.config import load_registry
 from edgespec.models.registry import PairConfig
 
@@ -58,13 +59,13 @@ class EngineOptions:
     def check(self) -> CheckedOptions:
         """Every setting checked against the registry (parsed here, once), nothing loaded: the pair
         (NoDraftModel when `draft` asks for a draft model it lacks), the cache's and the history's
-        budgets (a bad one is a usage error now, not after a load)."""
+        budgets, the `context` paths (a bad one is a usage error now, not after a load)."""
         registry = load_registry(self.config)
         pair = registry.pair(self.pair)
         require_draft_model(pair.name, pair.draft is not None, self.draft)
         cache = open_cache(registry.cache_budget, self.cache_memory_entries) if self.cache else None
         history = history_budget(registry.history_budget) if self.history else None
-        return CheckedOptions(self, pair, cache, history)
+        return CheckedOptions(self, pair, cache, history, tuple(context_files(self.context)))
 
     def settings(self, pair: PairConfig) -> GenerateSettings:
         """Each reply's settings on `pair`: its default sampling with the values given laid over it."""
@@ -82,6 +83,7 @@ class CheckedOptions:
     pair: PairConfig
     cache: PromptCache | None
     history_budget: int | None
+    context_files: tuple[Path, ...] = ()  # the files `options.context` names, checked (`context_files`)
 
     def open(self) -> tuple[Engine, GenerateSettings]:
         """Load the pair (the draft model only where `draft` may use it) with its prompt cache and
@@ -90,7 +92,7 @@ class CheckedOptions:
         options = self.options
         engine = loading.open_engine(self.pair, options.draft, self.cache)
         try:
-            engine.sources = open_sources(engine.target, self.history_budget, options.context, options.repository)
+            engine.sources = open_sources(engine.target, self.history_budget, self.context_files, options.repository)
         except BaseException:
             engine.close()
             raise

@@ -29,6 +29,7 @@ from edgespec.util.atomic_file import write_atomic
 from edgespec.util.errors import EdgespecError, UsageError
 from edgespec.util.home_files import Untrusted, check_ids, check_no_links, discard, read_home_file, warn
 from edgespec.util.paths import home, private_folder
+from edgespec.util.system_paths import system_path
 from edgespec.util.user_files import read_user_file
 
 MAX_FILES = 5000  # files indexed at most
@@ -67,9 +68,13 @@ def _git(cwd: Path, *args: str) -> str:
 
 def context_files(paths: Sequence[Path]) -> list[Path]:
     """The files `--context` names: each file, and each folder's files (hidden ones skipped), in
-    order. A path that does not exist is a UsageError."""
+    order. A path that does not exist, is neither a regular file nor a folder (a pipe, a device),
+    or is a system path (/proc, /sys, /dev: `system_path`) is a UsageError; a front end calls this
+    before it loads anything (`EngineOptions.check`)."""
     out: list[Path] = []
     for path in paths:
+        if system_path(path):
+            raise UsageError(f"--context {path}: /proc, /sys and /dev are never read (their files are not text)")
         if path.is_file():
             out.append(path)
         elif path.is_dir():
@@ -79,13 +84,17 @@ def context_files(paths: Sequence[Path]) -> list[Path]:
                 if len(out) >= MAX_FILES:
                     break
         else:
-            raise UsageError(f"--context {path}: {'not a file or folder' if path.exists() else 'does not exist'}")
+            kind = "not a regular file or a folder" if path.exists() else "does not exist"
+            raise UsageError(f"--context {path}: {kind}")
     return out
 
 
 def read_text(path: Path) -> str | None:
     """A file's text, or None for what is not worth indexing: too big, binary, not UTF-8, unreadable,
-    not a regular file (a pipe in a folder is not waited for: `read_user_file` with `pipes` off)."""
+    not a regular file (a pipe in a folder is not waited for: `read_user_file` with `pipes` off), or
+    a link into /proc, /sys or /dev."""
+    if system_path(path):
+        return None
     try:
         data = read_user_file(path, MAX_FILE_BYTES, str(path), pipes=False)
     except EdgespecError:

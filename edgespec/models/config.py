@@ -32,12 +32,16 @@ from edgespec.decoding.sampling import SamplingParams, sampling_problem
 from edgespec.models.model_table import NO_DRAFT_MODEL, model_spec, resolve_derived
 from edgespec.models.registry import (
     DRAFT_WINDOW,
+    MAX_CONTEXT,
+    MAX_INT32,
+    MAX_THREADS,
+    MIN_CONTEXT,
     ConfigError,
     ModelSpec,
     PairConfig,
     Registry,
 )
-from edgespec.models.toml_table import Table, positive, show
+from edgespec.models.toml_table import Table, show, within
 from edgespec.util.errors import UsageError
 from edgespec.util.paths import display_path
 from edgespec.util.user_files import read_user_file
@@ -189,10 +193,6 @@ def parse_size(text: str) -> int | None:
     return size if size <= MAX_SIZE else None
 
 
-def _at_least(low: int, meaning: str) -> Callable[[float], str | None]:
-    return lambda value: None if value >= low else f"{value} must be >= {low} ({meaning})"
-
-
 # -- merging and pairs -----------------------------------------------------------------------------
 
 
@@ -237,11 +237,11 @@ def _pair(file: str, name: str, raw: dict[str, Any], models: dict[str, ModelSpec
         target=target,
         draft=draft,
         drafter=drafter,
-        context=t.get("context", int, check=positive),
-        draft_window=t.get("draft_window", int, DRAFT_WINDOW, check=_at_least(0, "0 = the whole prompt")),
+        context=t.get("context", int, check=within(MIN_CONTEXT, MAX_CONTEXT, "tokens")),
+        draft_window=t.get("draft_window", int, DRAFT_WINDOW, check=within(0, MAX_CONTEXT, "0 = the whole prompt")),
         sampling=_sampling(t),
-        n_gpu_layers=t.get("n_gpu_layers", int, None, check=_at_least(-1, "-1 = all layers")),
-        threads=t.get("threads", int, None, check=positive),
+        n_gpu_layers=t.get("n_gpu_layers", int, None, check=within(-1, MAX_INT32, "-1 = all layers")),
+        threads=t.get("threads", int, None, check=within(1, MAX_THREADS, "llama.cpp's most")),
         device_map=t.get("device_map", str, "auto"),
         description=t.get("description", str, ""),
         tool_format=t.get("tool_format", str, None, choices=tuple(TOOL_FORMATS)),

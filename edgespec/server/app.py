@@ -34,6 +34,7 @@ from edgespec.server.engine_worker import EngineWorker, Job
 from edgespec.server.native_routes import add_native_routes, infill_tokens
 from edgespec.server.openai_errors import APIError, unauthorized, unknown_model
 from edgespec.server.queued import ClientGone, reading_of, request_settings, sent_tokens, start, while_connected
+from edgespec.server.reach import LOOPBACK, Reach, ReachGuard
 from edgespec.server.replies import ChatFormat, Reply, TextFormat, origins
 from edgespec.server.request_body import body_model, checked
 from edgespec.server.schemas import (
@@ -91,9 +92,10 @@ class BearerKey(AuthenticationBackend):
         return AuthCredentials(["authenticated"]), SimpleUser("client")
 
 
-def _guarded_app(api_key: str | None) -> FastAPI:
+def _guarded_app(api_key: str | None, reach: Reach) -> FastAPI:
     """An app with no routes yet: errors answered in OpenAI's shape, a client gone before its reply
-    logged as such, and with `api_key`, every endpoint but /health behind it."""
+    logged as such, with `api_key`, every endpoint but /health behind it, and in front of all, the
+    Host and Origin checks of `reach` (reach.py; the Host check only without a key)."""
     app = FastAPI(title="edgespec", max_body_size=MAX_BODY_BYTES, openapi_url=None)
     openai_errors.install(app)
     app.add_exception_handler(ClientGone, client_gone)
@@ -104,18 +106,22 @@ def _guarded_app(api_key: str | None) -> FastAPI:
             backend=BearerKey(api_key),
             on_error=lambda conn, error: unauthorized(str(error) == "wrong").response(),
         )
+    app.add_middleware(ReachGuard, reach=reach, check_host=not api_key)  # added last: runs first
     return app
 
 
 def create_app(
-    worker: EngineWorker, defaults: GenerateSettings, api_key: str | None = None, fim_order: Order = DEFAULT_ORDER
+    worker: EngineWorker,
+    defaults: GenerateSettings,
+    api_key: str | None = None,
+    fim_order: Order = DEFAULT_ORDER,
+    reach: Reach = LOOPBACK,
 ) -> FastAPI:
-    """The app serving `worker`'s engine under its pair's name; `defaults` are the command line's
-    decoding settings, which a request's sampling fields override; `fim_order`: how a
-    fill-in-the-middle prompt is laid out (engine/infill.py)."""
-    served = worker.engine.pair.name
-    started = int(time.time())
-    app = _guarded_app(api_key)
+    """The app serving `worker`'s engine under its pair's name; `defaults`: the command line's decoding
+    settings, which a request's sampling fields override; `fim_order`: the layout of a fill-in-the-middle
+    prompt (engine/infill.py); `reach`: its address and the hosts and origins allowed (reach.py)."""
+    served, started = worker.engine.pair.name, int(time.time())
+    app = _guarded_app(api_key, reach)
 
     def checked_chat(raw: bytes, content_type: str | None) -> Checked:
         body = body_model(ChatCompletionRequest, raw, content_type)

@@ -9,9 +9,10 @@ longer than the context is found when its turn comes.
 A job's events (Started, then the engine's Token / Step / Summary, or a Reading for a read-only
 job, or Failed; Finished last: the first Finished ends what is read) come back to the event loop
 one by one through an asyncio queue, so a reply streams while it is generated. `cancel` stops a
-generation within one target pass; a job cancelled while it waited (its client left) is skipped
-without reading its prompt. A read-only job (`max_tokens` 0) yields to every generating job that
-comes: it stops at its next read chunk, answered with what it read.
+generation within one target pass; a job cancelled while it waited (its client left) frees its
+place in the queue at once and is skipped without reading its prompt. A read-only job
+(`max_tokens` 0) yields to every generating job that comes: it stops at its next read chunk,
+answered with what it read.
 When the server stops (`stop`), every job queued or running ends with a 503 (server_stopping)
 instead, and a new one is refused with it.
 
@@ -73,6 +74,7 @@ class Job:
         self.cancel = threading.Event()
         self.stopped = False  # cancelled because the server stops, not by its client
         self.yielded = False  # a read only, cancelled because a generating request came: answered all the same
+        self.taken = False  # the engine thread has begun it (set under the worker's lock)
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue = asyncio.Queue()
 
@@ -92,6 +94,13 @@ class Job:
         while not self._events.empty():
             items.append(self._events.get_nowait())
         return items
+
+
+def _holds_a_place(job: Job) -> bool:
+    """Whether `job` counts against the queue's bound: not a read that yielded (it is answered with
+    what it read), nor a job cancelled before the engine took it (its client left): it is skipped
+    unread when its turn comes, so its place is free at once, not once the job ahead of it ends."""
+    return not job.yielded and (job.taken or not job.cancel.is_set())
 
 
 class EngineWorker:
@@ -139,7 +148,7 @@ class EngineWorker:
                     if other.max_tokens == 0:
                         other.yielded = True
                         other.cancel.set()
-            if sum(not other.yielded for other in self._jobs) > self.queue_size:  # one running, queue_size waiting
+            if sum(map(_holds_a_place, self._jobs)) > self.queue_size:  # one running, queue_size waiting
                 raise queue_full(self.retry_after())
             self._jobs.add(job)
         self.engine_thread.submit(self._run, job)
@@ -150,6 +159,8 @@ class EngineWorker:
 
     def _run(self, job: Job) -> None:
         start = time.perf_counter()
+        with self._lock:
+            job.taken = True
         try:
             if job.stopped:
                 raise server_stopping()

@@ -40,10 +40,12 @@ class StdoutFailed(EdgespecError):
 
 
 class _GuardedStdout:
-    """sys.stdout with the rule above applied to write and flush; the rest is the real stream's."""
+    """sys.stdout with the rule above applied to write and flush; the rest is the real stream's.
+    `fd`: the descriptor it writes to (1, or its private copy after `text_only`)."""
 
     def __init__(self, stream: TextIO, closed: bool):
         self._stream = stream
+        self.fd = 1
         self.failed: Exception | None = StdoutFailed("it is closed") if closed else None
 
     def write(self, text: str) -> int:
@@ -64,7 +66,7 @@ class _GuardedStdout:
                 self.failed = PipeClosed()
             except (OSError, ValueError) as e:  # ValueError: the stream itself was closed
                 self.failed = StdoutFailed(getattr(e, "strerror", None) or str(e))
-            _to_devnull()
+            _to_devnull(self.fd)
             raise self.failed
         if content:
             raise self.failed
@@ -73,11 +75,29 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
-def _to_devnull() -> None:
+def _to_devnull(fd: int = 1) -> None:
     null = os.open(os.devnull, os.O_WRONLY)
-    if null != 1:
-        os.dup2(null, 1)
+    if null != fd:
+        os.dup2(null, fd, inheritable=fd == 1)
         os.close(null)
+
+
+def text_only() -> None:
+    """For a command whose stdout carries only its reply (`run`), from now on to the process's
+    end: sys.stdout writes to a private copy of descriptor 1, and descriptor 1 becomes stderr's.
+    What native code prints there (llama.cpp, ggml's abort with the backtrace its debugger writes,
+    a CUDA library's warning) then lands on stderr, never in the pipe. Nothing changes where
+    sys.stdout is not the process's own (a test's CliRunner)."""
+    out = sys.stdout
+    if not isinstance(out, _GuardedStdout) or out.fd != 1 or out.failed is not None:
+        return
+    stream = out._stream
+    stream.flush()
+    private = os.dup(1)  # not inherited by child processes: a debugger ggml starts writes to stderr
+    os.dup2(2, 1)
+    buffering = 1 if stream.line_buffering else -1
+    out._stream = open(private, "w", buffering, stream.encoding, stream.errors)  # noqa: SIM115 (to the end)
+    out.fd = private
 
 
 def install() -> None:
