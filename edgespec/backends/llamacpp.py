@@ -160,7 +160,8 @@ class LlamaCppBackend:
             if n_out:
                 earlier.append(self._logits(n_out).copy())
             pos0 = len(self.cached)
-            chunk = tokens[start : start + self._piece(pos0, pos0 + len(tokens) - start)]
+            size = ReadCut.of(self).batch(self.exact, self.exact_tail, pos0, pos0 + len(tokens) - start)
+            chunk = tokens[start : start + size]
             n_out = 0
             for i, tok in enumerate(chunk):
                 want = start + i >= first_logit
@@ -169,30 +170,11 @@ class LlamaCppBackend:
             rc = self._run(len(chunk), n_branches=1)
             if rc == 0:
                 self.cached.extend(chunk)
-                self._count_exact(pos0, len(chunk))
+                self.exact, self.exact_tail = ReadCut.of(self).read(self.exact, self.exact_tail, pos0, len(chunk))
             self._raise_on(rc)
             start += len(chunk)
         last = self._logits(n_out)
         return np.concatenate([*earlier, last]) if earlier else last
-
-    def _piece(self, pos: int, end: int) -> int:
-        """How many tokens the batch of a read at `pos` that ends at `end` holds."""
-        chunk, tail = self.read_chunk, self.tail_chunk
-        if pos != self.exact + self.exact_tail or end > self.exact + chunk and self.exact_tail:
-            return min(chunk, end - pos)  # not a fresh read's cut: no later read keeps it
-        if not self.exact_tail and end - pos >= chunk:
-            return chunk
-        return tail if end - pos >= tail else end - pos
-
-    def _count_exact(self, pos: int, n: int) -> None:
-        """After `n` tokens read at `pos` in one batch: extend `exact` or `exact_tail` when the batch was
-        a whole chunk or tail chunk where the exact cache ended."""
-        if pos != self.exact + self.exact_tail:
-            return
-        if not self.exact_tail and n == self.read_chunk:
-            self.exact += n
-        elif n == self.tail_chunk and self.exact_tail + n < self.read_chunk:
-            self.exact_tail += n
 
     def eval_tree(
         self, pending: int, ids: Sequence[int], parents: Sequence[int], need: Sequence[bool] | None = None

@@ -208,6 +208,24 @@ class ReadCut:
         whole = n - n % self.chunk
         return whole, (n - whole) - (n - whole) % self.tail
 
+    def batch(self, exact: int, exact_tail: int, pos: int, end: int) -> int:
+        """How many tokens the next batch of a read from `pos` to `end` holds: a fresh read's cut from
+        where the exact cache ends; plain chunks from anywhere else (no later read keeps those)."""
+        if pos != exact + exact_tail or end > exact + self.chunk and exact_tail:
+            return min(self.chunk, end - pos)
+        if not exact_tail and end - pos >= self.chunk:
+            return self.chunk
+        return self.tail if end - pos >= self.tail else end - pos
+
+    def read(self, exact: int, exact_tail: int, pos: int, n: int) -> tuple[int, int]:
+        """`exact` and `exact_tail` once a batch of `n` tokens at `pos` is read: extended when it was a
+        whole chunk or a tail chunk where the exact cache ended."""
+        if pos == exact + exact_tail and not exact_tail and n == self.chunk:
+            return exact + n, 0
+        if pos == exact + exact_tail and n == self.tail and exact_tail + n < self.chunk:
+            return exact, exact_tail + n
+        return exact, exact_tail
+
     def truncated(self, exact: int, exact_tail: int, n: int) -> tuple[int, int]:
         """`exact` and `exact_tail` once a cache is cut to its first `n` tokens."""
         whole = min(exact, n - n % self.chunk)
