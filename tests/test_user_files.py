@@ -150,7 +150,7 @@ def test_a_pipe_in_the_chats_folder_stops_no_listing(tmp_path):
         os.close(os.open(folder / "abc.json", os.O_WRONLY | os.O_NONBLOCK))  # let it go
         pytest.fail("listing the chats waited for a writer on a pipe")
     ((), (error,)) = result[0]
-    assert str(error) == f"saved chat {folder / 'abc.json'} is not a regular file"
+    assert str(error) == f"saved chat {folder / 'abc.json'} is a FIFO, not a regular file"
 
 
 def test_limits_read_as_the_docs_write_them():

@@ -20,6 +20,7 @@ and llama.cpp's own endpoints for editors' inline completion.
     native_schemas.py    their request bodies, each field honoured or refused by name
     native_replies.py    their reply bodies, `response_fields` flattened by path
     line_limits.py       an inline completion's `n_indent` and `t_max_predict_ms` stops
+    reach.py             who may use the server: its own Host names and origins (DNS rebinding)
 
 The server consumes the same event stream (Token, Step, Summary) as `run`, the chat app and the
 bench; the engine never imports it. The click command is `edgespec.cli.serve`.

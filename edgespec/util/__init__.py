@@ -5,6 +5,7 @@ interrupts.py    Ctrl-C, SIGTERM and SIGHUP in a process that lives inside C
 stdout.py        stdout that fails: one rule for every command
 paths.py         the home folder every command reads
 user_files.py    every file a user names or keeps, read bounded and in chunks
+system_paths.py  /proc, /sys and /dev: never read as a user's context
 home_files.py    every file under the home, opened trusting none: regular files, bounded, checked
 output_files.py  files a command writes after its work is done
 atomic_file.py   replacing a file atomically
