@@ -13,6 +13,7 @@ ROW_KEYS = {
     "accepted",
     "target_passes",
     "matches_ar",
+    "ar_parted_at",
     "prompt_tokens",
     "target_read_tokens",
     "ttft_s",

@@ -74,6 +74,9 @@ class Row(WholeReply):
     # engine, see quality/divergence.py), or UNCHECKED (sampled output, or a peer's); None for ar itself.
     vs_ar: str | None = None
     parting: Parting | None = None
+    # ar's greedy repeats against its first run of the prompt: the token where it parted from it
+    # (plain decoding repeats its passes, so any parting means the host's numbers are not repeatable).
+    ar_parted_at: int | None = None
     rounds: list[Round] = field(default_factory=list, repr=False)  # for explaining a parting
     # Where the reply's time went (seconds, see Summary): the first token, of which the target's
     # reading of the prompt (target_read_tokens of prompt_tokens evaluated); the draft model's
@@ -254,19 +257,22 @@ def run_bench(
         if needs_noise_floor(modes, sampling):
             engine.noise_floor()
     rows = []
+    first_ar: dict[tuple[int, str], list[int]] = {}  # (engine, prompt id): ar's output in the first round
     warm = replace(prompts[0], max_tokens=8)
     for engine in engines:
         for mode in modes:  # warm-up (calibration, first allocations): not measured
             measure(engine, warm, mode, sampling)
     for prompt in prompts:
         for repeat in range(repeats):
-            for engine in engines:
+            for e, engine in enumerate(engines):
                 ar_ids = None
                 for mode in modes:
                     row = measure(engine, prompt, mode, sampling)
                     row.repeat, row.pair = repeat, engine.pair.name
                     if mode.name == "ar":
                         ar_ids = row.output_ids
+                        first = first_ar.setdefault((e, prompt.id), ar_ids)
+                        row.ar_parted_at = first_divergence(ar_ids, first) if sampling.greedy else None
                     elif ar_ids is not None:
                         compare_with_ar(engine, prompt, row, ar_ids, sampling)
                     if ar_ids is not None:
@@ -297,18 +303,32 @@ def compare_with_ar(engine: Engine, prompt: BenchPrompt, row: Row, ar_ids: list[
 
 
 def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
-    """`--strict`: one line naming the outputs that parted from ar beyond the noise floor, or else
-    the replies that do not parse or validate against their response_format, if any."""
+    """`--strict`: one line naming the outputs that parted from ar beyond the noise floor, or ar's
+    repeats that parted from its first run, or else the replies that do not parse or validate
+    against their response_format, if any."""
     rows = list(rows)
     bad = [r for r in rows if r.vs_ar == DIFF]
     if not bad:
-        return invalid_failure(rows)
+        return unrepeatable_failure(rows) or invalid_failure(rows)
     where = ", ".join(f"{r.id} {r.mode} at token {r.parting.position}" for r in bad[:3])
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
     floor = bad[0].parting.floor
     return EdgespecError(
         f"{len(bad)} greedy output(s) parted from ar beyond the target's noise floor of {floor:.3g} "
         f"logits (DIFF, a bug): {where}{more}; --json has the gaps"
+    )
+
+
+def unrepeatable_failure(rows: list[Row]) -> EdgespecError | None:
+    """One line naming the prompts where a greedy `ar` repeat parted from its first run."""
+    bad = [r for r in rows if r.ar_parted_at is not None]
+    if not bad:
+        return None
+    where = ", ".join(f"{r.id} (repeat {r.repeat}) at token {r.ar_parted_at}" for r in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return EdgespecError(
+        f"ar parted from its own first run: {where}{more}; plain greedy decoding did not repeat on this host "
+        "(see docs/run.md, near-ties)"
     )
 
 
