@@ -19,7 +19,7 @@ import numpy as np
 
 from edgespec.decoding import decoder, model_drafter
 from edgespec.decoding.backend import ContextOverflow, Placement, Vocabulary
-from edgespec.decoding.policy import costs
+from edgespec.decoding.policy import measuring
 from edgespec.decoding.tree import depths
 from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -43,7 +43,7 @@ class VirtualClock:
 def simulated_time(clock: VirtualClock) -> Iterator[None]:
     """Every module that reads the clock while generating or calibrating reads `clock` instead."""
     with contextlib.ExitStack() as stack:
-        for module in (decoder, model_drafter, costs):
+        for module in (decoder, model_drafter, measuring):
             stack.enter_context(mock.patch.object(module, "time", SimpleNamespace(perf_counter=clock)))
         yield
 

@@ -9,6 +9,7 @@ import pytest
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
 from edgespec.decoding.policy.costs import CostModel, best_k
+from edgespec.decoding.policy.measuring import READ_PROBE
 from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 from tests.policy_simulation import BF16, CPU, GPU
 
@@ -141,7 +142,7 @@ def test_the_draft_models_reading_is_timed_at_calibration_and_learnt_from_catch_
     target, draft = MarkovBackend(per_token_s=0.0), MarkovBackend(n_ctx=512)
     costs.calibrate(target, draft, max_n=3, rounds=1)
     assert costs.read_per_token is not None and draft.cached == []
-    assert CostModel.READ_PROBE in draft.evals  # one batch of READ_PROBE tokens
+    assert READ_PROBE in draft.evals  # one batch of READ_PROBE tokens
     draft_ = Draft([1, 2], [None, None], [0.9, 0.9], catch_up_s=0.4, catch_up_tokens=200)
     before = costs.read_per_token
     costs.observe_round(Step(2, 2, (1, 2), (), 0.41, 0.01, drafter=DrafterKind.MODEL), draft_)

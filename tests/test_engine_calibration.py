@@ -10,11 +10,14 @@ from collections import Counter
 import pytest
 
 from edgespec.decoding.policy.controller import LONGEST_DRAFT
-from edgespec.decoding.policy.costs import CostModel, ends_first
+from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.policy.measuring import ends_first
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.policy.quiet_cost import SESSIONS
+from edgespec.engine import curve_keeper
 from edgespec.engine.calibration import CALIBRATION_BUDGET_S
-from edgespec.engine.engine import SAY_AFTER_S, GenerateSettings
+from edgespec.engine.curve_keeper import DAY_S, SAY_AFTER_S
+from edgespec.engine.engine import GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
 
@@ -72,10 +75,11 @@ def test_the_curve_is_measured_once_saved_keyed_as_before_and_reused(own_calibra
     generate(engine, clock)
     key, entry = saved_entry(own_calibration_file)
     assert key == engine._calibration_key() and key.startswith("v5|")
-    assert sorted(map(int, entry["verify"])) == list(range(1, 18))  # every length auto may verify
+    # every length auto may verify, then longer passes while a token gets cheaper (5% or more)
+    assert sorted(map(int, entry["verify"])) == [*range(1, 18), 32]
     assert quiet_figure(entry, 3) == pytest.approx(cpu_like(3))
     assert min(entry["draft_step"]) == pytest.approx(0.01)
-    assert entry["measure_again"] is False
+    assert entry["measure_again"] is False and entry["provisional"] is False and entry["format"] == 2
 
     monkeypatch.setattr(CostModel, "calibrate", no_calibration)
     again = fake_engine(clock, verify=cpu_like, draft_step=0.01)
@@ -132,11 +136,13 @@ def test_a_machine_that_stays_slower_moves_the_curve_up(own_calibration_file):
     assert quiet_figure(entry, 2) == pytest.approx(loaded(1.5)(2))
 
 
-def test_a_contradicted_curve_is_measured_again_before_the_next_reply(own_calibration_file):
+def test_a_contradicted_curve_is_measured_again_before_a_reply_a_day_later(own_calibration_file, monkeypatch):
     """Live passes far faster than the saved curve at several sizes: the sizes no pass tried are
     likely as inflated, so the whole curve is measured again (in the next process, from the
-    file's mark, or in this one before its next reply)."""
-    clock = VirtualClock()
+    file's mark, or in this one before its next reply), once a day has passed since it was: the
+    user waits for it."""
+    clock, day = VirtualClock(), VirtualClock()
+    monkeypatch.setattr(curve_keeper, "wall_clock", day)
     save_curve_measured_at(2.0, clock)
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     reply(engine, (1, 2, 3), cpu_like)
@@ -145,10 +151,14 @@ def test_a_contradicted_curve_is_measured_again_before_the_next_reply(own_calibr
     assert quiet_figure(entry, 2) == pytest.approx(cpu_like(2))  # what the reply taught is kept
     assert quiet_figure(entry, 10) == pytest.approx(loaded(2.0)(10))
 
-    nxt = fake_engine(clock, verify=cpu_like, draft_step=0.01)  # the next process
+    soon = fake_engine(clock, verify=cpu_like, draft_step=0.01)  # the next process, the same day
+    soon.cost_model()
+    assert soon.costs.verify(10) == pytest.approx(loaded(2.0)(10)) and soon.costs.provisional
+    day.advance(DAY_S)
+    nxt = fake_engine(clock, verify=cpu_like, draft_step=0.01)  # a day later
     with simulated_time(clock):
         nxt.cost_model()
-    assert nxt.costs.verify(10) == pytest.approx(cpu_like(10))
+    assert nxt.costs.verify(10) == pytest.approx(cpu_like(10)) and not nxt.costs.provisional
     _, entry = saved_entry(own_calibration_file)
     assert entry["measure_again"] is False
     assert quiet_figure(entry, 10) == pytest.approx(cpu_like(10))
@@ -309,7 +319,7 @@ def test_a_calibration_the_user_waits_for_is_said_while_it_runs_and_when_it_ends
     (started, first), (ended, last) = lines
     assert first.startswith("measuring this machine's speed with 'fake'")
     assert SAY_AFTER_S <= started < ended == clock.now  # said while it ran
-    assert last.startswith("speed measured in ") and "1 token 30 ms, over 17 tokens 270 ms" in last
+    assert last.startswith("speed measured in ") and "1 token 30 ms, over 32 tokens 495 ms" in last
 
 
 def test_a_calibration_too_short_to_notice_is_not_said(own_calibration_file):

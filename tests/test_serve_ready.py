@@ -29,10 +29,10 @@ def test_health_is_503_while_the_speed_is_measured_and_a_request_waits_behind_it
     measuring, measured = threading.Event(), threading.Event()
     real_cost_model = engine.cost_model
 
-    def held_cost_model(stop=None):
+    def held_cost_model(stop=None, quiet=False):
         measuring.set()
         assert measured.wait(TIMEOUT)
-        return real_cost_model(stop)
+        return real_cost_model(stop, quiet)
 
     engine.cost_model = held_cost_model
     worker = EngineWorker(engine, EngineThread(), queue_size=2)

@@ -6,6 +6,7 @@ costs, and the event stream every front end reads.
 - `loading.py`: a pair from the registry, its files checked, each model on its runtime.
 - `engine.py`: the loaded pair (`Engine`) and the settings of one reply (`GenerateSettings`).
 - `calibration.py`: the cost curve and the noise floor, kept in files between runs.
+- `curve_keeper.py`: the cost curve's life: restored or measured, refined, measured again when in doubt.
 - `thread.py`: the one thread that loads an engine and runs every generation of it.
 - `prompt_cache.py`: what a model has read, kept across calls and processes.
 - `read_ahead.py`: the whole read chunks of a prompt yet to be asked, read before it is.

@@ -26,8 +26,15 @@ from edgespec.util.paths import home, private_folder
 # ones kept one fastest timing per size; "v2" ones timed 1, 2, 4, 8 and 16 tokens and
 # interpolated between.
 CALIBRATION_VERSION = "v5"
+# What a saved curve's entry holds besides the curve. Format 2: "provisional" (cut short by its
+# budget, sizes that contradict their neighbours, or contradicted by live passes), "measure_again"
+# (live passes contradicted it) and "measured_at" (seconds since the epoch), which say when it is
+# measured again (`curve_keeper.py`). An entry without "format" (1) has no provisional mark, and
+# is provisional if its sizes contradict their neighbours.
+CALIBRATION_FORMAT = 2
 # A calibration stops after this long and goes on with what it timed: a machine that needs longer
-# is busy, so the figures would be inflated anyway, and live passes correct them (`keep_costs`).
+# is busy, so the figures would be inflated anyway. It is provisional, measured again at a quiet
+# moment, and live passes correct what they run meanwhile (`curve_keeper.py`).
 CALIBRATION_BUDGET_S = 30.0
 # "floor-v1" floors were measured after a 32-token prefix, too short a cache to show its noise.
 NOISE_FLOOR_VERSION = "floor-v2"
@@ -48,7 +55,7 @@ def runtime_key(pair: PairConfig, placements: Mapping[str, Placement], backends:
 
 
 def read_calibration(key: str) -> dict | None:
-    """The cost curve saved under `key` (`CostModel.to_dict` plus "measure_again"), or None."""
+    """The cost curve saved under `key` (`CostModel.to_dict` plus the marks of CALIBRATION_FORMAT), or None."""
     return _read_saved(_calibration_file(), key)
 
 

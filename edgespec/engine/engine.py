@@ -33,21 +33,19 @@ from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import LONGEST_DRAFT, make_policy
-from edgespec.decoding.policy.costs import Calibration, CostModel
+from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.threads import ThreadPolicy
 from edgespec.engine.calibration import (
-    CALIBRATION_BUDGET_S,
     CALIBRATION_VERSION,
     NOISE_FLOOR_VERSION,
-    read_calibration,
     read_noise_floor,
     runtime_key,
-    save_calibration,
     save_noise_floor,
 )
+from edgespec.engine.curve_keeper import CurveKeeper
 from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
@@ -65,10 +63,6 @@ class GenerateSettings:
     draft: DraftChoice = DraftChoice.AUTO
     k: KSetting = KSetting("auto")
     constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
-
-
-class CalibrationStopped(Exception):
-    """The front end stopped a calibration (`cost_model`'s `stop`): none of it is kept."""
 
 
 class NoDraftModel(SettingError):
@@ -111,11 +105,13 @@ class Engine:
         # where each model ran at load: what measurements are keyed by, while the thread count moves
         self._loaded_placements = self.placements()
         self.threads = thread_policy(pair, target, draft, self.costs)
-        self._costs_loaded = False  # measured or restored: only then is what live passes teach it saved
-        self._measure_again = False  # live passes contradicted the saved curve: the next reply measures
         # where the engine says what the user waits for (a calibration) or should know (one that
         # live passes contradicted): stderr, or the chat app's notifications
         self.notice: Callable[[str], None] = say_on_stderr
+        # the curve's life: restored or measured, refined, judged, measured again (`curve_keeper.py`)
+        self._curve = CurveKeeper(
+            self.costs, self._calibration_key, target, draft, pair.name, lambda line: self.notice(line)
+        )
         self._noise_floor: NoiseFloor | None = None
         self._tokenizer: Tokenizer | None = None  # llguidance's view of the target's vocabulary, built once
         # seconds `open_engine` spent per part of the load: "check" (the model files' size and
@@ -147,8 +143,8 @@ class Engine:
         require_draft_model(self.pair.name, self.draft is not None, draft)
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         copying = self.sources.drafters(prompt, draft.kinds)
-        if self._measure_again and settings.k.cost_aware:
-            self._calibrate(again=True)
+        if settings.k.cost_aware:
+            self._curve.before_reply()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
@@ -250,12 +246,12 @@ class Engine:
             self._policies[key] = make_policy(settings.k, settings.draft, costs)
         return self._policies[key]
 
-    def cost_model(self, stop: threading.Event | None = None) -> CostModel:
+    def cost_model(self, stop: threading.Event | None = None, quiet: bool = False) -> CostModel:
         """The cost curve of this pair on this machine: the saved calibration, or one measured now
-        (raising CalibrationStopped within a pass of `stop` being set, if it is)."""
-        if not self._costs_loaded:
-            self._load_or_calibrate(stop)
-        return self.costs
+        (raising CalibrationStopped within a pass of `stop` being set, if it is). `quiet`: the
+        caller is at a quiet moment (a server before its first request), where a provisional curve
+        is measured again (`curve_keeper.py`)."""
+        return self._curve.cost_model(stop, quiet)
 
     def _calibration_key(self) -> str:
         """What the cost curve depends on: the models, the runtime and how it is run (and how it
@@ -263,94 +259,17 @@ class Engine:
         key = runtime_key(self.pair, self._loaded_placements, (self.target, self.draft))
         return "|".join([CALIBRATION_VERSION, *key])
 
-    def _load_or_calibrate(self, stop: threading.Event | None = None) -> None:
-        """The curve is kept between runs, so only the first run on a machine pays for measuring
-        it (a few seconds on a small CPU, CALIBRATION_BUDGET_S at most), and every reply refines
-        it (`keep_costs`). A saved curve that a damaged file holds is measured again; so is one
-        that live passes contradicted, keeping what they taught it."""
-        saved = read_calibration(self._calibration_key())
-        if saved:
-            try:
-                self.costs.restore(saved)
-            except ValueError:
-                saved = None
-        if saved and self.costs.calibrated and not saved.get("measure_again"):
-            self._costs_loaded = True
-            return
-        self._calibrate(again=bool(saved), stop=stop)
-
-    def _calibrate(self, again: bool, stop: threading.Event | None = None) -> None:
-        """Measure the curve for the front ends, within CALIBRATION_BUDGET_S, and save it. One that
-        lasts SAY_AFTER_S or more is said (`notice`) while it runs and when it ends, with what it
-        found: the user is waiting for it (a shorter one, on a GPU or tiny models, is not worth a
-        line). `again`: a saved curve is measured again."""
-        said = False
-
-        def progress(spent: float) -> None:
-            nonlocal said
-            if stop is not None and stop.is_set():
-                raise CalibrationStopped
-            if not said and spent >= SAY_AFTER_S:
-                said = True
-                how_often = "again" if again else "(once per machine and pair)"
-                self.notice(
-                    f"measuring this machine's speed with {self.pair.name!r} {how_often}, "
-                    f"{CALIBRATION_BUDGET_S:g} s at most…"
-                )
-
-        run = self._measure(CALIBRATION_BUDGET_S, progress)
-        if said:
-            self.notice(self._measured(run))
-
-    def _measured(self, run: Calibration) -> str:
-        """One line on a calibration that was said to be running: what it found and, if its budget
-        cut it short, what the engine goes on with."""
-        curve = self.costs.quiet_curve()
-        ends = (f"{n} token{'s' * (n > 1)} {curve[n] * 1000:.0f} ms" for n in (min(curve), max(curve)))
-        found = "a pass over " + ", over ".join(ends)
-        if not run.cut:
-            return f"speed measured in {run.seconds:.1f} s: {found}"
-        estimated = f", {run.wanted - run.sizes} estimated from them" if run.sizes < run.wanted else ""
-        return (
-            f"speed measurement stopped at its {CALIBRATION_BUDGET_S:g} s limit (a busy or slow machine) with "
-            f"{run.sizes} of {run.wanted} sizes timed{estimated}: {found}; live passes correct it"
-        )
-
     def measure_costs(self) -> CostModel:
         """Time the target's verification at every length auto may draft, and a draft step; add
         them to the curve and save it (`models tune` measures each candidate layout this way,
-        without a time limit)."""
-        self._measure()
+        without a time limit, and without the longer passes a front end's calibration times)."""
+        self._curve.measure(longest=LONGEST_DRAFT + 1)
         return self.costs
 
-    def _measure(self, budget_s: float | None = None, progress: Callable[[float], None] | None = None) -> Calibration:
-        run = self.costs.calibrate(
-            self.target, self.draft, max_n=LONGEST_DRAFT + 1, budget_s=budget_s, progress=progress
-        )
-        self._costs_loaded, self._measure_again = self.costs.calibrated, False
-        self._save_costs()
-        return run
-
     def keep_costs(self) -> None:
-        """Fold the live passes since the last call, whatever their policy, into the saved curve
-        once there is one (`cost_model`), after each reply and at close. Cheap (one small JSON file
-        rewritten) and only when they taught it something. A curve they contradict
-        (`CostModel.contradicted`) is said in one line and measured again before the next reply:
-        in this process if there is one, else in the next (the file says so)."""
-        if not self._costs_loaded or not self.costs.end_session():
-            return
-        overstated = self.costs.contradicted()
-        if overstated is not None and not self._measure_again:
-            self.notice(
-                f"live passes ran up to {overstated:.1f}x faster than the saved speed measurement (taken "
-                "while the machine was busy); measuring it again before the next reply"
-            )
-        self._measure_again = overstated is not None
-        self._save_costs()
-
-    def _save_costs(self) -> None:
-        entry = {**self.costs.to_dict(), "measure_again": self._measure_again}
-        save_calibration(self._calibration_key(), entry)
+        """Fold the live passes since the last call into the saved curve, after each reply and at
+        close (`CurveKeeper.keep`)."""
+        self._curve.keep()
 
     def _noise_floor_key(self) -> str:
         return "|".join([NOISE_FLOOR_VERSION, *runtime_key(self.pair, self._loaded_placements, (self.target,))])
@@ -375,9 +294,6 @@ class Engine:
         for backend in (self.target, self.draft):
             if backend is not None and hasattr(backend, "close"):
                 backend.close()
-
-
-SAY_AFTER_S = 1.0  # a calibration that lasts this long is said on the front end (see `_calibrate`)
 
 
 def thread_policy(pair: PairConfig, target: Backend, draft: Backend | None, costs: CostModel) -> ThreadPolicy | None:

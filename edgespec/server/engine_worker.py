@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 
 from edgespec.decoding.events import Summary
 from edgespec.engine.choices import ConstraintDeadEnd
-from edgespec.engine.engine import CalibrationStopped, Engine, GenerateSettings
+from edgespec.engine.curve_keeper import CalibrationStopped
+from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.thread import EngineThread
 from edgespec.server.openai_errors import (
     APIError,
@@ -120,7 +121,8 @@ class EngineWorker:
     def prepare(self, settings: GenerateSettings) -> None:
         """Queue ahead of every job what the first generation under `settings` would do first:
         restore or measure the cost curve (`Engine.cost_model`, within its time limit, said on
-        stderr), when they price passes by it. `ready` is clear until it is over. A server that
+        stderr), when they price passes by it; a provisional curve is measured again here, before
+        any request waits for it (a quiet moment). `ready` is clear until it is over. A server that
         stops meanwhile stops it within a pass, keeping none of it (the next start measures)."""
         if settings.k.cost_aware:
             self.ready.clear()
@@ -128,7 +130,7 @@ class EngineWorker:
 
     def _prepare(self) -> None:
         try:
-            self.engine.cost_model(stop=self._stopping)
+            self.engine.cost_model(stop=self._stopping, quiet=True)
         except CalibrationStopped:
             pass
         except Exception as e:  # said here, where the log shows it; the first request tries again

@@ -10,8 +10,10 @@ The decoder asks a `Policy` for a `Plan` before every target pass and tells it w
   turns a `KSetting` into a policy.
 - `costs.py`: what a round costs (`CostModel`: the target's verify curve and the draft step,
   calibrated and then learnt from every pass) and the K that maximises tokens per second.
+- `measuring.py`: how a calibration times the models: which passes, in which order, when it stops.
+- `plausible.py`: whether measured pass timings could be the machine's, judged against each other.
 - `quiet_cost.py`: what an operation costs on a quiet machine, kept between runs.
 - `acceptance.py`: how often the target takes each drafter's tokens, learnt with forgetting.
 - `exploration.py`: what keeps the auto policy measuring the choices it would stop making (tree
-  rounds, probes of the draft model).
+  rounds, probes of the draft model, copies verified while the cost curve is in doubt).
 """

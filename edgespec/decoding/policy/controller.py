@@ -38,12 +38,14 @@ from edgespec.decoding.drafters import LOOKUPS, Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.policy.acceptance import COPY_PRIORS, ModelScores, NgramScores
 from edgespec.decoding.policy.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
-from edgespec.decoding.policy.exploration import Probe, TreeGate
+from edgespec.decoding.policy.exploration import Exploration, Probe, TreeGate
 from edgespec.decoding.policy.plan import KSetting, Plan, Policy, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, depths, ranks
 
-LONGEST_DRAFT = 16  # the longest draft auto proposes (an n-gram copy); calibration times one more token
+# The longest draft auto proposes (an n-gram copy); calibration times every length up to one more
+# token, and longer passes sparsely (`measuring.py`).
+LONGEST_DRAFT = 16
 
 
 @dataclass
@@ -61,6 +63,8 @@ class AutoK:
     _ngram: NgramScores = field(init=False)  # the text's own copies' (one of _copies)
     _probe: Probe = field(default_factory=Probe, init=False)
     _probing: bool = field(default=False, init=False)
+    _exploration: Exploration = field(default_factory=Exploration, init=False)
+    _exploring: bool = field(default=False, init=False)
     _streak: float = field(default=1.0, init=False)
     _measured: float = field(default=0.0, init=False)
     _model_rounds: int = field(default=0, init=False)
@@ -189,7 +193,7 @@ class AutoK:
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate, nodes = options[which]
-        self._probing = False
+        self._probing = self._exploring = False
         if k == 0:
             which = None
             if (
@@ -200,6 +204,9 @@ class AutoK:
                 and self._catch_up_pays(ctx, self._best_case_rate())
             ):
                 which, k, self._probing = DrafterKind.MODEL, min(2, ctx.max_k), True
+            elif self.costs.provisional:
+                which, k, rate = self._explore(copies, options, ctx)
+                self._exploring = k > 0
         elif which == DrafterKind.MODEL:
             self._model_rounds += 1
             if self._model_rounds % self.STRETCH == 0:
@@ -219,6 +226,26 @@ class AutoK:
         rules = _ModelRound(self.costs, self._model, rate)
         trees = not self._probing and self._trees_now(DrafterKind.MODEL)
         return Plan(which, k, rules.stop, state, rules.branch if trees else None)
+
+    def _explore(
+        self,
+        copies: dict[DrafterKind, Draft],
+        options: dict[DrafterKind | None, tuple[int, float, tuple[int, ...] | None]],
+        ctx: RoundContext,
+    ) -> tuple[DrafterKind | None, int, float]:
+        """While the cost curve is provisional, a round the curve gives to plain decoding: the first
+        branch of the likeliest copy, as far as `Exploration` allows (drafter, k, and its rate
+        priced by the curve as if none of it were taken), or plain decoding (None, 0, its rate)."""
+        plain = (None, 0, options[None][1])
+        candidates = [kind for kind, proposal in copies.items() if proposal.ids]
+        if not candidates:
+            return plain
+        kind = max(candidates, key=lambda c: options[c][1])
+        longest = min(len(copies[kind].first_branch().ids), ctx.max_k, self.max_k_ngram)
+        k = self._exploration.length(longest, self.costs.verify(1))
+        if not k:
+            return plain
+        return kind, k, (ctx.forced + 1) / self._cost(kind, ctx.forced)(k)
 
     def _probe_cap(self) -> int:
         """Rounds between model probes at which their extra time is PROBE_BUDGET of plain decoding."""
@@ -243,6 +270,7 @@ class AutoK:
         the part it drafted (`draft` is that part)."""
         tokens = step.accepted + 1
         seconds = step.draft_s + step.verify_s
+        self._exploration.observe(seconds, tokens, self.costs.verify(1), self._exploring)
         self._measured = (
             tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
         )
@@ -291,7 +319,8 @@ class _ModelRound:
 
     def _pays(self, value: float, nodes: int) -> bool:
         verify = self._costs.verify_at_least
-        return value >= self._rate * (verify(nodes + 2) - verify(nodes + 1))
+        longest = LONGEST_DRAFT + 1
+        return value >= self._rate * (verify(nodes + 2, longest) - verify(nodes + 1, longest))
 
     def stop(self, j: int, confidence: float) -> bool:
         a = self._model.calibrated(confidence)

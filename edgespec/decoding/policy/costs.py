@@ -3,13 +3,13 @@ draft-model step; and the K that maximises expected tokens per second under such
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from edgespec.decoding.backend import Backend
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
+from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED, time_passes
+from edgespec.decoding.policy.plausible import implausible
 from edgespec.decoding.policy.quiet_cost import QuietCost
 
 # A catch-up of this many tokens or fewer (the rounds since the draft model last drafted) is part
@@ -63,6 +63,13 @@ class CostModel:
         self._quiet_draft = QuietCost()
         self._quiet_read = QuietCost()
         self._start: dict[int, float] = {}  # the quiet curve when last measured or restored
+        self._reference: dict[int, float] = {}  # what the level is read against (`observe_verify`)
+        # The quiet curve may be wrong: its calibration was cut short by its budget, or has sizes
+        # their neighbours contradict (`plausible.py`), or live passes contradicted it
+        # (`contradicted`), or it was saved so marked. The controller then explores the passes
+        # the curve advises against (`exploration.Exploration`), so that its errors show in live
+        # passes; a calibration that is not provisional ends it.
+        self.provisional = False
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.SMOOTH * (new - old)
@@ -75,11 +82,23 @@ class CostModel:
         old = self._verify.get(n)
         self._verify[n] = self._ema(None if old is None else self._now((old, self._taken_at[n])), seconds)
         if self._start:
-            self._level = self._ema(self._level, seconds / piecewise(self._start, n))
+            self._level = self._ema(self._level, seconds / self._quiet_reference(n, seconds))
         self._taken_at[n] = self._level
         self._curve.clear()
         if own_threads:
             self._quiet_verify.setdefault(n, QuietCost()).add(seconds)
+
+    def _quiet_reference(self, n: int, seconds: float) -> float:
+        """What a pass over n tokens costs on a quiet machine, to read the level against: the quiet
+        curve as last measured or restored, unless a live pass at n ran MARGIN faster than it. No
+        noise makes a pass faster than the machine can run it, so then the measured figure was
+        inflated, not the machine faster, and the live pass is the better reference: read against
+        the inflated figure, every such pass would drag the level down and with it the estimates
+        of every other size, and the estimate at n, taken at that low level, would be scaled back up
+        as the next passes restore the level, never converging on what the passes show."""
+        if n in self._reference and seconds < (1 - self.MARGIN) * self._reference[n]:
+            self._reference[n] = seconds
+        return piecewise(self._reference, n)
 
     def _now(self, estimate: tuple[float, float] | None) -> float | None:
         """An estimate taken at some level, moved with the level since."""
@@ -151,8 +170,10 @@ class CostModel:
     def end_session(self) -> bool:
         """Fold the live timings seen since the last call into the quiet curve (at the end of a
         reply); whether it learnt anything worth saving."""
-        learnt = [q.end_session() for q in (*self._quiet_verify.values(), self._quiet_draft, self._quiet_read)]
-        return any(learnt)
+        learnt = any([q.end_session() for q in (*self._quiet_verify.values(), self._quiet_draft, self._quiet_read)])
+        if learnt and not self.provisional:
+            self.provisional = bool(implausible(self.quiet_curve())) or self.contradicted() is not None
+        return learnt
 
     def contradicted(self) -> float | None:
         """How many times too dear live passes have proved the quiet curve (the largest ratio of a
@@ -182,11 +203,14 @@ class CostModel:
             "verify": verify,
             "draft_step": self._quiet_draft.to_list() or None,
             "read_per_token": self._quiet_read.to_list() or None,
+            "provisional": self.provisional,
         }
 
     def restore(self, d: dict) -> None:
         """Take a quiet curve saved by `to_dict` (earlier runs on the same machine and models), and
-        start the live estimates from it. Raises ValueError, changing nothing, if `d` is not one."""
+        start the live estimates from it. Raises ValueError, changing nothing, if `d` is not one.
+        It is provisional if it was saved so, or (a curve saved before the mark, or edited) if its
+        sizes contradict each other."""
         try:
             verify = {int(n): QuietCost.from_list(v) for n, v in d["verify"].items()}
             draft, read = (
@@ -197,10 +221,12 @@ class CostModel:
             raise ValueError(f"not a saved cost curve: {e}") from e
         self._quiet_verify, self._quiet_draft, self._quiet_read = verify, draft, read
         self._start_from_quiet()
+        self.provisional = d.get("provisional") is True or bool(implausible(self.quiet_curve()))
 
     def _start_from_quiet(self) -> None:
         """Live estimates and the contradiction check start from the quiet curve as it is now."""
         self._start = self.quiet_curve()
+        self._reference = dict(self._start)
         self._verify = dict(self._start)
         self._level = 1.0
         self._taken_at = dict.fromkeys(self._start, 1.0)
@@ -228,10 +254,10 @@ class CostModel:
             return quiet[n] / quiet[1]
         return self.verify(n) / self.verify(1)
 
-    def verify_at_least(self, n: int) -> float:
-        """Seconds for the cheapest pass over n tokens or more, up to the longest measured: where
-        the curve dips, n tokens cost no more than the cheaper longer pass they can grow into."""
-        longest = max(self._verify, default=n)
+    def verify_at_least(self, n: int, longest: int) -> float:
+        """Seconds for the cheapest pass over n tokens or more, up to `longest` (the longest the
+        caller verifies): where the curve dips, n tokens cost no more than the cheaper longer pass
+        they can grow into."""
         return min(self.verify(m) for m in range(n, max(n, longest) + 1))
 
     def _interpolate(self, n: int) -> float:
@@ -245,14 +271,11 @@ class CostModel:
         rounds: int = 3,
         budget_s: float | None = None,
         progress: Callable[[float], None] | None = None,
+        longest: int = LONGEST_CALIBRATED,
     ) -> Calibration:
-        """Time every verification size from 1 to `max_n` on the target (and a draft step and a
-        read of the draft model) on dummy tokens, then roll the caches back.
-
-        Every size, not a few to interpolate between: the curve is not monotone where llama.cpp
-        repacks weights for GEMM kernels that take 4 or 8 rows at once (verifying 4 tokens can cost
-        less than 3), and the controller should draft the length that is cheap to verify, not the
-        one a straight line suggests.
+        """Time the target's passes (every size from 1 to `max_n`, then sparse longer ones up to
+        `longest` while the cost per token falls), a draft step and a read of the draft model, on
+        dummy tokens, then roll the caches back (`measuring.py`: which passes, in which order).
 
         Each size's `rounds` interleaved timings are one session of its quiet cost (their low
         quantile: the fastest of three), added to the sessions restored before, if any: another
@@ -260,67 +283,31 @@ class CostModel:
         otherwise rule out the sizes it hit. The live estimates then start from the quiet curve.
 
         `budget_s` bounds the time: on a machine too slow or too busy to finish, it stops once
-        the budget is spent and keeps what it timed (at least two sizes, the least a curve needs;
-        a round times the ends first, so a cut round still spans the range, and the draft step
-        first, so it is seldom left to its prior, a one-token pass). `progress` is called after
-        every timing with the seconds spent so far (a front end says a long one is under way); an
-        exception it raises stops the calibration, the caches rolled back and nothing kept."""
-        start = time.perf_counter()
-        probes = self._probes(target, draft, max_n)
-        for backend in (target, draft):
-            if backend is not None and backend.n_ctx > len(backend.cached):
-                at = len(backend.cached)
-                backend.eval([0], 1)  # warm-up: first calls pay for allocation
-                backend.truncate(at)
-        timings: dict[tuple[str, int], list[float]] = {}
-        cut = False
-        for _ in range(rounds):
-            for backend, key, tokens, logits in probes:
-                spent = time.perf_counter() - start
-                if budget_s is not None and spent > budget_s and sum(k[0] == "verify" for k in timings) >= 2:
-                    cut = True
-                    break
-                at = len(backend.cached)
-                t0 = time.perf_counter()
-                backend.eval([0] * tokens, logits)
-                elapsed = time.perf_counter() - t0
-                backend.truncate(at)
-                timings.setdefault(key, []).append(elapsed if key[0] == "verify" else elapsed / tokens)
-                if progress is not None:
-                    progress(time.perf_counter() - start)
-            if cut:
-                break
-        for (what, n), seconds in timings.items():
+        the budget is spent and keeps what it timed (at least two sizes, the least a curve needs).
+        Such a calibration, or one whose curve has sizes its neighbours contradict
+        (`plausible.py`), is `provisional`. `progress` is called after every timing with the seconds spent so far (a
+        front end says a long one is under way); an exception it raises stops the calibration,
+        the caches rolled back and nothing kept."""
+        timer, wanted = time_passes(target, draft, max_n, rounds, longest, budget_s, progress)
+        for (what, n), seconds in timer.timings.items():
             quiet = {"draft": self._quiet_draft, "read": self._quiet_read}.get(what)
             (quiet or self._quiet_verify.setdefault(n, QuietCost())).add_session(seconds)
         self._start_from_quiet()
-        wanted = sum(key[0] == "verify" for _, key, _, _ in probes)
-        sizes = sum(key[0] == "verify" for key in timings)
-        return Calibration(sizes, wanted, cut, time.perf_counter() - start)
-
-    READ_PROBE = 64  # tokens the draft model reads, to time its catch-up
-
-    def _probes(self, target, draft, max_n: int) -> list[tuple[Backend, tuple[str, int], int, int]]:
-        """One round of a calibration, in order: (backend, what it times, tokens, logits asked)."""
-        room = target.n_ctx - len(target.cached)
-        probes: list[tuple[Backend, tuple[str, int], int, int]] = []
-        if draft is not None and draft.n_ctx > len(draft.cached):
-            probes.append((draft, ("draft", 1), 1, 1))
-        probes += [(target, ("verify", n), n, n) for n in ends_first(max_n) if n <= room]
-        if draft is not None and draft.n_ctx - len(draft.cached) >= self.READ_PROBE:
-            probes.append((draft, ("read", 0), self.READ_PROBE, 1))
-        return probes
+        self.provisional = timer.cut or bool(implausible(self.quiet_curve()))
+        return Calibration(len(timer.verified()), wanted, timer.cut, timer.spent, self.provisional)
 
 
 @dataclass(frozen=True)
 class Calibration:
     """What one `CostModel.calibrate` did: `sizes` of the `wanted` verification sizes timed, in
-    `seconds`; `cut`: its budget ran out before its last round ended."""
+    `seconds`; `cut`: its budget ran out before its last round ended; `provisional`: cut, or
+    sizes that their neighbours contradict (see `CostModel.calibrate`)."""
 
     sizes: int
     wanted: int
     cut: bool
     seconds: float
+    provisional: bool = False
 
 
 def piecewise(pts: dict[int, float], n: int) -> float:
@@ -341,20 +328,6 @@ def piecewise(pts: dict[int, float], n: int) -> float:
         lo, hi = ns[-2], ns[-1]
     slope = (pts[hi] - pts[lo]) / (hi - lo)
     return max(pts[lo] + slope * (n - lo), 1e-6)
-
-
-def ends_first(max_n: int) -> list[int]:
-    """1..max_n, the ends first and then each gap halved: any prefix spans the range evenly."""
-    order, gaps = [1, max_n][:max_n], [(1, max_n)]
-    while gaps:
-        halved = []
-        for lo, hi in gaps:
-            if hi - lo > 1:
-                mid = (lo + hi) // 2
-                order.append(mid)
-                halved += [(lo, mid), (mid, hi)]
-        gaps = halved
-    return order
 
 
 def best_k(acceptance: Sequence[float], cost: Callable[[int], float], base: float = 1.0) -> tuple[int, float]:

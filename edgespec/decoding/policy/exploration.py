@@ -1,9 +1,11 @@
 """What keeps the auto policy (`controller.py`) measuring the choices its estimates would stop it
-from making, so that it notices when the text changes:
+from making, so that it notices when the text changes or its cost curve is wrong:
 
 - `TreeGate`: whether one drafter's trees have paid, measured on its own tree rounds; a drafter
   whose trees did not drafts chains, with a tree every EXPLORE-th round.
-- `Probe`: exponential back-off for trying the draft model while the cost model rejects it.
+- `Probe`: exponential back-off for trying the draft model while the cost model rejects it;
+- `Exploration`: copies verified although the cost curve advises against them, while the curve is
+  provisional, within a budget of decoding time.
 """
 
 from __future__ import annotations
@@ -78,3 +80,38 @@ class Probe:
 
     def reset(self) -> None:
         self.interval = self.BASE
+
+
+class Exploration:
+    """Passes the controller verifies although the cost curve advises against them, while the curve
+    is provisional (`CostModel.provisional`), so that a wrong curve shows itself.
+
+    A curve measured on a busy machine prices every multi-token pass too high; the controller then
+    never runs one, and live passes, which correct the sizes they run, never run at those sizes.
+    So now and then, when a copying drafter has a candidate, its first branch is verified anyway.
+    What such a pass loses is measured, not predicted: its seconds beyond what plain decoding
+    would have taken for the tokens it gave (negative when the copy held and it gained). The
+    losses stay within BUDGET of decoding's time: an exploration goes ahead only when the losses so
+    far plus its own worst case, priced as if batching gained nothing (k more one-token passes),
+    fit in BUDGET of the time decoded. Its length is the largest power of two that fits and the
+    candidate holds, so the explored sizes are few and each gathers the timings a quiet figure
+    needs (`quiet_cost.MIN_TIMINGS`)."""
+
+    BUDGET = 0.02
+
+    def __init__(self) -> None:
+        self.decoding_s = 0.0  # every observed pass's time, explorations included
+        self.lost_s = 0.0  # explorations' time beyond plain decoding's for the same tokens
+
+    def length(self, candidate: int, one_token_s: float) -> int:
+        """Tokens to explore of a candidate of `candidate` tokens, when one-token passes cost
+        `one_token_s` now; 0: none fits the budget."""
+        room = (self.BUDGET * self.decoding_s - self.lost_s) / one_token_s
+        fits = min(candidate, int(room)) if room >= 1 else 0
+        return 1 << (fits.bit_length() - 1) if fits else 0
+
+    def observe(self, seconds: float, tokens: int, one_token_s: float, explored: bool) -> None:
+        """A round that took `seconds` and gave `tokens`; `explored`: it was an exploration."""
+        self.decoding_s += seconds
+        if explored:
+            self.lost_s += seconds - tokens * one_token_s
