@@ -122,12 +122,19 @@ class LongestRun:
         return kind == DrafterKind.NGRAM
 
 
-def ideal_passes(passes: Sequence[tuple[int, int]], longest: int = LONGEST_PASS) -> int:
+def ideal_passes(passes: Sequence[tuple[int, int, int]], longest: int = LONGEST_PASS) -> int:
     """The passes a reply takes when no draft is ever cut short or refused: `passes` are the run's
-    (drafted, accepted) per pass; every pass then gives `longest` + 1 tokens (its draft and the
-    target's own token after it) but the last, which gives what is left."""
-    given = sum(accepted + 1 for _, accepted in passes)
-    return -(-given // (longest + 1))
+    (drafted, accepted, forced) per pass; every pass then gives `longest` + 1 tokens (its draft and
+    the target's own token after it) but the last, which gives what is left. A pass where the
+    target spelled a constraint's forced text otherwise than the constraint guessed (it took fewer
+    tokens than were forced) ends where the decoder, not the oracle, cut it: the reply's stretches
+    between such passes are each counted so."""
+    stretches, given = 0, 0
+    for _, accepted, forced in passes:
+        given += accepted + 1
+        if accepted < forced:
+            stretches, given = stretches + -(-given // (longest + 1)), 0
+    return stretches + -(-given // (longest + 1))
 
 
 def iterate(run: Callable[[list[int]], dict], source: list[int], most: int = MAX_ITERATIONS) -> dict:

@@ -102,14 +102,14 @@ def oracle_run(engine: Engine, prompt: suites.BenchPrompt, mode: str, drafter, p
     return row
 
 
-def _row(engine: Engine, prompt: suites.BenchPrompt, mode: str, events) -> tuple[dict, list[tuple[int, int]]]:
-    """A generation's result row, and its passes' (drafted, accepted)."""
+def _row(engine: Engine, prompt: suites.BenchPrompt, mode: str, events) -> tuple[dict, list[tuple[int, int, int]]]:
+    """A generation's result row, and its passes' (drafted, accepted, forced)."""
     tokens, passes, summary = [], [], None
     for e in events:
         if isinstance(e, Token):
             tokens.append(e.id)
         elif isinstance(e, Step):
-            passes.append((e.k, e.accepted))
+            passes.append((e.k, e.accepted, e.forced))
         elif isinstance(e, Summary):
             summary = e
     assert summary is not None
@@ -121,7 +121,7 @@ def _row(engine: Engine, prompt: suites.BenchPrompt, mode: str, events) -> tuple
         "ttft_s": summary.ttft_s,
         "decode_s": summary.decode_s,
         "target_passes": summary.target_passes,
-        "longest_pass": max((k for k, _ in passes), default=0),
+        "longest_pass": max((k for k, _, _ in passes), default=0),
         "threads": engine.target.placement.cpu_threads,
     }
     return row, passes

@@ -129,6 +129,14 @@ def test_interleaved_rounds_run_every_mode_and_each_oracle_from_its_own_last_rep
     assert {r["threads"] for r in rows} == {1} and len({tuple(r["tokens"]) for r in rows}) == 1
 
 
+def test_the_ideal_counts_every_pass_whole_but_where_a_constraint_s_forced_text_was_refused():
+    whole = [(7, 7, 0), (7, 7, 2), (3, 3, 0)]  # 8 + 8 + 4 tokens at 7 a pass: 3 passes
+    assert ceiling.ideal_passes(whole, 7) == 3 and ceiling.ideal_passes(whole, 15) == 2
+    assert ceiling.ideal_passes([(1, 0, 0)] * 20, 7) == 3  # 20 one-token passes: 3 would do
+    refused = [(7, 1, 2), (7, 7, 0), (3, 3, 0)]  # the decoder cut the first pass: 2 + 12 tokens
+    assert ceiling.ideal_passes(refused, 7) == 1 + 2
+
+
 def test_iterating_stops_at_a_repeat_or_gives_up_and_says_so():
     replies = iter([[1, 2], [1, 3], [1, 3]])
     row = ceiling.iterate(lambda source: {"tokens": next(replies)}, [1, 2, 9])
