@@ -253,31 +253,38 @@ CEILING_FILES = ("drafting_ceiling.json", "drafting_ceiling_edits.json")  # the 
 
 
 def drafting_ceiling(folder: Path) -> list[str]:
-    """`auto` against the text's copies with their length known and against drafts that are the
-    target's own reply: the most a choice of draft length, and any drafter, could gain there, on
-    every machine that ran it (a run before the copies mode existed shows none)."""
+    """`auto` against the oracles of benchmarks/drafting_ceiling.py, each against plain decoding: the
+    text's copies with their length known, drafts of the target's own reply with K chosen by auto's
+    controller, and those drafts as long as the reply (no cap); and how far `auto` is from the first
+    and the last (their speed over auto's, the median over the suite's prompts), on every machine
+    that ran it. A run before an oracle or the gaps existed shows none."""
     lines = [
-        "| suite (prompts) | machine | `auto` vs ar | copies, length known | perfect drafts vs ar "
-        "| = ar (auto, copies, perfect) |",
-        "|---|---|---|---|---|---|",
+        "| suite (prompts) | machine | `auto` vs ar | copies, length known | reply drafts, K chosen "
+        "| reply drafts, perfect length | over `auto`: copies, perfect length | = ar (auto, copies, reply, perfect) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     sources = []
     for name in [path for file in CEILING_FILES for path in on_every_machine(folder, file) if (folder / path).exists()]:
         doc = load(folder, name)
         for suite in dict.fromkeys(s["suite"] for s in doc["summary"]):
-            auto, copies, perfect = (
+            found = [
                 next((s for s in doc["summary"] if (s["suite"], s["mode"]) == (suite, m)), None)
-                for m in ("auto", "copies", "ceiling")
-            )
-            cells = [f"{suite} ({auto['prompts']})", host(doc)]
-            cells += [
-                f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" if m else "not run"
-                for m in (auto, copies, perfect)
+                for m in ("auto", "copies", "ceiling", "perfect-length")
             ]
-            cells.append(", ".join(f"{m['exact']}/{m['replies']}" if m else "-" for m in (auto, copies, perfect)))
+            cells = [f"{suite} ({found[0]['prompts']})", host(doc)]
+            cells += [
+                f"**{m['whole_vs_ar']:.2f}x** whole, {m['decode_vs_ar']:.2f}x decode" if m else "not run" for m in found
+            ]
+            gap = next((g for g in doc.get("gaps", {}).get("suites", []) if g["suite"] == suite), {})
+            cells.append(", ".join(_ceiling_gap(gap.get(m)) for m in ("copies", "perfect-length")) if gap else "-")
+            cells.append(", ".join(f"{m['exact']}/{m['replies']}" if m else "-" for m in found))
             lines.append("| " + " | ".join(cells) + " |")
         sources.append(source(doc, name) + "<br>")
     return lines + [""] + sources
+
+
+def _ceiling_gap(gap: dict | None) -> str:
+    return f"{gap['whole']:.2f}x ({gap['decode']:.2f}x decode)" if gap else "-"
 
 
 PEER_FILES = ("peer.json", "peer_files.json")  # benchmarks/peer.py: the suites in process, files as processes
