@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from edgespec.decoding.backend import Placement
@@ -83,18 +84,34 @@ def script(text: str = REPLY, rounds=ROUNDS) -> list:
     return events
 
 
-def summarize(events: list, stop_reason: str) -> Summary:
-    """The Summary the decoder would end `events` with (its Tally of them, plus timings)."""
+def summarize(events: list, stop_reason: str, settings: GenerateSettings | None = None) -> Summary:
+    """The Summary the decoder would end `events` with (its Tally of them, plus timings) under
+    `settings`: whether it sampled, and the lookups in the reply it replaced, if any."""
     s = Summary(prompt_tokens=42, target_read_s=0.12, ttft_s=0.15, stop_reason=stop_reason)
     for e in events:
         s.add(e)
     s.decode_s = (s.draft_s + s.verify_s) * 1.08
+    if settings is not None:
+        s.sampled = not settings.sampling.greedy
+        if settings.earlier_reply:
+            s.lookups["replaced"] = sum(type(e) is Step for e in events)
     return s
+
+
+def from_replaced(events: list) -> list:
+    """`events` as a regenerate drafts them: every drafted pass copied from the reply it replaces."""
+    return [
+        replace(e, drafter="replaced", controller=replace(e.controller, drafter="replaced"))
+        if type(e) is Step and e.drafter
+        else e
+        for e in events
+    ]
 
 
 class FakeEngine:
     """Scripted stand-in for edgespec.engine.Engine (chat, count_tokens, n_ctx, pair, target, placements,
-    decoding_threads, token_text). Its models run on `threads` CPU threads, by default every core,
+    decoding_threads, token_text). Given the reply a regenerate replaces, it drafts from it, as the
+    engine does (`from_replaced`). Its models run on `threads` CPU threads, by default every core,
     as the default pair does."""
 
     def __init__(
@@ -123,6 +140,7 @@ class FakeEngine:
         self.paused = threading.Event()
         self.resume = threading.Event()
         self.calls: list[list[dict]] = []
+        self.settings: list[GenerateSettings] = []  # each call's, as the app passed them
         self.closed = False
         self.threads = physical_cores() if threads is None else threads
         self.target = None  # no model: the chat command opens no copying source for it (tests keep them off)
@@ -136,8 +154,9 @@ class FakeEngine:
     def chat(self, messages, settings, cancel=None):
         cancel = cancel or threading.Event()
         self.calls.append([dict(m) for m in messages])
+        self.settings.append(settings)
         done: list = []
-        for n, event in enumerate(self.events):
+        for n, event in enumerate(from_replaced(self.events) if settings.earlier_reply else self.events):
             if n == self.fail_after:
                 raise EdgespecError("backend failure: llama_decode returned -3")
             if n == self.pause_after:
@@ -145,11 +164,11 @@ class FakeEngine:
                 while not self.resume.is_set() and not cancel.is_set():
                     cancel.wait(0.005)
             if cancel.is_set():  # checked once per pass, like the real decoder
-                yield summarize(done, "cancelled")
+                yield summarize(done, "cancelled", settings)
                 return
             done.append(event)
             yield event
-        yield summarize(done, self.stop_reason)
+        yield summarize(done, self.stop_reason, settings)
 
     def count_tokens(self, messages) -> int:
         return sum(len(m["content"]) // 4 + 4 for m in messages)

@@ -10,17 +10,21 @@ Run `python tests/test_tui.py --screenshot assets/chat.svg` to redraw the README
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from rich.text import Text
 from textual.app import App
 
 from edgespec.decoding.backend import Placement
 from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import ControllerState, Source, Step, Token
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.engine.engine import GenerateSettings
 from edgespec.tui.app import ChatApp
 from edgespec.tui.chat_store import COPIED, SPAN_KINDS, ChatStore, Conversation
 from edgespec.tui.details import DetailsScreen, details_renderable, speedup_line
@@ -32,6 +36,7 @@ from tests.scripted_chat import (
     REPLY,
     SIZE,
     FakeEngine,
+    TickClock,
     make_app,
     n_tokens_shown,
     reply_text,
@@ -390,6 +395,29 @@ async def test_ctrl_r_regenerates_the_last_reply(tmp_path):
         assert engine.calls[0] == engine.calls[1]  # the same prompt, without the old reply
         assert [m["role"] for m in app.conversation.messages] == ["user", "assistant"]
         assert len(app.transcript.replies()) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_regenerate_drafts_from_the_reply_it_replaces_and_says_it_stays_exact(tmp_path):
+    engine = FakeEngine()
+    sampled = GenerateSettings(max_tokens=256, sampling=SamplingParams(temperature=0.8))
+    app = ChatApp(engine, sampled, store=ChatStore(tmp_path / "chats"), clock=TickClock())
+    async with app.run_test(size=(160, 34)) as pilot:
+        await send(pilot, "Write is_palindrome")
+        await wait_for_reply(pilot)
+        first = app.conversation.messages[-1]["content"]
+        assert "replaced" not in str(app.query_one(StatsBar).render())
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: len(engine.calls) == 2 and not app.generating)
+        assert engine.settings[0].earlier_reply is None and engine.settings[1].earlier_reply == first == REPLY
+        taken = app._last_figures.summary.accepted_by["replaced"]
+        said = f"drafts from the replaced reply ({taken} taken) · sampled exactly"
+        assert taken > 0 and said in str(app.query_one(StatsBar).render())
+        assert said in str(app.transcript.replies()[0].footer.render())  # the line under the reply
+        await pilot.press("f2")
+        console = Console(width=400, file=io.StringIO(), record=True)
+        console.print(details_renderable(app.screen.figures))
+        assert said in console.export_text()
 
 
 @pytest.mark.asyncio

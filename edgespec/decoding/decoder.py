@@ -127,6 +127,7 @@ class SpeculativeDecoder:
         reply = Reply(list(prompt), len(prompt), params, np.random.default_rng(params.seed), constraint)
         text = IncrementalText(self.target)
         summary = Summary(prompt_tokens=len(prompt), prompt_cached=reused_prefix(self.target, prompt))
+        summary.sampled = not params.greedy
         first = self._first_token(prompt, reply, summary)
         t_decode = time.perf_counter()
 

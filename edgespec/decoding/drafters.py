@@ -20,7 +20,7 @@ branch, see `tree.py`):
   recent match's copy. It costs nothing to run, and how far the match reaches back (`match_len`)
   tells the controller how much of the copy is likely to survive.
 - `CorpusDrafter` (`corpus_drafter.py`) copies the same way from text other than the call's own:
-  earlier replies, history, the repository.
+  earlier replies, history, the repository, the reply a regenerate replaces.
 
 Under a constraint (`constraint.py`) every kind drafts chains only: the draft model drafts under
 the constraint's mask, and a copy stops at the first token the constraint forbids (`allowed_chain`).
@@ -55,10 +55,13 @@ class DrafterKind(StrEnum):
     RETRY = "retry"  # copies from earlier replies to this prompt, or to a prompt it extends
     HISTORY = "history"  # copies from every earlier call's prompt and reply, across processes
     REPOSITORY = "repository"  # copies from the working repository's files and --context paths
+    REPLACED = "replaced"  # copies from the reply this one replaces (a regenerate), as the front end gave it
 
 
 # The copying drafters: free to ask, each proposal a trie of point masses, scored against the text.
-LOOKUPS = frozenset({DrafterKind.NGRAM, DrafterKind.RETRY, DrafterKind.HISTORY, DrafterKind.REPOSITORY})
+LOOKUPS = frozenset(
+    {DrafterKind.NGRAM, DrafterKind.RETRY, DrafterKind.HISTORY, DrafterKind.REPOSITORY, DrafterKind.REPLACED}
+)
 # Those that copy from text other than the call's own: the front ends colour what they gave apart.
 FROM_ELSEWHERE = LOOKUPS - {DrafterKind.NGRAM}
 

@@ -224,6 +224,9 @@ class Summary(Tally, WholeReply):
     lookups: dict[str, int] = field(default_factory=dict)
     lookup_s: dict[str, float] = field(default_factory=dict)
     history_append_s: float = 0.0
+    # sampled (temperature > 0) rather than greedy: every draft, whatever its source, was verified by
+    # speculative sampling, so the reply follows the target's distribution exactly
+    sampled: bool = False
     stop_reason: str = ""  # "eos", "length", "context", "cancelled" ("error" for a failed reply)
 
     @property
@@ -295,6 +298,8 @@ def _count(v) -> bool:
 def _fits(value, kind: str, name: str) -> bool:
     if kind == "str":
         return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
     if kind == "int":
         return _count(value)
     if kind == "float":
@@ -312,6 +317,7 @@ def _fits(value, kind: str, name: str) -> bool:
 
 _KIND_NAMES = {
     "str": "a string",
+    "bool": "true or false",
     "int": "a whole number >= 0",
     "float": "a finite number >= 0",
     "dict[int, int]": 'a map of "K": passes',

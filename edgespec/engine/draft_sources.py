@@ -7,7 +7,10 @@ Each source is its own drafter kind (`decoding/corpus_drafter.py`), made per cal
 - **history**: every earlier prompt and reply of `run`, `chat` and `serve`, kept on disk per
   tokenizer and shared by every process (`reply_history.py`);
 - **repository**: the working repository's tracked text files and `--context` paths
-  (`repository.py`).
+  (`repository.py`);
+- **replaced**: the reply a regenerate replaces, which the front end passes with the call
+  (`GenerateSettings.earlier_reply`), after the end of this call's prompt: it is there with the
+  history off too, and only for that call.
 Every reply, complete or not, is added to the history once its Summary is out: the user saw it.
 """
 
@@ -41,11 +44,17 @@ class DraftSources:
     say: Callable[[str], None] = field(default=lambda line: print(f"edgespec: {line}", file=sys.stderr))
     append_s: float = 0.0  # the last reply's append to the history
 
-    def drafters(self, prompt: Sequence[int], kinds: Collection[DrafterKind]) -> list[CorpusDrafter]:
-        """The copying drafters of `kinds` for a call after `prompt`, those with text to copy."""
+    def drafters(
+        self, prompt: Sequence[int], kinds: Collection[DrafterKind], replaced: Sequence[int] = ()
+    ) -> list[CorpusDrafter]:
+        """The copying drafters of `kinds` for a call after `prompt`, those with text to copy;
+        `replaced`: the reply this call replaces (a regenerate), copied first where it matches."""
         out = []
         if self.history is not None:
             self.history.refresh()  # cleared by another process since: nothing of it is drafted from
+        if replaced and DrafterKind.REPLACED in kinds:
+            lead = prompt[max(0, len(prompt) - RETRY_LEAD) :]
+            out.append(CorpusDrafter(DrafterKind.REPLACED, SuffixIndex.build([[*lead, *replaced]])))
         if self.history is not None and DrafterKind.RETRY in kinds:
             earlier = self.history.earlier_replies(prompt)
             if earlier:  # each earlier prompt is a prefix of this one

@@ -63,6 +63,7 @@ class GenerateSettings:
     draft: DraftChoice = DraftChoice.AUTO
     k: KSetting = KSetting("auto")
     constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
+    earlier_reply: str | None = None  # the reply this one replaces (a regenerate): drafted from, DrafterKind.REPLACED
 
 
 class NoDraftModel(SettingError):
@@ -142,7 +143,8 @@ class Engine:
         draft = DraftChoice(settings.draft)
         require_draft_model(self.pair.name, self.draft is not None, draft)
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
-        copying = self.sources.drafters(prompt, draft.kinds)
+        replaced = self.target.tokenize(settings.earlier_reply, special=False) if settings.earlier_reply else []
+        copying = self.sources.drafters(prompt, draft.kinds, replaced)
         if settings.k.cost_aware:
             self._curve.before_reply()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
@@ -218,9 +220,8 @@ class Engine:
                 cache.save(backend)
 
     def empty_caches(self) -> None:
-        """Forget what the target and the draft model have read, so the next generation reads its
-        whole prompt: a measurement of a cold call (the bench) must not reuse the previous one's
-        cached prefix."""
+        """Forget what the target and the draft model have read, so the next generation reads its whole prompt: a
+        measurement of a cold call (the bench) must not reuse the previous one's cached prefix."""
         self.read_ahead_kept.forget()
         for backend in (self.target, self.draft):
             if backend is not None:
@@ -233,9 +234,8 @@ class Engine:
         return {role: backend.placement for role, backend in loaded.items() if backend is not None}
 
     def decoding_threads(self) -> int:
-        """CPU threads decoding keeps busy: the most any loaded model's passes use now (the thread
-        policy may change it between passes), and at least one, the engine's own thread, which runs
-        the decode loop between passes."""
+        """CPU threads decoding keeps busy: the most any loaded model's passes use now (the thread policy may change it
+        between passes), and at least one, the engine's own thread, which runs the decode loop between passes."""
         return max([1] + [p.cpu_threads for p in self.placements().values()])
 
     def _policy(self, settings: GenerateSettings) -> Policy:

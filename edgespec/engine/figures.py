@@ -51,6 +51,18 @@ def figure_parts(s: Summary, compact: bool = False) -> FigureParts:
     )
 
 
+def replaced_note(s: Summary) -> str | None:
+    """'drafts from the replaced reply (180 taken) · sampled exactly': what a regenerated reply drafted
+    from the reply it replaces (`DrafterKind.REPLACED`), and what that did to it: nothing, as
+    verification keeps a sampled reply's distribution the target's and a greedy one the target's
+    own tokens. None for a reply that replaced none."""
+    taken = s.accepted_by.get("replaced", 0)
+    if not taken and "replaced" not in s.lookups:
+        return None
+    how = "sampled exactly" if s.sampled else "greedy, the target's own tokens"
+    return f"drafts from the replaced reply ({taken} taken) · {how}"
+
+
 def histogram_text(histogram: dict[int, int]) -> str:
     """'0:183 1:1 16:4': target passes per draft length (or thread count), smallest first."""
     return " ".join(f"{k}:{v}" for k, v in sorted(histogram.items())) or "-"

@@ -31,15 +31,17 @@ class ChatActions:
         if self._refuse_if_busy():
             return
         messages = self.conversation.messages
+        replaced = None  # what the new reply drafts from first, with the history off too
         if messages and messages[-1]["role"] == "assistant":
             last = messages.pop()
+            replaced = last["content"]
             for view in self.transcript.replies():
                 if view.message is last:
                     await view.remove()
         if not messages or messages[-1]["role"] != "user":
             self.notify("Nothing to regenerate yet.", severity="warning")
             return
-        self._start_reply()
+        self._start_reply(replaced)
 
     def action_details(self) -> None:
         live = self._gen is not None and not self._gen.detached

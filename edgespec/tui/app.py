@@ -260,7 +260,8 @@ class ChatApp(ChatActions, App):
             self.notify("A reply is being generated: esc stops it.", severity="warning")
         return True
 
-    def _start_reply(self) -> None:
+    def _start_reply(self, earlier_reply: str | None = None) -> None:
+        """Send the chat as it is; `earlier_reply`: the reply a regenerate replaces, drafted from."""
         self.read_ahead.stop()  # it stops within a chunk; the reply queues behind it on the engine thread
         try:
             messages, dropped, used = fit_context(
@@ -280,13 +281,13 @@ class ChatApp(ChatActions, App):
         view = ReplyView(message, show_rejected=self.show_rejected, generating=True)
         self.transcript.mount(view)
         self.transcript.anchor()
-        gen = Generation(self.conversation, message, view, sent_at=self.clock(), prompt_tokens=used)
+        gen = Generation(self.conversation, message, view, self.clock(), used, self.settings, earlier_reply)
         self._gen = gen
         self._show_stats()
         self.query_one(PromptBox).cursor_blink = False  # a blinking cursor repaints the screen twice a second
         self._drain_timer = self.set_timer(self.pacer.restart(), self._drain_events)
         self.run_worker(
-            lambda: self.engine_thread.call(gen.run, self.engine, messages, self.settings, self.clock),
+            lambda: self.engine_thread.call(gen.run, self.engine, messages, self.clock),
             thread=True,
             group="generate",
             exit_on_error=False,

@@ -22,6 +22,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from edgespec.engine.figures import replaced_note
 from edgespec.tui.stats import ReplyFigures
 from edgespec.tui.transcript import STYLES
 
@@ -91,7 +92,9 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
             f"{s.drafted} drafted · {s.accepted} accepted{acc} · {s.target_passes} target passes · "
             f"{s.tokens_per_pass:.2f} tokens/pass",
         )
-
+    if note := replaced_note(s):  # a regenerate: how much of the reply it replaces was taken
+        verified = "every draft is verified by the target: drafting leaves the output's distribution unchanged"
+        grid.add_row("regenerated", f"{note}\n{verified}")
     if split := _time_split(s):
         grid.add_row("time", split)
     grid.add_row("speedup", speedup_line(f))

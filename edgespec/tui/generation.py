@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.engine.choices import FROM_ELSEWHERE
@@ -65,24 +65,35 @@ class Generation:
     conversation (saved), but no longer onto the screen.
     """
 
-    def __init__(self, conversation: Conversation, message: dict, view: ReplyView, sent_at: float, prompt_tokens: int):
+    def __init__(
+        self,
+        conversation: Conversation,
+        message: dict,
+        view: ReplyView,
+        sent_at: float,
+        prompt_tokens: int,
+        settings: GenerateSettings,
+        earlier_reply: str | None = None,
+    ):
+        """`earlier_reply`: the reply this one replaces (a regenerate), for the engine to draft from."""
+        self.settings = replace(settings, earlier_reply=earlier_reply or None)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.cancel = threading.Event()
         self.conversation = conversation
         self.message = message
         self.view = view
         self.spans = ReplySpans(message)
-        self.stats = ReplyStats(sent_at=sent_at)
+        self.stats = ReplyStats(sent_at=sent_at, sampled=not settings.sampling.greedy)
         self.prompt_tokens = prompt_tokens
         self.detached = False
-        self._copying = False  # the latest Step's drafter copied from earlier calls or the repository
+        self._copying = False  # the latest Step's drafter copied from beyond the reply (FROM_ELSEWHERE)
 
-    def run(self, engine: Engine, messages: list[dict], settings: GenerateSettings, clock: Callable[[], float]) -> None:
+    def run(self, engine: Engine, messages: list[dict], clock: Callable[[], float]) -> None:
         """Worker thread: iterate the engine and queue its events; never touches widgets."""
         put = self.queue.put
         token_text = getattr(engine, "token_text", None)
         try:
-            for event in engine.chat(messages, settings, self.cancel):
+            for event in engine.chat(messages, self.settings, self.cancel):
                 extra = None
                 if type(event) is Step and event.rejected_ids:
                     # Resolved here, not in the UI thread: the engine is only used from this thread.

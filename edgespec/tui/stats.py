@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from edgespec.decoding.events import Step, Summary, Tally, Token
-from edgespec.engine.figures import figure_parts
+from edgespec.engine.figures import figure_parts, replaced_note
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 12
@@ -92,6 +92,7 @@ class ReplyStats:
     tally: Tally = field(default_factory=Tally)
     summary: Summary | None = None
     error: str | None = None
+    sampled: bool = False  # the settings' sampling, which the Summary states once it is in
 
     def add(self, at: float, event: Token | Step | Summary) -> None:
         if isinstance(event, Summary):
@@ -117,6 +118,7 @@ class ReplyStats:
             s.ttft_s = self.first_token_at - self.sent_at
             s.decode_s = self.last_token_at - self.first_token_at
         s.stop_reason = "error" if self.error else ""
+        s.sampled = self.sampled
         return ReplyFigures(s, self.error)
 
 
@@ -139,6 +141,8 @@ def frozen_line(f: ReplyFigures) -> Text:
     t = Text(style="dim")
     p = figure_parts(s, compact=True)  # the whole reply's split is in the details panel
     t.append(" · ".join((p.speed, p.tokens, p.ttft, p.acceptance, p.per_pass)))
+    if note := replaced_note(s):
+        t.append(f" · {note}")
     _sparks(s, t, "dim")
     if f.error:
         t.append(f"  · failed: {f.error}", style="not dim bold")
@@ -169,6 +173,8 @@ class StatsBar(Static):
         t.append(parts.speed, style="bold")
         ttft = parts.ttft + (f" ({s.prompt_read_ahead} read ahead)" if s.prompt_read_ahead else "")
         t.append(" · " + " · ".join((ttft, parts.acceptance, parts.per_pass)))
+        if note := replaced_note(s):  # before K and the sparklines: a narrow bar cuts those first
+            t.append(f" · {note}")
         if f.current_k is not None:
             t.append(f" · K {f.current_k}")
             if s.controller is not None and s.controller.drafter:

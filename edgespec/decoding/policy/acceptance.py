@@ -173,9 +173,12 @@ class NgramScores:
 # match there is mostly chance. An earlier reply to this prompt is copied like the text itself: a
 # regeneration matches its whole lead at once and so starts in the longest bucket, while the reply
 # before a tool call's next one matches only the chat template's few tokens, and is another call.
+# The reply a regenerate replaces is the one text the user asked to have again: it starts highest,
+# so the controller drafts from it before any other copy, and learns from there what it is worth.
 COPY_PRIORS: dict[DrafterKind, tuple[float, ...]] = {
     DrafterKind.NGRAM: NgramScores.FIRST,
     DrafterKind.RETRY: NgramScores.FIRST,
+    DrafterKind.REPLACED: (0.3, 0.5, 0.65, 0.8, 0.9, 0.95, 0.97, 0.99),
     DrafterKind.HISTORY: (0.05, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 0.95),
     DrafterKind.REPOSITORY: (0.05, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 0.95),
 }

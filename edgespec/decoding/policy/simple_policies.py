@@ -8,17 +8,19 @@ from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import Plan, RoundContext
 from edgespec.decoding.tree import first_branch
 
+_AMONG_EQUALS = {DrafterKind.REPLACED: 2, DrafterKind.NGRAM: 1}  # which copy `_preferred` takes at a tie
+
 
 def _preferred(allowed: frozenset[DrafterKind], ctx: RoundContext) -> DrafterKind | None:
     """The drafter a simple policy uses this round: the model if allowed and loaded, else the copying
-    drafter whose proposal reaches furthest (its chain, then its match; the text's own copies first
-    among equals)."""
+    drafter whose proposal reaches furthest (its chain, then its match; among equals the reply a
+    regenerate replaces first, then the text's own copies)."""
     if DrafterKind.MODEL in allowed and ctx.has_model:
         return DrafterKind.MODEL
     offered = [(kind, p) for kind, p in ctx.proposals().items() if kind in allowed and p.ids]
     if not offered:
         return None
-    return max(offered, key=lambda o: (_chain_len(o[1]), o[1].match_len, o[0] == DrafterKind.NGRAM))[0]
+    return max(offered, key=lambda o: (_chain_len(o[1]), o[1].match_len, _AMONG_EQUALS.get(o[0], 0)))[0]
 
 
 def _chain_len(proposal: Draft) -> int:
