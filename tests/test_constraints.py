@@ -13,7 +13,6 @@ from collections.abc import Iterator, Sequence
 import jsonschema
 import numpy as np
 import pytest
-from scipy import stats
 
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, check
@@ -31,6 +30,7 @@ from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.quality.divergence import TIE, first_divergence, verdict
+from tests.distribution_fit import fit_p_value
 from tests.fakes import ArgmaxRecorder
 from tests.tiny_cli import invoke, one_line_error
 
@@ -332,17 +332,6 @@ def sampled_replies(engine: Engine, prompt: list[int], spec: ConstraintSpec, n: 
 
 
 DEAD_END = "<dead end>"
-
-
-def fit_p_value(replies: list[str], exact: dict[str, float]) -> float:
-    """Chi-square p-value of the replies against the exact distribution; 0 when a reply lies outside
-    its support (which a chi-square test cannot see)."""
-    if not set(replies) <= set(exact):
-        return 0.0
-    keys = sorted(exact)
-    observed = np.array([replies.count(k) for k in keys], dtype=float)
-    expected = np.array([exact[k] for k in keys]) * len(replies)
-    return float(stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue)
 
 
 @pytest.mark.heavy

@@ -187,6 +187,7 @@ def test_a_slightly_slow_reply_is_no_contradiction(own_calibration_file):
         '{KEY: {"verify": {"1": 0.03, "2": 0.045}, "draft_step": 0.01}}',  # v3's form under this version's key
         '{KEY: {"verify": {"1": [0.03], "2": [-1]}, "draft_step": null}}',
         '{KEY: {"verify": {"1": [0.03], "2": ["fast"]}, "draft_step": null}}',
+        '{KEY: {"verify": {"1": [0.03], "2": [1%s]}, "draft_step": null}}' % ("0" * 400),  # past any float
         '{KEY: {"verify": {"1": [0.03]}, "draft_step": null}}',  # one size: no curve
         '{KEY: {"draft_step": [0.01]}}',
     ],

@@ -30,9 +30,6 @@ from tests.edgespec_process import REPO, edgespec_env
 PROMPT = "rewrite this function so that it adds two to x instead of one, and keep the name f as it is now. " * 3
 HANG_S = 120  # a call that takes this long hangs: the tiny pair answers in about a second
 BIG_ID = 2**31 - 1  # np.bincount over it: 16 GiB
-# The speed calibration's numbers are checked where the curve is restored, which the calibration's
-# own work (issue 50, item 4) rewrites: its huge numbers are left to that work's tests.
-NOT_HERE = {("calibration.json", "huge"), ("calibration.json", "ids")}
 # Folders a user may keep behind a link: the home itself, and models/ (model files are large, and
 # each is checked against its sha256 before it loads).
 LINKS_ALLOWED = {".", "models"}
@@ -175,7 +172,6 @@ def one_line_or_reply(done: subprocess.CompletedProcess, reply: bool) -> None:
 @given(data=st.data(), piece=st.sampled_from(PIECES), at=st.floats(0.0, 1.0))
 def test_a_call_in_a_hostile_home_replies_or_says_one_line(filled, data, piece, at):
     store = data.draw(st.sampled_from(stores(filled / "home")), label="store")
-    assume((store, piece) not in NOT_HERE)
     assume(piece != "folder link" or str(Path(store).parent) not in LINKS_ALLOWED)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -41,7 +41,7 @@ def test_a_faster_session_lowers_the_cost_at_once_and_a_slower_one_needs_all_rec
     assert cost.seconds == pytest.approx(0.08)
 
 
-@pytest.mark.parametrize("saved", [[], [0.0], [-0.1], [float("nan")], ["fast"], [{}], 0.03, None])
+@pytest.mark.parametrize("saved", [[], [0.0], [-0.1], [float("nan")], ["fast"], [{}], 0.03, None, [10**400]])
 def test_a_damaged_saved_form_is_refused(saved):
     with pytest.raises(ValueError):
         QuietCost.from_list(saved)

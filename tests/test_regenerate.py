@@ -19,7 +19,7 @@ from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
-from tests.test_constraints import fit_p_value
+from tests.distribution_fit import fit_p_value
 
 MESSAGES = [{"role": "user", "content": "write a loop"}]
 

@@ -72,7 +72,7 @@ class QuietCost:
             raise ValueError("not a list of session figures")
         try:
             figures = [float(s) for s in saved]
-        except TypeError as e:
+        except (TypeError, OverflowError) as e:  # OverflowError: an integer past any float
             raise ValueError("a session figure is not a number") from e
         if not all(math.isfinite(s) and s > 0 for s in figures):
             raise ValueError("a session figure is not a positive time")
