@@ -422,15 +422,18 @@ def static_corpus(folder: Path) -> list[str]:
 
 
 def read_chunk(folder: Path) -> list[str]:
-    """Prompt reading by the size of the chunks a read is cut into (benchmarks/read_chunk.py)."""
-    name = "read_chunk.json"
-    doc = load(folder, name)
-    lines = ["| chunk | tokens/s, median (best) | against 512 |", "|---|---|---|"]
-    for chunk, r in doc["chunks"].items():
-        lines.append(f"| {chunk} | {r['median_tok_s']:.1f} ({r['best_tok_s']:.1f}) | {r['median_vs_512']:.3f}x |")
+    """Prompt reading by the size of the chunks a read is cut into (benchmarks/read_chunk.py), a row
+    per host and size."""
+    docs = [(name, load(folder, name)) for name in on_every_machine(folder, "read_chunk.json")]
+    lines = ["| host | chunk | tokens/s, median (best) | against 512 |", "|---|---|---|---|"]
+    for _, doc in docs:
+        for chunk, r in doc["chunks"].items():
+            speed = f"{r['median_tok_s']:.1f} ({r['best_tok_s']:.1f})"
+            lines.append(f"| {host(doc)} | {chunk} | {speed} | {r['median_vs_512']:.3f}x |")
     lines.append("")
-    lines.append(f"A {doc['prompt_tokens']:,}-token prompt, {doc['rounds']} interleaved rounds.<br>")
-    return lines + [source(doc, name) + "<br>"]
+    for name, doc in docs:
+        lines.append(f"{name}: a {doc['prompt_tokens']:,}-token prompt, {doc['rounds']} interleaved rounds.<br>")
+    return lines + [source(doc, name) + "<br>" for name, doc in docs]
 
 
 def health_latency(folder: Path) -> list[str]:

@@ -42,7 +42,8 @@ _BATCH = 512  # the most tokens one llama_decode call may hold (a tree pass's li
 # 128 reads a prompt as fast as any size tried (benchmarks/read_chunk.py). A read's last, partial
 # chunk is cut into tail chunks of a quarter of that, so a prompt that changes near its end (an
 # editor's keystroke) reads again at most 31 tokens of what it shares with the last one, where whole
-# chunks alone would read up to 127; 32-token chunks alone would read a whole prompt 13% slower.
+# chunks alone would read up to 127; 32-token chunks alone would read a whole prompt slower
+# (benchmarks/read_chunk.py, docs/benchmarks.md).
 READ_CHUNK = 128
 TAIL_CHUNKS_PER_CHUNK = 4
 # Batches from this size up (prompts) may be aborted part way by Ctrl-C. Smaller ones (a verify pass
