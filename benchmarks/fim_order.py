@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-from edgespec.decoding.backend import ReadCut, common_prefix, is_chunked
+from edgespec.decoding.backend import common_prefix, kept_from_saved
 from edgespec.decoding.events import Token
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.infill import ORDERS, FimMarks, Infill, Order, fim_marks, infill_prompt
@@ -57,11 +57,7 @@ def context(lines: list[str], y: int, typed: str) -> Infill:
 def reread(engine: Engine, before: list[int], after: list[int]) -> int:
     """Tokens of `after` read again when the cache holds the exact read of `before` (what a reply to
     it leaves: its whole chunks and tail chunks)."""
-    n = min(common_prefix(before, after), len(after) - 1)
-    if not is_chunked(engine.target):
-        return len(after) - n
-    cut = ReadCut.of(engine.target)
-    return len(after) - cut.kept(*cut.split(len(before)), n, len(after))
+    return len(after) - kept_from_saved(engine.target, before, after)
 
 
 def keystrokes(engine: Engine, marks: FimMarks, lines: list[str], y: int, order: Order) -> list[int]:

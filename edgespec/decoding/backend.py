@@ -245,6 +245,16 @@ class ReadCut:
         return whole
 
 
+def kept_from_saved(backend: Backend, saved: Sequence[int], tokens: Sequence[int], n_logits: int = 1) -> int:
+    """How many of `tokens` a read keeps from an exact read of `saved` (a saved state, or the cache a
+    reply to `saved` left): all but the last `n_logits` at most (the reader needs their logits)."""
+    n = min(common_prefix(saved, tokens), len(tokens) - n_logits)
+    if not is_chunked(backend):
+        return n
+    cut = ReadCut.of(backend)
+    return cut.kept(*cut.split(len(saved)), n, len(tokens))
+
+
 def reused_prefix(backend: Backend, tokens: Sequence[int], n_logits: int = 1, exact: bool = True) -> int:
     """How many of `tokens` `sync_cache` would keep from the cache; it evaluates the rest."""
     keep = max(0, min(common_prefix(backend.cached, tokens), len(tokens) - n_logits))

@@ -49,11 +49,10 @@ from typing import TypeGuard
 from edgespec.decoding.backend import (
     Backend,
     BackendError,
-    ReadCut,
     StatefulBackend,
     common_prefix,
     exact_end,
-    is_chunked,
+    kept_from_saved,
     reused_prefix,
 )
 from edgespec.engine.prompt_cache_files import (
@@ -114,7 +113,7 @@ class PromptCache:
         identity = backend.cache_identity()
         have = reused_prefix(backend, tokens)
         ranked = sorted(
-            ((_kept(backend, e.tokens, tokens), e) for e in self._entries(identity)),
+            ((kept_from_saved(backend, e.tokens, tokens), e) for e in self._entries(identity)),
             key=lambda pair: -pair[0],
         )  # stable: memory before disk on a tie
         for shared, entry in ranked:
@@ -166,7 +165,7 @@ class PromptCache:
         touched as used if so."""
         tokens = backend.cached
         for entry in entries:
-            if entry.tokens[: len(tokens)] == tokens and _kept(backend, entry.tokens, tokens, 0) == len(tokens):
+            if kept_from_saved(backend, entry.tokens, tokens, 0) == len(tokens):  # it starts with all of them
                 self._touch(entry)
                 return True
         return False
@@ -314,16 +313,6 @@ def _stateful(backend: Backend) -> TypeGuard[StatefulBackend]:
     """Whether `backend` can save and load its cache's state (`StatefulBackend`); the cache leaves
     one that cannot alone."""
     return getattr(backend, "save_state", None) is not None
-
-
-def _kept(backend: Backend, saved: Sequence[int], tokens: Sequence[int], n_logits: int = 1) -> int:
-    """How many of `tokens` a read keeps from a state saved of `saved` (`ReadCut.kept`), all but the
-    last `n_logits` of them at most (the reader needs their logits)."""
-    n = min(common_prefix(saved, tokens), len(tokens) - n_logits)
-    if not is_chunked(backend):
-        return n
-    cut = ReadCut.of(backend)
-    return cut.kept(*cut.split(len(saved)), n, len(tokens))
 
 
 def _state_of(backend: StatefulBackend) -> bytearray:

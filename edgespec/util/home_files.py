@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.util import json_depth
-from edgespec.util.user_files import CHUNK, size_text
+from edgespec.util.user_files import read_at_most, size_text
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -76,13 +76,10 @@ def read_home_file(path: Path, limit: int) -> bytes:
     """The bytes of `path` under `open_home_file`'s rules, at most `limit` of them, read in chunks (a
     pending signal's handler runs between two)."""
     with open_home_file(path, limit) as f:
-        chunks, size = [], 0
-        while chunk := f.read(CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise Untrusted(f"larger than {size_text(limit)}")
-            chunks.append(chunk)
-    return b"".join(chunks)
+        data = read_at_most(f.read, limit)
+    if data is None:
+        raise Untrusted(f"larger than {size_text(limit)}")
+    return data
 
 
 def read_home_json(path: Path, limit: int, what: str, say: Callable[[str], None] | None = None) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from edgespec.util.errors import EdgespecError, UsageError
@@ -49,17 +50,26 @@ def read_user_file(
         problem = _kind_problem(os.fstat(fd).st_mode, pipes)  # what was opened: it may have been swapped
         if problem:
             raise error(f"{name} {problem}")
-        chunks, size = [], 0
-        while chunk := os.read(fd, CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise error(f"{name} is larger than {size_text(limit)}")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        data = read_at_most(lambda n: os.read(fd, n), limit)
+        if data is None:
+            raise error(f"{name} is larger than {size_text(limit)}")
+        return data
     except OSError as e:
         raise error(_unreadable(name, e)) from None
     finally:
         os.close(fd)
+
+
+def read_at_most(read: Callable[[int], bytes], limit: int) -> bytes | None:
+    """All that `read(n)` gives until it gives nothing, in chunks of CHUNK (a pending signal's handler
+    runs between two); None as soon as that passes `limit` bytes."""
+    chunks, size = [], 0
+    while chunk := read(CHUNK):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def size_text(n: int) -> str:
