@@ -29,7 +29,12 @@ SOURCES = ["engine/prompt_cache.py", "decoding/drafters.py"]
 @click.option("--sizes", default="512,256,128,64,32", show_default=True)
 @click.option("--json", "json_path", type=click.Path(path_type=Path))
 def main(rounds: int, tokens: int, sizes: str, json_path: Path | None) -> None:
-    chunks = [int(s) for s in sizes.split(",")]
+    try:
+        chunks = [int(s) for s in sizes.split(",")]
+    except ValueError:
+        raise click.BadParameter(
+            f"{sizes!r} is not a list of token counts (e.g. 512,128,32)", param_hint="--sizes"
+        ) from None
     engine, _ = EngineOptions(draft=DraftChoice.NONE).check().open()  # the target as `run` loads it on this machine
     target = engine.target
     root = Path(__file__).parents[1] / "edgespec"
@@ -53,10 +58,8 @@ def main(rounds: int, tokens: int, sizes: str, json_path: Path | None) -> None:
         for c, s in seconds.items()
     }
     for c, r in rows.items():
-        print(
-            f"chunk {c:>4}: {r['best_tok_s']:6.1f} tok/s best, {r['median_tok_s']:6.1f} median, "
-            f"{r['median_vs_512']:.3f}x of 512's"
-        )
+        against = "" if r["median_vs_512"] is None else f", {r['median_vs_512']:.3f}x of 512's"
+        print(f"chunk {c:>4}: {r['best_tok_s']:6.1f} tok/s best, {r['median_tok_s']:6.1f} median{against}")
     if json_path:
         doc = {"meta": provenance(), "prompt_tokens": len(prompt), "rounds": rounds, "chunks": rows}
         json_path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -429,7 +429,8 @@ def read_chunk(folder: Path) -> list[str]:
     for _, doc in docs:
         for chunk, r in doc["chunks"].items():
             speed = f"{r['median_tok_s']:.1f} ({r['best_tok_s']:.1f})"
-            lines.append(f"| {host(doc)} | {chunk} | {speed} | {r['median_vs_512']:.3f}x |")
+            against = "-" if r["median_vs_512"] is None else f"{r['median_vs_512']:.3f}x"
+            lines.append(f"| {host(doc)} | {chunk} | {speed} | {against} |")
     lines.append("")
     for name, doc in docs:
         lines.append(f"{name}: a {doc['prompt_tokens']:,}-token prompt, {doc['rounds']} interleaved rounds.<br>")
