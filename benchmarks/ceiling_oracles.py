@@ -7,7 +7,8 @@ reply as the source (`iterate`) until its reply repeats: the run that counts the
 reply throughout, never another mode's.
 
 - `ceiling` (`ReplyDrafter` under `auto`'s controller): drafts the reply's next tokens; the
-  controller chooses K as it does for a copy it trusts, within auto's cap (LONGEST_DRAFT).
+  controller chooses K as it does for a copy it trusts, within auto's caps (LONGEST_COPY, and the
+  passes its curve has timed).
 - `copies` (`CopyOracle` under `auto`'s controller): prompt lookup's proposal cut where the reply
   parts from it: the copies the text offers, with where each ends known.
 - `perfect-length` (`ReplyDrafter` under `LongestRun`): no controller and no cap: each pass drafts
@@ -100,8 +101,8 @@ def _sure(ids: list[int]) -> Draft:
 class LongestRun:
     """A policy with a fixed plan and no controller: every pass drafts the whole of the copying
     drafter's proposal, as far as the reply's room and `longest` tokens (forced text included)
-    allow. The decoder bounds proposals by a policy's own `max_k` alone; auto's cap of LONGEST_DRAFT
-    is its controller's, so this policy's passes run as long as the backend verifies.
+    allow. The decoder bounds proposals by a policy's own `max_k` alone; auto's caps are its
+    controller's, so this policy's passes run as long as the backend verifies.
 
     Its timings go to a curve of its own (`costs`), not the engine's: passes hundreds of tokens
     long are this harness's, and must not reach the curve the engine saves for `auto`."""

@@ -199,6 +199,41 @@ def test_ngram_long_likely_copies_get_long_drafts_on_a_cpu():
     assert sim.speedup() >= 0.9 * best
 
 
+# The AMD EPYC's curve (AVX-512, 2 cores, Q4_K_M, 1,000-token context; issue 49): a pass costs less
+# per token up to 64-128 tokens, so a copy that holds gains most in passes far longer than 16.
+EPYC = Hardware(
+    "epyc",
+    curve({1: 0.037, 2: 0.063, 4: 0.099, 8: 0.197, 16: 0.302, 32: 0.446, 64: 0.845, 128: 1.661, 256: 3.661}),
+    0.015,
+)
+SURE_COPY = Proposal(255, 32, 0.999)  # a greedy retry's earlier reply, an unchanged stretch of a file
+LONG_SHORT_MATCH = Proposal(255, 3, 0.8)  # a few tokens matched: it may copy far, or not at all
+
+
+def test_a_near_certain_copy_gets_passes_as_long_as_the_curve_prefers():
+    sim = Sim(EPYC, ngram=constant(SURE_COPY), seed=0).run(auto(EPYC, "ngram"), 300)
+    assert statistics.median(sim.ks(WARM_UP)) > 16  # past the old cap of 16
+    best = max(
+        Sim(EPYC, ngram=constant(SURE_COPY), seed=0).run(FixedK(k, "ngram"), 300).speedup() for k in (16, 32, 64, 128)
+    )
+    assert sim.speedup() >= 0.9 * best
+
+
+def test_a_short_match_does_not_buy_a_long_pass():
+    sim = Sim(EPYC, ngram=constant(LONG_SHORT_MATCH), seed=1).run(auto(EPYC, "ngram"), 600)
+    assert max(sim.ks(WARM_UP)) <= 16
+    assert sim.speedup() >= 0.98
+
+
+def test_copies_draft_no_longer_than_the_curve_was_timed():
+    costs = CostModel()
+    for n in range(1, 18):  # a calibration cut short before its long passes
+        costs.observe_verify(n, EPYC.verify(n))
+    policy = AutoK("ngram", costs)
+    sim = Sim(EPYC, ngram=constant(SURE_COPY), seed=0).run(policy, 100)
+    assert max(sim.ks()) == 16
+
+
 # -- following a change in the text ---------------------------------------------------------------
 
 # A drop is followed within this many rounds (a window of 10 rounds with 8 at K=0 starts by then).

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.policy.controller import LONGEST_DRAFT
+from edgespec.decoding.policy.controller import DENSE_LENGTHS
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.measuring import ends_first
 from edgespec.decoding.policy.plan import KSetting
@@ -74,7 +74,7 @@ def test_the_curve_is_measured_once_saved_keyed_as_before_and_reused(own_calibra
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     generate(engine, clock)
     key, entry = saved_entry(own_calibration_file)
-    assert key == engine._calibration_key() and key.startswith("v5|")
+    assert key == engine._calibration_key() and key.startswith("v6|")
     # every length auto may verify, then longer passes while a token gets cheaper (5% or more)
     assert sorted(map(int, entry["verify"])) == [*range(1, 18), 32]
     assert quiet_figure(entry, 3) == pytest.approx(cpu_like(3))
@@ -204,15 +204,15 @@ def test_a_damaged_file_is_ignored_measured_again_and_replaced(own_calibration_f
 
 
 def test_a_curve_saved_by_an_older_calibration_is_measured_again(own_calibration_file):
-    """Entries without the "v5" mark took passes on fewer threads into the quiet curve (v4), kept
-    one timing per size (v3), timed a few lengths only (v2), or were refined online with a moving
-    average (unmarked); they are not trusted."""
+    """Entries without the "v6" mark stopped at 17 tokens (v5), took passes on fewer threads into
+    the quiet curve (v4), kept one timing per size (v3), timed a few lengths only (v2), or were
+    refined online with a moving average (unmarked); they are not trusted."""
     clock = VirtualClock()
     engine = fake_engine(clock, verify=cpu_like)
     key = engine._calibration_key()
     old = {"verify": {"1": 0.03, "2": 0.5}, "draft_step": None}
-    bare = key.removeprefix("v5|")
-    own_calibration_file.write_text(json.dumps({bare: old, **{f"v{v}|{bare}": old for v in (2, 3, 4)}}))
+    bare = key.removeprefix("v6|")
+    own_calibration_file.write_text(json.dumps({bare: old, **{f"v{v}|{bare}": old for v in (2, 3, 4, 5)}}))
     generate(engine, clock)
     assert engine.costs.verify(2) == pytest.approx(cpu_like(2))
     assert list(json.loads(own_calibration_file.read_text())) == [engine._calibration_key()]  # the old ones went
@@ -297,17 +297,17 @@ def test_a_calibration_on_a_machine_too_busy_stops_at_its_budget_and_says_what_i
     lines = told(engine, clock)
     with simulated_time(clock):
         engine.cost_model()
-    assert clock.now <= CALIBRATION_BUDGET_S + busy(1) + busy(LONGEST_DRAFT + 1)  # warm-up, and the last pass
+    assert clock.now <= CALIBRATION_BUDGET_S + busy(1) + busy(DENSE_LENGTHS + 1)  # warm-up, and the last pass
     _, entry = saved_entry(own_calibration_file)
     timed = sorted(map(int, entry["verify"]))
-    assert 1 in timed and LONGEST_DRAFT + 1 in timed and 2 <= len(timed) < LONGEST_DRAFT + 1
-    untimed = next(n for n in range(2, LONGEST_DRAFT + 1) if n not in timed)
+    assert 1 in timed and DENSE_LENGTHS + 1 in timed and 2 <= len(timed) < DENSE_LENGTHS + 1
+    untimed = next(n for n in range(2, DENSE_LENGTHS + 1) if n not in timed)
     assert engine.costs.verify(untimed) == pytest.approx(busy(untimed))
     assert [message.split(" (")[0] for _, message in lines] == [
         "measuring this machine's speed with 'fake'",
         f"speed measurement stopped at its {CALIBRATION_BUDGET_S:g} s limit",
     ]
-    assert f"{len(timed)} of {LONGEST_DRAFT + 1} sizes timed" in lines[1][1]
+    assert f"{len(timed)} of {DENSE_LENGTHS + 1} sizes timed" in lines[1][1]
 
 
 def test_a_calibration_the_user_waits_for_is_said_while_it_runs_and_when_it_ends(own_calibration_file):

@@ -37,7 +37,9 @@ class CorpusDrafter:
 
     free = True
     MAX_MATCH = 32  # the context's last tokens a lookup matches at most, as NgramDrafter.MAX_MATCH
-    MAX_NODES = 48  # the most nodes a proposal holds (the policy verifies some of them)
+    # The most nodes a proposal holds (the policy verifies some of them), and at least as many as
+    # the draft the policy asks for, so a long copy's first branch can be whole.
+    MAX_NODES = 48
 
     def __init__(self, kind: DrafterKind, corpus: Corpus):
         self.kind, self.corpus = kind, corpus
@@ -68,7 +70,7 @@ class CorpusDrafter:
         if k <= 0:
             return Draft()
         start = time.perf_counter()
-        draft = self.corpus.propose(context[-self.MAX_MATCH :], k, max_nodes=self.MAX_NODES)
+        draft = self.corpus.propose(context[-self.MAX_MATCH :], k, max_nodes=max(self.MAX_NODES, k))
         self.lookups += 1
         self.busy_s += time.perf_counter() - start
         return draft if constraint is None else allowed_chain(draft, constraint)

@@ -35,7 +35,9 @@ class NgramDrafter:
     # how far back a match is measured; beyond this, longer matches do not predict acceptance better
     MAX_MATCH = 32
     MAX_MATCHES = 8  # earlier occurrences merged into one proposal
-    MAX_NODES = 48  # the most nodes a proposal holds (the policy verifies some of them)
+    # The most nodes a proposal holds (the policy verifies some of them): the first branch whole,
+    # however long a draft the policy asks for, and the others' nodes up to this many in all.
+    MAX_NODES = 48
 
     def __init__(self, min_n: int = 1, max_n: int = 4, source_copy: SourceCopy | None = None):
         self.min_n, self.max_n = min_n, max_n
@@ -103,12 +105,13 @@ class NgramDrafter:
             earlier.sort(key=self._match_len, reverse=True)  # stable: the most recent first among equals
             out = Draft(match_len=self._match_len(latest), parents=[])
             below: dict[tuple[int, int], int] = {}  # (parent, token) -> node
+            most = max(self.MAX_NODES, len(toks[latest + 1 : latest + 1 + k]))
             for end in [latest, *earlier]:
                 parent = ROOT
                 for token in toks[end + 1 : end + 1 + k]:
                     node = below.get((parent, token))
                     if node is None:
-                        if len(out.ids) == self.MAX_NODES:
+                        if len(out.ids) == most:
                             return out
                         node = below[(parent, token)] = out.add(token, parent, None, 1.0)
                     parent = node

@@ -20,12 +20,13 @@ from edgespec.util.atomic_file import write_text_atomic
 from edgespec.util.home_files import read_home_json
 from edgespec.util.paths import home, private_folder
 
-# Saved curves of another version are measured again: "v5" curves keep each size's recent session
-# figures, refined by live passes at the models' own thread count; "v4" ones also took passes on
-# fewer threads, so a spell of load could leave a size priced at twice its cost for good; "v3"
-# ones kept one fastest timing per size; "v2" ones timed 1, 2, 4, 8 and 16 tokens and
-# interpolated between.
-CALIBRATION_VERSION = "v5"
+# Saved curves of another version are measured again: "v6" curves time passes past 17 tokens too,
+# sparsely, as far as a copy may draft (without them a copy never drafts past 16); "v5" ones keep
+# each size's recent session figures, refined by live passes at the models' own thread count;
+# "v4" ones also took passes on fewer threads, so a spell of load could leave a size priced at
+# twice its cost for good; "v3" ones kept one fastest timing per size; "v2" ones timed 1, 2, 4, 8
+# and 16 tokens and interpolated between.
+CALIBRATION_VERSION = "v6"
 # What a saved curve's entry holds besides the curve. Format 2: "provisional" (cut short by its
 # budget, sizes that contradict their neighbours, or contradicted by live passes), "measure_again"
 # (live passes contradicted it) and "measured_at" (seconds since the epoch), which say when it is

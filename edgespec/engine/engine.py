@@ -32,7 +32,7 @@ from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.policy.controller import LONGEST_DRAFT, make_policy
+from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
@@ -262,8 +262,8 @@ class Engine:
     def measure_costs(self) -> CostModel:
         """Time the target's verification at every length auto may draft, and a draft step; add
         them to the curve and save it (`models tune` measures each candidate layout this way,
-        without a time limit, and without the longer passes a front end's calibration times)."""
-        self._curve.measure(longest=LONGEST_DRAFT + 1)
+        without a time limit: the longer passes too, or a copy would never draft past them)."""
+        self._curve.measure()
         return self.costs
 
     def keep_costs(self) -> None:

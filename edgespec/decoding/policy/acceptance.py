@@ -102,6 +102,10 @@ class NgramScores:
     # `source_copy.py`) has its own rates, from an even prior.
     SOURCE = 0.5
     RISE = 0.85  # the miss rate shrinks by this factor per position
+    # ... for this many positions; past them it stays where it got to (a constant hazard): the
+    # development set's copies were measured only that far, and a prior that kept shrinking would
+    # take a copy that held 16 tokens to hold for ever, and buy the longest pass on no evidence.
+    RISE_FOR = 16
 
     # After the copies before it were wrong, another earlier occurrence's copy is right this often
     # (per place among the siblings: second, third and later); learnt from the text like the rest.
@@ -110,7 +114,7 @@ class NgramScores:
     def __init__(self, max_k: int, first: Sequence[float] = FIRST):
         """`first`: the prior of a copy's first token per match bucket (FIRST: the text's own copies)."""
         self.rates = [
-            [Rate(1.0 - (1.0 - a) * self.RISE**i, prior_weight=3.0) for i in range(max_k)]
+            [Rate(1.0 - (1.0 - a) * self.RISE ** min(i, self.RISE_FOR), prior_weight=3.0) for i in range(max_k)]
             for a in (self.SOURCE, *first)
         ]
         self.others = [Rate(a, prior_weight=3.0) for a in self.OTHER]

@@ -39,13 +39,19 @@ from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.policy.acceptance import COPY_PRIORS, ModelScores, NgramScores
 from edgespec.decoding.policy.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
 from edgespec.decoding.policy.exploration import Exploration, Probe, TreeGate
+from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED
 from edgespec.decoding.policy.plan import KSetting, Plan, Policy, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, depths, ranks
 
-# The longest draft auto proposes (an n-gram copy); calibration times every length up to one more
-# token, and longer passes sparsely (`measuring.py`).
-LONGEST_DRAFT = 16
+# Calibration times every pass length up to one token more than this, and longer passes sparsely
+# (`measuring.py`). A copy drafts longer only as far as the curve has been timed (`CostModel.reach`):
+# beyond the timed sizes the curve is extrapolated, and a guessed slope must not buy a long pass.
+DENSE_LENGTHS = 16
+# The longest copy auto may draft: one token short of the longest pass a calibration times. Each
+# length is priced by its source's acceptance over that length (`acceptance.NgramScores`), so only
+# a copy likely to hold that far (a greedy retry, an unchanged stretch of a file) gets a long pass.
+LONGEST_COPY = LONGEST_CALIBRATED - 1
 
 
 @dataclass
@@ -56,7 +62,7 @@ class AutoK:
     drafter: DraftChoice | str
     costs: CostModel
     max_k_model: int = 8
-    max_k_ngram: int = LONGEST_DRAFT
+    max_k_ngram: int = LONGEST_COPY
     trees: bool = True  # draft trees where they pay; False: chains only (auto-chain)
     _model: ModelScores = field(init=False)
     _copies: dict[DrafterKind, NgramScores] = field(init=False)
@@ -129,9 +135,14 @@ class AutoK:
             before = missed.get(parent, 1.0)
             values.append((1.0 if parent == ROOT else values[parent]) * before * a)
             missed[parent] = before * (1.0 - a)
-        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: min(max_k, self.max_k_ngram)]
+        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: self._copy_reach(max_k)]
         m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM, forced), base=forced + 1)
         return m, rate, tuple(sorted(order[:m])) if trees else None
+
+    def _copy_reach(self, max_k: int) -> int:
+        """The most tokens a copy may draft this round: within `max_k`, the controller's cap, and the
+        passes the curve has timed (every length up to DENSE_LENGTHS + 1 is, once calibrated)."""
+        return min(max_k, self.max_k_ngram, max(self.costs.reach(), DENSE_LENGTHS + 1) - 1)
 
     def _trees_now(self, kind: DrafterKind) -> bool:
         """Whether this round's `kind` draft may be a tree (asked once per round)."""
@@ -144,8 +155,9 @@ class AutoK:
         0 when drafting with `kind` does not pay here."""
         if kind == DrafterKind.MODEL:
             return self._model_option(RoundContext(None, True, self.max_k_model))[0]
-        proposal = Draft(ids=[0] * self.max_k_ngram, match_len=match_len)  # a chain: only its length is read
-        return self._copy_option(DrafterKind.NGRAM, proposal, self.max_k_ngram, trees=False)[0]
+        longest = self._copy_reach(self.max_k_ngram)
+        proposal = Draft(ids=[0] * longest, match_len=match_len)  # a chain: only its length is read
+        return self._copy_option(DrafterKind.NGRAM, proposal, longest, trees=False)[0]
 
     def may_use(self, kind: DrafterKind) -> bool:
         if kind == DrafterKind.MODEL:
@@ -241,7 +253,7 @@ class AutoK:
         if not candidates:
             return plain
         kind = max(candidates, key=lambda c: options[c][1])
-        longest = min(len(copies[kind].first_branch().ids), ctx.max_k, self.max_k_ngram)
+        longest = min(len(copies[kind].first_branch().ids), self._copy_reach(ctx.max_k))
         k = self._exploration.length(longest, self.costs.verify(1))
         if not k:
             return plain
@@ -319,7 +331,7 @@ class _ModelRound:
 
     def _pays(self, value: float, nodes: int) -> bool:
         verify = self._costs.verify_at_least
-        longest = LONGEST_DRAFT + 1
+        longest = DENSE_LENGTHS + 1
         return value >= self._rate * (verify(nodes + 2, longest) - verify(nodes + 1, longest))
 
     def stop(self, j: int, confidence: float) -> bool:

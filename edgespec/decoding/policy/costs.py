@@ -163,6 +163,10 @@ class CostModel:
         if draft.steps > 1:
             self.observe_draft(draft.steps - 1, step.draft_s - draft.catch_up_s, own_threads)
 
+    def reach(self) -> int:
+        """The longest pass the curve has timed (0: none): beyond it the curve is a guess."""
+        return max(self._verify, default=0)
+
     @property
     def calibrated(self) -> bool:
         return len(self._verify) >= 2
