@@ -20,7 +20,7 @@ from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.decoding.tree import ROOT, first_branch, is_chain
-from edgespec.engine.figures import stats_line
+from edgespec.engine.stats_line import stats_line
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
 GREEDY = SamplingParams()

@@ -111,7 +111,7 @@ def _run_app(
 ) -> None:
     """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every reply),
     run the app until the user quits, then say what could not be saved."""
-    from edgespec.engine.thread import EngineThread
+    from edgespec.engine.engine_thread import EngineThread
     from edgespec.tui.app import ChatApp
 
     engine_thread = EngineThread()

@@ -210,7 +210,7 @@ def _serve_on(
     """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every
     generation), then serve on `sock` until a signal stops it, answering the hosts and origins
     `allowed` beyond its own (server/reach.py)."""
-    from edgespec.engine.thread import EngineThread
+    from edgespec.engine.engine_thread import EngineThread
     from edgespec.server.app import create_app
     from edgespec.server.engine_worker import EngineWorker
     from edgespec.server.reach import Reach

@@ -19,6 +19,6 @@ One round reads top to bottom in `decoder.py` (`SpeculativeDecoder._round`). The
 - `source_copy.py`: under a constraint, a value's start copied from the prompt's text.
 - `corpus_drafter.py`: copies from other text (earlier replies, history, the repository), over
   `suffix_index.py`, the suffix index of that text.
-- `threads.py`: the CPU thread count, chosen per pass by measuring.
+- `thread_count.py`: the CPU thread count, chosen per pass by measuring.
 - `policy/`: the K policy, which drafter and how many tokens each round (its own index).
 """

@@ -7,7 +7,7 @@ costs, and the event stream every front end reads.
 - `engine.py`: the loaded pair (`Engine`) and the settings of one reply (`GenerateSettings`).
 - `calibration.py`: the cost curve and the noise floor, kept in files between runs.
 - `curve_keeper.py`: the cost curve's life: restored or measured, refined, measured again when in doubt.
-- `thread.py`: the one thread that loads an engine and runs every generation of it.
+- `engine_thread.py`: the one thread that loads an engine and runs every generation of it.
 - `prompt_cache.py`: what a model has read, kept across calls and processes.
 - `read_ahead.py`: the whole read chunks of a prompt yet to be asked, read before it is.
 - `infill.py`: fill-in-the-middle prompts for editors' inline completion.
@@ -18,6 +18,6 @@ costs, and the event stream every front end reads.
 - `history_index.py`: the history's saved suffix index, checksummed, read without trusting it.
 - `history_files.py`: the history's folder: its lock, counting it read-only, clearing it.
 - `repository.py`: the working repository's text files as a corpus.
-- `figures.py`: a reply's Summary in words.
+- `stats_line.py`: a reply's Summary in words: `run --stats`'s line and the parts every front end shows.
 - `vllm_draft.py`: what vLLM is to draft for a pair, as this machine's controller would (`export vllm`).
 """

@@ -37,7 +37,7 @@ from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.source_copy import SourceCopy
-from edgespec.decoding.threads import ThreadPolicy
+from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.calibration import (
     CALIBRATION_VERSION,
     NOISE_FLOOR_VERSION,

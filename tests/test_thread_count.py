@@ -19,7 +19,7 @@ from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.quiet_cost import SESSIONS
 from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.threads import ThreadPolicy
+from edgespec.decoding.thread_count import ThreadPolicy
 from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 
 
