@@ -58,7 +58,7 @@ def cache_option(f: Callable) -> Callable:
 
 def history_options(f: Callable) -> Callable:
     """--no-history (or EDGESPEC_NO_HISTORY=1) and --context PATH: what calls copy from beyond their
-    own text (`engine/draft_sources.py`)."""
+    own text (`engine/copy_sources.py`)."""
     f = click.option(
         "--context",
         "context",

@@ -12,7 +12,7 @@ costs, and the event stream every front end reads.
 - `read_ahead.py`: the whole read chunks of a prompt yet to be asked, read before it is.
 - `infill.py`: fill-in-the-middle prompts for editors' inline completion.
 - `prompt_cache_files.py`: one saved state's file, and reading it without trusting it.
-- `draft_sources.py`: what a call may copy from beyond its own text.
+- `copy_sources.py`: what a call may copy from beyond its own text (the drafters: `decoding/copying/`).
 - `reply_history.py`: every earlier prompt and reply, and the suffix index over them.
 - `history_log.py`: the history's log file, record by record.
 - `history_index.py`: the history's saved suffix index, checksummed, read without trusting it.
