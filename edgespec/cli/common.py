@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from edgespec.engine.choices import DraftChoice, KSetting, sampling_problem
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.sampling import sampling_problem
 from edgespec.util import interrupts
 from edgespec.util.errors import EdgespecError, SettingError, UsageError
 from edgespec.util.stdout import PipeClosed

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from edgespec.cli.common import config_option, error_boundary
-from edgespec.engine.choices import KSetting
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.vllm_draft import DraftPlan
 from edgespec.models.registry import HubSource, ModelSpec, PairConfig
 from edgespec.models.store import Store

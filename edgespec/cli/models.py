@@ -18,7 +18,7 @@ from rich.table import Table
 
 from edgespec.cli.common import config_option, error_boundary
 from edgespec.cli.tune import tune
-from edgespec.engine.choices import DraftChoice
+from edgespec.decoding.drafters import DraftChoice
 from edgespec.models.config import load_registry
 from edgespec.models.fit import pair_device, pair_fit
 from edgespec.models.machine_layout import PUBLISHED, derived_model, machine_target, wants_machine_layout

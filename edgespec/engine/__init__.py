@@ -2,7 +2,6 @@
 costs, and the event stream every front end reads.
 
 - `options.py`: the one door, what a front end asks for (`EngineOptions`), checked, then opened.
-- `choices.py`: the drafter, K and sampling names the front ends set, taken from decoding.
 - `loading.py`: a pair from the registry, its files checked, each model on its runtime.
 - `engine.py`: the loaded pair (`Engine`) and the settings of one reply (`GenerateSettings`).
 - `calibration.py`: the cost curve and the noise floor, kept in files between runs.
