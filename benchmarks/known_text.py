@@ -33,7 +33,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.draft_sources import DraftSources
+from edgespec.engine.copy_sources import DraftSources
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.options import EngineOptions
 from edgespec.engine.prompt_cache import PromptCache

@@ -99,7 +99,7 @@ def setup(args: argparse.Namespace) -> tuple:
     the published model's file from the store, the engine's context, threads and GPU layers, and
     what each mode runs."""
     from edgespec.backends import llamacpp_runtime
-    from edgespec.engine.choices import DraftChoice
+    from edgespec.decoding.drafters import DraftChoice
     from edgespec.engine.options import EngineOptions
     from edgespec.models.config import load_registry
     from edgespec.models.layouts import read_layout

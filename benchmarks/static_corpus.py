@@ -25,7 +25,7 @@ from edgespec.bench.suites import DEV_SET, load_suite, select
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.draft_sources import DraftSources, open_sources
+from edgespec.engine.copy_sources import DraftSources, open_sources
 from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import input_name, provenance
 

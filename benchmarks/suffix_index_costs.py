@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from edgespec.decoding.suffix_index import SuffixIndex
+from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.engine.history_log import LOG_MAGIC, RECORD, RECORD_MAGIC, RECORD_VERSION
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.util.provenance import provenance

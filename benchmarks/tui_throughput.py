@@ -136,7 +136,7 @@ def rounds(engine: Engine, engine_thread, settings: GenerateSettings, prompt: st
 @error_boundary
 @opens_engine()
 def main(prompt, reps, options: EngineOptions):
-    from edgespec.engine.thread import EngineThread
+    from edgespec.engine.engine_thread import EngineThread
 
     if "\n" in prompt:
         raise click.UsageError("--prompt must be one line (enter sends it)")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from edgespec.cli.serve import base_url, listen, uvicorn_server
 from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.engine.loading import open_engine
-from edgespec.engine.thread import EngineThread
 from edgespec.models.config import load_registry
 from edgespec.models.registry import PairConfig
 from edgespec.server.app import create_app

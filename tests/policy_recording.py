@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.events import Step, Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.plan import Plan, RoundContext
 from edgespec.decoding.sampling import SamplingParams

@@ -20,7 +20,7 @@ from edgespec.decoding.policy.plausible import implausible
 from edgespec.engine import curve_keeper
 from edgespec.engine.curve_keeper import DAY_S
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.thread import EngineThread
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.server.engine_worker import EngineWorker
 from tests.fakes import VirtualClock, fake_engine, simulated_time

@@ -18,11 +18,11 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, check
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.constraint import ConstraintDeadEnd
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.decoder import SpeculativeDecoder, after_forced
 from edgespec.decoding.drafters import Draft, DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting

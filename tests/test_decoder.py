@@ -8,19 +8,19 @@ import threading
 import numpy as np
 import pytest
 
-from edgespec.decoding.corpus_drafter import CorpusDrafter
+from edgespec.decoding.copying.corpus import CorpusDrafter
+from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import Source, Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.decoding.tree import ROOT, first_branch, is_chain
-from edgespec.engine.figures import stats_line
+from edgespec.engine.stats_line import stats_line
 from tests.fakes import MarkovBackend, VirtualClock, plain_greedy, simulated_time
 
 GREEDY = SamplingParams()

@@ -3,9 +3,9 @@ model's alternatives, and trees that did not pay turning to chains (`policy/expl
 
 from __future__ import annotations
 
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.drafters import Draft
 from edgespec.decoding.events import Step
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.exploration import TreeGate
 from edgespec.decoding.policy.plan import Plan, RoundContext

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from edgespec.cli import main as cli
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.plan import KSetting
-from edgespec.engine.draft_sources import open_sources
+from edgespec.engine.copy_sources import open_sources
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.loading import open_engine
 from edgespec.engine.reply_history import ReplyHistory

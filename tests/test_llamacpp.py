@@ -18,10 +18,10 @@ from edgespec.decoding.backend import (
     reused_prefix,
     sync_cache,
 )
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.simple_policies import FixedK

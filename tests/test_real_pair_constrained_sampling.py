@@ -28,11 +28,11 @@ import pytest
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher
 from edgespec.decoding.constraint import masked
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import Dist, SamplingParams, warp
 from edgespec.engine.engine import Engine, GenerateSettings

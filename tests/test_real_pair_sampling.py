@@ -18,9 +18,9 @@ from collections import Counter
 
 import pytest
 
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.engine.engine import GenerateSettings

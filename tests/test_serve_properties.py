@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.thread import EngineThread
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.server.app import create_app
 from edgespec.server.engine_worker import EngineWorker

@@ -16,7 +16,7 @@ from edgespec.cli import main as cli
 from edgespec.cli import serve as serve_command
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
-from edgespec.engine.thread import EngineThread
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.server.engine_worker import EngineWorker
 from tests.fakes import fake_engine
 from tests.live_server import serving_app

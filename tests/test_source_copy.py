@@ -1,4 +1,4 @@
-"""Drafting a value's start from the prompt's text (edgespec/decoding/source_copy.py), on a tiny GGUF's
+"""Drafting a value's start from the prompt's text (edgespec/decoding/copying/source_copy.py), on a tiny GGUF's
 vocabulary and llguidance matchers of real schemas: the word after the reply's last copy, the first
 the constraint allows; nothing mid-value or before any copy; and the n-gram drafter proposing it."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, grammar_of, guidance_tokenizer
-from edgespec.decoding.ngram_drafter import NgramDrafter
-from edgespec.decoding.source_copy import SourceCopy
+from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.copying.source_copy import SourceCopy
 
 LOG = "Extract the fields of this line.\n\n2024-11-03 ERROR payments-api [req 7f3a] failed (status=402, attempt=2)"
 SCHEMA = {

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgespec.decoding.suffix_index import SEP, SegmentedIndex, SuffixIndex
+from edgespec.decoding.copying.suffix_index import SEP, SegmentedIndex, SuffixIndex
 from edgespec.decoding.tree import ROOT, children, first_branch, path_to
 
 tokens = st.integers(0, 2)

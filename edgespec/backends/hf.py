@@ -17,6 +17,7 @@ and in what precision, and what may be loaded at all; `hf_tokens` says what each
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -189,8 +190,6 @@ class HFBackend:
         self.cached = []
         if self.model is not None:
             self.model = None
-            import gc
-
             gc.collect()
             if self._torch.cuda.is_available():
                 self._torch.cuda.empty_cache()

@@ -72,7 +72,7 @@ class LlamaCppBackend:
         `sha256`: the file's, where the caller verified it (names the model in `cache_identity`).
         `read_chunk`: tokens per read chunk (`exact`; small ones let tests on tiny contexts see whole
         chunks); a read's last partial chunk is cut into tail chunks of a quarter of it."""
-        import llama_cpp as lc
+        import llama_cpp as lc  # loads llama.cpp's libraries (about 0.1 s): only when a model opens
 
         self._lc = lc
         self.path, self._sha256 = path, sha256

@@ -1,6 +1,9 @@
 """llama.cpp's process-wide side, shared by every loaded model: its log (kept: errors, the tensors it
 repacked, the device of each layer), the callbacks through which Ctrl-C stops a load or a decode, the
-devices it can run on, and its quantizer. `llamacpp.LlamaCppBackend` is one model on top of it."""
+devices it can run on, and its quantizer. `llamacpp.LlamaCppBackend` is one model on top of it.
+
+llama_cpp is imported where used: importing it loads llama.cpp's shared libraries (about 0.1 s),
+which listing pairs or checking flags does not need."""
 
 from __future__ import annotations
 

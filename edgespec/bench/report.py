@@ -131,7 +131,7 @@ def verify_ms(curve: dict[int, float]) -> dict[str, float]:
 def check_plot_path(path: Path) -> None:
     """Refuse, before the bench runs, a plot path that cannot be written or whose suffix names no
     image format matplotlib writes."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib takes about 0.5 s to import: only with --plot
 
     check_writable(path, "--plot")
     formats = Figure().canvas.get_supported_filetypes()
@@ -141,7 +141,7 @@ def check_plot_path(path: Path) -> None:
 
 def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
     """Whole-reply speedup per suite and mode (bars), and K over time for the `auto` generation that drafted most."""
-    import matplotlib
+    import matplotlib  # about 0.5 s to import: only with --plot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

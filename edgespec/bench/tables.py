@@ -11,7 +11,7 @@ from rich.console import Console, ConsoleOptions, Group, OverflowMethod, Rendera
 from rich.table import Table
 
 from edgespec.bench.modes import EXACT, UNCHECKED, Row
-from edgespec.engine.figures import histogram_text
+from edgespec.engine.stats_line import histogram_text
 from edgespec.quality.divergence import DIFF, TIE
 from edgespec.quality.noise_floor import NoiseFloor
 

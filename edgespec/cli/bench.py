@@ -87,6 +87,7 @@ def bench(json_path: Path | None, plot_path: Path | None, **options) -> None:
 
     No mode drafts from earlier calls (the history): every generation sees the same state, and none
     could copy another mode's reply to the same prompt. --context gives every mode the same corpus."""
+    # the bench's modules import jsonschema, pydantic and gguf (about 0.2 s): only when it runs
     from edgespec.bench import comparison, report
     from edgespec.bench.modes import strict_failure
 
@@ -106,7 +107,7 @@ def bench(json_path: Path | None, plot_path: Path | None, **options) -> None:
 def _show_and_write(result, json_path: Path | None, plot_path: Path | None) -> None:
     """The tables, then --json and --plot, of the rows the bench finished; a bench that a signal
     stopped ends there, interrupted, as does one whose stdout closed."""
-    from edgespec.bench import report, tables
+    from edgespec.bench import report, tables  # the bench's modules: only when it runs (above)
 
     closed = None
     if result.rows:

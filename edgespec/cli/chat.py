@@ -25,6 +25,7 @@ from edgespec.cli.common import (
     pair_options,
     read_stdin,
 )
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.util.errors import UsageError
 from edgespec.util.text_check import check_text
 
@@ -85,7 +86,7 @@ def chat(system, resume, read_ahead, json_object, json_schema, options: EngineOp
 
     Each reply's state is saved to the prompt cache, so a resumed chat reads only what is new.
     """
-    from edgespec.tui.chat_store import ChatStore
+    from edgespec.tui.chat_store import ChatStore  # the chat app imports Textual: only when it runs
 
     check_text(system, "--system")
     options = replace(options, constraint=json_constraint(json_object, json_schema))  # every reply decodes under it
@@ -111,8 +112,7 @@ def _run_app(
 ) -> None:
     """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every reply),
     run the app until the user quits, then say what could not be saved."""
-    from edgespec.engine.thread import EngineThread
-    from edgespec.tui.app import ChatApp
+    from edgespec.tui.app import ChatApp  # Textual: only when the chat runs
 
     engine_thread = EngineThread()
     try:

@@ -17,20 +17,20 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from edgespec.engine.choices import DraftChoice, KSetting, sampling_problem
+from edgespec.constraints import guidance
+from edgespec.constraints.guidance import ConstraintSpec
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.sampling import sampling_problem
+from edgespec.engine.options import EngineOptions
 from edgespec.util import interrupts
 from edgespec.util.errors import EdgespecError, SettingError, UsageError
 from edgespec.util.stdout import PipeClosed
 from edgespec.util.text_check import context_bytes
 from edgespec.util.user_files import read_user_file
-
-if TYPE_CHECKING:
-    from edgespec.constraints.guidance import ConstraintSpec
-    from edgespec.engine.options import EngineOptions
 
 
 def config_option(f: Callable) -> Callable:
@@ -58,7 +58,7 @@ def cache_option(f: Callable) -> Callable:
 
 def history_options(f: Callable) -> Callable:
     """--no-history (or EDGESPEC_NO_HISTORY=1) and --context PATH: what calls copy from beyond their
-    own text (`engine/draft_sources.py`)."""
+    own text (`engine/copy_sources.py`)."""
     f = click.option(
         "--context",
         "context",
@@ -208,8 +208,6 @@ def opens_engine(**fixed) -> Callable[[Callable], Callable]:
 
 def _engine_options(flags: dict, **fixed) -> EngineOptions:
     """The EngineOptions of a command's parsed flags, taken out of `flags`."""
-    from edgespec.engine.options import EngineOptions  # the engine only once a command runs
-
     given = {name: flags.pop(name) for name in ENGINE_FLAGS if name in flags}
     return EngineOptions(
         **given,
@@ -242,8 +240,6 @@ def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpe
     `guidance.check`): a usage error for a file that cannot be read, text that is not JSON or
     nests too deep, a schema no finite document satisfies, or one the engine cannot enforce or
     build, naming it."""
-    from edgespec.constraints.guidance import ConstraintSpec, check  # llguidance only when asked
-
     if any_object and schema_file is not None:
         raise UsageError("--json and --json-schema exclude each other (a schema says what JSON to write)")
     if schema_file is not None:
@@ -259,7 +255,7 @@ def json_constraint(any_object: bool, schema_file: Path | None) -> ConstraintSpe
     else:
         return None
     try:
-        check(spec)
+        guidance.check(spec)
     except UsageError as e:
         raise UsageError(f"--json-schema: {e}" if schema_file is not None else f"--json: {e}") from None
     return spec

@@ -23,8 +23,9 @@ from pathlib import Path
 import click
 
 from edgespec.cli.common import config_option, error_boundary
-from edgespec.engine.choices import KSetting
-from edgespec.engine.vllm_draft import DraftPlan
+from edgespec.decoding.policy.plan import KSetting
+from edgespec.engine.loading import find_pair
+from edgespec.engine.vllm_draft import DraftPlan, given_plan, measured_plan
 from edgespec.models.registry import HubSource, ModelSpec, PairConfig
 from edgespec.models.store import Store
 
@@ -109,9 +110,6 @@ def export() -> None:
 def vllm(pair: str | None, config: Path | None, k: int | None) -> None:
     """Print the `vllm serve` command (with --speculative-config) that runs PAIR (default: the
     registry's default) on vLLM; clients keep the same OpenAI API and model name."""
-    from edgespec.engine.loading import find_pair
-    from edgespec.engine.vllm_draft import given_plan, measured_plan
-
     chosen = find_pair(pair, config)
     if chosen.drafter == "none":
         plan = None

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from edgespec.cli.common import error_boundary
+from edgespec.engine.history_files import clear_folder, counts, folder_lock, remove_entry
 from edgespec.util.errors import EdgespecError
 from edgespec.util.home_files import Untrusted, warn
 from edgespec.util.paths import display_path, home
@@ -60,8 +61,6 @@ def _entries(root: Path) -> list[tuple[Path, int]]:
 
 
 def _show(root: Path) -> None:
-    from edgespec.engine.history_files import counts
-
     try:
         root_mode = os.lstat(root).st_mode
     except FileNotFoundError:
@@ -90,8 +89,6 @@ def _show(root: Path) -> None:
 
 
 def _clear(root: Path) -> None:
-    from edgespec.engine.history_files import clear_folder, folder_lock, remove_entry
-
     try:
         root_is_folder = stat.S_ISDIR(os.lstat(root).st_mode)
     except FileNotFoundError:

@@ -18,13 +18,15 @@ from rich.table import Table
 
 from edgespec.cli.common import config_option, error_boundary
 from edgespec.cli.tune import tune
-from edgespec.engine.choices import DraftChoice
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.engine.loading import open_engine
 from edgespec.models.config import load_registry
 from edgespec.models.fit import pair_device, pair_fit
 from edgespec.models.machine_layout import PUBLISHED, derived_model, machine_target, wants_machine_layout
 from edgespec.models.registry import Derived, ModelSpec, PairConfig, PypiChunks, Registry
 from edgespec.models.store import Store
 from edgespec.models.vocab import compare_vocabularies, read_vocabulary
+from edgespec.quality.perplexity import RULE
 
 PIPE_WIDTH = 240  # a pipe has no width; wide enough that no cell is folded
 
@@ -100,7 +102,8 @@ def pull(ctx: click.Context, pair: str | None, config: Path | None) -> None:
 def _choose_layout(pair: PairConfig, store: Store, err: Console) -> None:
     """The target's layout for this machine: chosen once (`bench.tuning.choose_for_machine`), its
     build made again where it went missing."""
-    from edgespec.bench.tuning import choose_for_machine  # llama.cpp and the bench: only when pulling
+    # the bench's modules import jsonschema, pydantic and gguf (about 0.2 s): only when pulling
+    from edgespec.bench.tuning import choose_for_machine
 
     published = store.ensure(pair.target, pair.name)
     _, path, choice = machine_target(store, pair, published)
@@ -159,8 +162,6 @@ def _vocabularies_agree(chosen: PairConfig) -> bool:
 
 def _report_noise_floor(chosen: PairConfig) -> None:
     """The target's noise floor per verify size, from the saved measurement or measured now."""
-    from edgespec.engine.loading import open_engine  # loads a runtime: only when asked
-
     engine = open_engine(chosen, DraftChoice.NONE)
     try:
         if engine.saved_noise_floor() is None:
@@ -227,8 +228,6 @@ def _print_table(registry: Registry, store: Store) -> None:
 def _layout_notes(registry: Registry, store: Store) -> list[str]:
     """Which file each pair's target is read from, where that is a layout chosen for this machine
     (or the published file, and why), and the quality rule a layout was held to."""
-    from edgespec.quality.perplexity import RULE
-
     notes = []
     for pair in registry.pairs.values():
         if not wants_machine_layout(pair) or not store.verify(pair.target):
@@ -264,7 +263,7 @@ def _state_text(store: Store, model: ModelSpec) -> str:
 def _weight_types(path: Path) -> str:
     """A GGUF's layout from its header, e.g. "q4_k_m (q4_kx169 q6_kx29)"; what llama.cpp repacks of
     it shows when it loads (`edgespec bench`, `edgespec models tune`)."""
-    from edgespec.models.layouts import LayoutError, read_layout
+    from edgespec.models.layouts import LayoutError, read_layout  # gguf (tens of ms): only for a file
 
     try:
         return read_layout(path).text()

@@ -33,9 +33,9 @@ from edgespec.cli.common import (
     pair_options,
     read_stdin,
 )
+from edgespec.decoding.drafters import FROM_ELSEWHERE
 from edgespec.decoding.events import Source, Step, Summary, Token
-from edgespec.engine.choices import FROM_ELSEWHERE
-from edgespec.engine.figures import stats_line
+from edgespec.engine.stats_line import stats_line
 from edgespec.util.errors import EdgespecError, UsageError
 from edgespec.util.output_files import check_writable, write_or_rescue
 from edgespec.util.stdout import PipeClosed, check_open, text_only

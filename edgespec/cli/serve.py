@@ -25,6 +25,7 @@ from edgespec.cli.common import (
     opens_engine,
     pair_options,
 )
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.engine.infill import DEFAULT_ORDER, ORDERS, Order
 from edgespec.engine.prompt_cache import SERVE_MEMORY_ENTRIES
 from edgespec.util import interrupts
@@ -65,7 +66,7 @@ def uvicorn_server(app, on_stop: Callable[[], None], log_level: str = "info"):
     flight that the server stops (edgespec.server.shutdown_signals); stopping waits at most 2 s for their
     replies to end, then cancels them like a client that left. The access log goes to stderr with
     the rest: stdout is for replies (`run`), and serve writes none."""
-    import uvicorn
+    import uvicorn  # uvicorn and the server (FastAPI): only when it serves
 
     from edgespec.server.shutdown_signals import StoppingServer
 
@@ -183,7 +184,7 @@ def _on_a_network(host: str, checked: CheckedOptions, api_key: str | None, share
 
 def _allowed_host(value: str) -> str:
     """An --allow-host value: a host name or address (a port, or IPv6 brackets, dropped)."""
-    from edgespec.server.reach import host_name
+    from edgespec.server.reach import host_name  # the server imports FastAPI: only for serve's flags
 
     name = host_name(value.strip())
     if not name or text_problem(name) or any(c.isspace() or c in "/@" for c in name):
@@ -210,7 +211,7 @@ def _serve_on(
     """Open the engine on its own thread (`EngineThread`: it loads the engine and runs every
     generation), then serve on `sock` until a signal stops it, answering the hosts and origins
     `allowed` beyond its own (server/reach.py)."""
-    from edgespec.engine.thread import EngineThread
+    # the server imports FastAPI (about 0.2 s): only when it serves
     from edgespec.server.app import create_app
     from edgespec.server.engine_worker import EngineWorker
     from edgespec.server.reach import Reach

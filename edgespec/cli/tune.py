@@ -18,6 +18,7 @@ from rich.table import Table
 
 from edgespec.cli.common import FiniteFloat, NameList, config_option, error_boundary
 from edgespec.models.config import load_registry
+from edgespec.quality.perplexity import RULE
 from edgespec.util.output_files import check_writable, write_or_rescue
 from edgespec.util.paths import display_path
 from edgespec.util.stdout import write_or_defer
@@ -96,7 +97,7 @@ def tune(pair, names, prompts, measure_quality_here, min_agreement, apply_, pick
     as q4_0): every candidate drafts with it, and the draft-only row keeps the original target.
     A draft's layout changes no output, since the target checks every token.
     """
-    from edgespec.bench import tuning
+    from edgespec.bench import tuning  # jsonschema, pydantic and gguf (about 0.2 s): only when it runs
     from edgespec.bench.candidates import check_tunable
     from edgespec.bench.layout_ranking import recommend
 
@@ -137,8 +138,6 @@ def _show_and_write(run, best, min_agreement: float, json_path: Path | None) -> 
 
 
 def _say_recommendation(run, best) -> None:
-    from edgespec.quality.perplexity import RULE
-
     click.echo(f"quality rule: {RULE}")
     if best is None:
         click.echo("recommendation: keep the original (no layout that keeps its quality is clearly faster here)")
@@ -164,7 +163,7 @@ def _gain_text(m, original) -> str:
 
 
 def _table(rows: list) -> Table:
-    from edgespec.bench.layout_ranking import quality_text
+    from edgespec.bench.layout_ranking import quality_text  # gguf: only when it runs
 
     t = Table(title="edgespec models tune")
     for col in (

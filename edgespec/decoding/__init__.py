@@ -15,10 +15,9 @@ One round reads top to bottom in `decoder.py` (`SpeculativeDecoder._round`). The
   the forced text.
 - `drafters.py`: the `Drafter` protocol every draft source implements, and the `Draft` it returns.
 - `model_drafter.py`: the draft model as a drafter.
-- `ngram_drafter.py`: prompt lookup, copies from the text itself.
-- `source_copy.py`: under a constraint, a value's start copied from the prompt's text.
-- `corpus_drafter.py`: copies from other text (earlier replies, history, the repository), over
-  `suffix_index.py`, the suffix index of that text.
-- `threads.py`: the CPU thread count, chosen per pass by measuring.
+- `copying/`: the drafters that copy text, point masses free to ask (its own index): prompt
+  lookup, a value's start copied from the prompt under a constraint, and copies from other text
+  over a suffix index.
+- `thread_count.py`: the CPU thread count, chosen per pass by measuring.
 - `policy/`: the K policy, which drafter and how many tokens each round (its own index).
 """

@@ -47,7 +47,7 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
-from edgespec.decoding.threads import ThreadPolicy
+from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.decoding.tree import first_branch
 
 

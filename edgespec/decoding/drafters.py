@@ -15,12 +15,14 @@ branch, see `tree.py`):
 - `ModelDrafter` (`model_drafter.py`) runs a small model of the same vocabulary, its chain the
   model's first choices, with alternatives beside a token where the policy's `branch` rule says
   they are worth verifying.
-- `NgramDrafter` (prompt lookup, `ngram_drafter.py`) copies what followed earlier occurrences of the
-  text's last few tokens, every one of them merged into a trie whose first branch is the most
-  recent match's copy. It costs nothing to run, and how far the match reaches back (`match_len`)
-  tells the controller how much of the copy is likely to survive.
-- `CorpusDrafter` (`corpus_drafter.py`) copies the same way from text other than the call's own:
-  earlier replies, history, the repository, the reply a regenerate replaces.
+- The copying drafters (`copying/`), each free to ask:
+  - `NgramDrafter` (prompt lookup, `copying/ngram.py`) copies what followed earlier occurrences of
+    the text's last few tokens, every one of them merged into a trie whose first branch is the most
+    recent match's copy. How far the match reaches back (`match_len`) tells the controller how much
+    of the copy is likely to survive. Under a constraint, at a value's start, its `SourceCopy`
+    (`copying/source_copy.py`) proposes the prompt's next word instead.
+  - `CorpusDrafter` (`copying/corpus.py`) copies the same way from text other than the call's own:
+    earlier replies, history, the repository, the reply a regenerate replaces.
 
 Under a constraint (`constraint.py`) every kind drafts chains only: the draft model drafts under
 the constraint's mask, and a copy stops at the first token the constraint forbids (`allowed_chain`).

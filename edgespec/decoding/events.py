@@ -219,7 +219,7 @@ class Summary(Tally, WholeReply):
     target_read_s: float = 0.0
     decode_s: float = 0.0
     constraint_s: float = 0.0  # spent in a constraint's matcher (masks, following drafts), all of it in the reply
-    # copying from other text than the call's own (`corpus_drafter.py`), per source: lookups made and
+    # copying from other text than the call's own (`copying/corpus.py`), per source: lookups made and
     # their seconds (part of draft_s), and the reply's append to the history after it
     lookups: dict[str, int] = field(default_factory=dict)
     lookup_s: dict[str, float] = field(default_factory=dict)

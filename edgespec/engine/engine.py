@@ -26,18 +26,18 @@ from typing import cast
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
 from edgespec.decoding.backend import Backend, Placement, ThreadedBackend
-from edgespec.decoding.corpus_drafter import CorpusDrafter
+from edgespec.decoding.copying.corpus import CorpusDrafter
+from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.copying.source_copy import SourceCopy
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting, Policy
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.source_copy import SourceCopy
-from edgespec.decoding.threads import ThreadPolicy
+from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.calibration import (
     CALIBRATION_VERSION,
     NOISE_FLOOR_VERSION,
@@ -45,8 +45,8 @@ from edgespec.engine.calibration import (
     runtime_key,
     save_noise_floor,
 )
+from edgespec.engine.copy_sources import DraftSources
 from edgespec.engine.curve_keeper import CurveKeeper
-from edgespec.engine.draft_sources import DraftSources
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
 from edgespec.engine.read_ahead import ReadAheadCredit, Reading, read_whole_chunks

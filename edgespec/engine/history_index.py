@@ -1,7 +1,7 @@
 """The reply history's saved suffix index: its file format, and reading one without trusting it.
 
 `index-<generation>-<records>.idx` (in the history's folder, `reply_history.py`) holds the suffix
-index (`decoding/suffix_index.py`) over the first <records> records of that generation's log:
+index (`decoding/copying/suffix_index.py`) over the first <records> records of that generation's log:
 INDEX_MAGIC, then the corpus' length n and CRC-32s of the corpus and of the suffix array
 (`_HEAD`), then the corpus and the suffix array (n int32 each, little endian).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.decoding.suffix_index import SuffixIndex
+from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.engine.history_log import Record
 from edgespec.util.home_files import Untrusted, open_home_file
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.constraints.guidance import ConstraintSpec
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine import loading
-from edgespec.engine.choices import DraftChoice, KSetting
-from edgespec.engine.draft_sources import open_sources
+from edgespec.engine.copy_sources import open_sources
 from edgespec.engine.engine import Engine, GenerateSettings, require_draft_model
 from edgespec.engine.prompt_cache import PromptCache, open_cache
 from edgespec.engine.reply_history import history_budget

@@ -1,5 +1,5 @@
 """The reply history: every prompt and reply of `run`, `chat` and `serve`, kept on disk per
-tokenizer and shared by all processes, and the suffix index over it (`decoding/suffix_index.py`).
+tokenizer and shared by all processes, and the suffix index over it (`decoding/copying/suffix_index.py`).
 
 What a user asks again (a regenerated answer, an agent's retry, the same edit another day) was often
 answered before: the index finds what followed the text's last tokens in every earlier prompt and
@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.decoding.suffix_index import SegmentedIndex, SuffixIndex
+from edgespec.decoding.copying.suffix_index import SegmentedIndex, SuffixIndex
 from edgespec.engine.history_files import clear_folder, folder_bytes, folder_lock, remove_stale_partials
 from edgespec.engine.history_index import OLD_FORMATS, SUFFIX, index_name, load_index, save_index
 from edgespec.engine.history_log import (

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.decoding.suffix_index import SuffixIndex
+from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.util.atomic_file import write_atomic
 from edgespec.util.errors import EdgespecError, UsageError
 from edgespec.util.home_files import Untrusted, check_ids, check_no_links, discard, read_home_file, warn

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.drafters import DraftChoice, DrafterKind
-from edgespec.decoding.ngram_drafter import NgramDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.engine.loading import open_engine
 from edgespec.models.registry import PairConfig

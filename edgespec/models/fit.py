@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from edgespec.backends.hf_loading import resolve_placement
+from edgespec.backends.llamacpp_runtime import gpu_layers, gpu_memory, gpu_offload
+from edgespec.decoding.backend import BackendError
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store
 from edgespec.util.hardware import ram_bytes
@@ -34,8 +37,6 @@ def pair_device(pair: PairConfig) -> Device:
 
 
 def _llamacpp_device(pair: PairConfig) -> Device:
-    from edgespec.backends.llamacpp_runtime import gpu_layers, gpu_memory, gpu_offload
-
     if not gpu_offload():
         return Device("cpu", "llama.cpp: no GPU offload", ram_bytes(), "RAM")
     layers = gpu_layers(pair.n_gpu_layers)
@@ -51,9 +52,6 @@ def _torch_device(pair: PairConfig) -> Device:
         import torch  # the optional hf extra
     except ImportError:
         return Device("-", "needs the hf extra", 0, "")
-    from edgespec.backends.hf_loading import resolve_placement
-    from edgespec.decoding.backend import BackendError
-
     try:
         _, on_cuda = resolve_placement(pair.device_map)
     except BackendError:

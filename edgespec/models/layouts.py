@@ -24,6 +24,8 @@ from pathlib import Path
 
 import gguf
 
+from edgespec.backends.llamacpp_runtime import run_quantizer
+from edgespec.decoding.backend import BackendError
 from edgespec.util.atomic_file import partial_path
 from edgespec.util.errors import EdgespecError
 from edgespec.util.paths import private_folder
@@ -175,10 +177,7 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
     minute for a 1.5B model on two cores). A mix names every tensor's type explicitly, so tensors
     that keep their type are copied unchanged (llama.cpp skips requantizing a tensor to its own
     type) whatever rules this llama.cpp version would apply to the file type."""
-    import llama_cpp as lc
-
-    from edgespec.backends.llamacpp_runtime import run_quantizer
-    from edgespec.decoding.backend import BackendError
+    import llama_cpp as lc  # loads llama.cpp's libraries (about 0.1 s): only when a layout is built
 
     params = lc.llama_model_quantize_default_params()
     params.allow_requantize = True

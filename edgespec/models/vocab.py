@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgespec.backends.hf_loading import read_hf_vocabulary
 from edgespec.decoding.backend import Backend, BackendError, Vocabulary
 from edgespec.util.errors import EdgespecError
 
@@ -59,12 +60,11 @@ def read_vocabulary(model: ModelSpec, path: Path) -> Vocabulary:
     if model.format == "gguf":
         return read_gguf_vocabulary(path)
     try:
-        from edgespec.backends.hf_loading import read_hf_vocabulary
-    except ImportError as e:
+        return read_hf_vocabulary(path)
+    except ImportError as e:  # transformers, the optional hf extra, is imported there
         raise EdgespecError(
             f"cannot read the vocabulary of transformers model {model.name}: the hf backend is unavailable ({e})"
         ) from None
-    return read_hf_vocabulary(path)
 
 
 def read_gguf_vocabulary(path: Path) -> Vocabulary:

@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.events import Summary
-from edgespec.engine.choices import ConstraintDeadEnd
 from edgespec.engine.curve_keeper import CalibrationStopped
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.thread import EngineThread
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.server.openai_errors import (
     APIError,
     constraint_dead_end,

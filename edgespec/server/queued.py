@@ -12,7 +12,7 @@ from fastapi import Request
 
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
-from edgespec.engine.choices import sampling_from_flags
+from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.read_ahead import Reading
 from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job, Started

@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from edgespec.constraints.response_format import ResponseFormat
-from edgespec.engine.choices import sampling_problem
+from edgespec.decoding.sampling import sampling_problem
 from edgespec.server.schema_base import Strict as _Strict
 from edgespec.server.schema_base import Text
 from edgespec.server.schema_base import valid_unicode as _valid_unicode

@@ -17,6 +17,8 @@ draft model serves every acceptance rate.
 a Llama out (its q/k rows reordered for llama.cpp's rope), with the byte-level vocabulary of
 `tiny_gguf` padded to the model's size. Rope scaling (Llama-3.1's "llama3" frequencies) is left
 out of the GGUF: it changes values, not cost.
+
+torch and transformers (the hf extra) are imported where used, so the module imports without them.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Static, TextArea
 
 from edgespec.engine.engine import Engine, GenerateSettings
-from edgespec.engine.thread import EngineThread
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.tui.actions import ChatActions
 from edgespec.tui.chat_store import ChatStore, Conversation
 from edgespec.tui.generation import Generation, fit_context

@@ -22,7 +22,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from edgespec.engine.figures import replaced_note
+from edgespec.engine.stats_line import replaced_note
 from edgespec.tui.stats import ReplyFigures
 from edgespec.tui.transcript import STYLES
 

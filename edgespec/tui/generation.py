@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from edgespec.decoding.drafters import FROM_ELSEWHERE
 from edgespec.decoding.events import Step, Summary, Token
-from edgespec.engine.choices import FROM_ELSEWHERE
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.tui.chat_store import Conversation
 from edgespec.tui.stats import ReplyStats

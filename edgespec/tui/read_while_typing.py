@@ -47,8 +47,8 @@ from concurrent.futures import Future
 from textual.timer import Timer
 
 from edgespec.engine.engine import Engine
+from edgespec.engine.engine_thread import EngineThread
 from edgespec.engine.read_ahead import Reading
-from edgespec.engine.thread import EngineThread
 from edgespec.tui.generation import fit_context
 from edgespec.util.errors import EdgespecError
 

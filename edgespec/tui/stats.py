@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from edgespec.decoding.events import Step, Summary, Tally, Token
-from edgespec.engine.figures import figure_parts, replaced_note
+from edgespec.engine.stats_line import figure_parts, replaced_note
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 12

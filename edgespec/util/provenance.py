@@ -103,7 +103,7 @@ def _backends() -> dict:
             pass
     if "llama-cpp-python" in found:
         try:
-            import llama_cpp
+            import llama_cpp  # loads llama.cpp's libraries: only when a result file is written
 
             found["llama.cpp build"] = llama_cpp.llama_print_system_info().decode().strip(" |")
         except Exception:  # a broken install is recorded as such, not raised: the figures are already measured

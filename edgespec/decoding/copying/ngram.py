@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from edgespec.decoding.constraint import Constraint
+from edgespec.decoding.copying.source_copy import SourceCopy
 from edgespec.decoding.drafters import BranchRule, Draft, DrafterKind, StopRule, allowed_chain
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.source_copy import SourceCopy
 from edgespec.decoding.tree import ROOT
 
 

@@ -1,4 +1,4 @@
-"""The figures of a generation, worded once for every front end.
+"""The stats line: the figures of a generation, worded once for every front end.
 
 `run --stats`, the chat app's stats bar and the line under each finished reply all show the same
 few numbers, named as llama.cpp's tools name them (tokens/s, TTFT, acceptance, tokens per target

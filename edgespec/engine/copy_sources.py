@@ -1,6 +1,6 @@
 """The text a call may copy from beyond its own: earlier calls (history, retries) and the repository.
 
-Each source is its own drafter kind (`decoding/corpus_drafter.py`), made per call:
+Each source is its own drafter kind (`decoding/copying/corpus.py`), made per call:
 - **retry**: the replies of earlier calls whose prompt this one equals or extends (a regeneration,
   an agent's retry after its edit failed to apply), each with the end of its prompt before it, so
   the reply's first tokens find the earlier reply's start;
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgespec.decoding.backend import Backend
-from edgespec.decoding.corpus_drafter import Corpus, CorpusDrafter
+from edgespec.decoding.copying.corpus import Corpus, CorpusDrafter
+from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.decoding.drafters import DrafterKind
-from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.engine.reply_history import ReplyHistory, history_folder
 from edgespec.engine.repository import RepositoryCorpus, context_files, work_tree_files
 

@@ -1,6 +1,6 @@
 """Copies from text other than the call's own: earlier replies, history, the repository (`Drafter`).
 
-Prompt lookup (`ngram_drafter.py`) copies from the prompt and the reply so far. A coding user's
+Prompt lookup (`ngram.py`) copies from the prompt and the reply so far. A coding user's
 calls repeat far more than that: the same files are asked about again, a reply is regenerated, an
 agent retries after an edit failed to apply and writes nearly the same text, the same edit is made
 to file after file. Each such corpus is indexed once (`suffix_index.py`) and drafted from here, as

@@ -1,7 +1,7 @@
 """Suffix lookup over everything said before: where the text's last tokens occurred in earlier
 prompts and replies, and what followed them (SuffixDecoding, Oliaro et al. 2024, arXiv 2411.04975).
 
-The n-gram drafter (`ngram_drafter.py`) copies from the current generation's own text. This index
+The n-gram drafter (`ngram.py`) copies from the current generation's own text. This index
 asks the same question of a corpus of millions of tokens (every prompt and reply kept on disk,
 `engine/reply_history.py`), where a regenerated answer, an agent's retry or a request the user
 makes every day finds what was written the last times.

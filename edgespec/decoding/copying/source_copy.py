@@ -2,7 +2,7 @@
 
 An extraction (a log line into fields, an email into a meeting, a request into a tool's arguments)
 writes values that copy the prompt, mostly in the prompt's own order, each after a key the
-constraint forces. Token lookup (`ngram_drafter.py`) cannot draft a value's first tokens: what
+constraint forces. Token lookup (`ngram.py`) cannot draft a value's first tokens: what
 precedes them is the reply's syntax (`": "`), which the prompt does not hold, and the prompt spells
 the value after a space (` payments`) where the reply spells it after a quote (`payments`). So at a
 value's start this drafter reads text: it finds the reply's values so far in the prompt, in order

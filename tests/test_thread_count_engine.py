@@ -15,9 +15,9 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.backend import Placement
 from edgespec.decoding.events import Step, Summary
 from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.threads import ThreadPolicy
+from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.engine import Engine, GenerateSettings, thread_policy
-from edgespec.engine.figures import stats_line
+from edgespec.engine.stats_line import stats_line
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.util.hardware import OtherLoad, physical_cores
 from tests.fakes import MarkovBackend
