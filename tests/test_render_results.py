@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("render", ROOT / "benchmarks" / "render.py")
 render = sys.modules["render"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render)
+import render_sources as sources  # noqa: E402  (beside render.py, which put its folder on the path)
+import render_speed as speed  # noqa: E402
 
 
 @pytest.mark.parametrize("page", render.PAGES)
@@ -62,7 +64,7 @@ def test_another_machine_s_run_is_a_row_of_its_own(tmp_path):
     auto["total_speedup_vs_ar"] = 3.25
     (other / "bench_structured.json").write_text(json.dumps(doc))
     rows = render.structured(folder)
-    other_host = f"Other CPU 9000, {render.host(doc).partition(', ')[2]}"  # the instruction set of the copied run
+    other_host = f"Other CPU 9000, {sources.host(doc).partition(', ')[2]}"  # the instruction set of the copied run
     mine = [row for row in rows if f"| {other_host} |" in row]
     assert len(mine) == 1 and mine[0].startswith(f"| {auto['suite']} ({auto['prompts']}") and "**3.25x**" in mine[0]
     assert any(line.startswith(f"{auto['suite']} on {other_host}: `ar` decoded") for line in rows)
@@ -80,7 +82,7 @@ def test_the_source_line_names_the_command_commit_and_machine():
             "date": "2027-01-02 03:04:05 +0000",
         }
     }
-    assert render.source(doc, "x.json") == (
+    assert sources.source(doc, "x.json") == (
         "<sub>`benchmarks/results/x.json`: `edgespec bench --json x.json` at "
         "0123456, 16 CPUs (AMD EPYC 9654, ISA not recorded), llama-cpp-python 0.3.36, 2027-01-02</sub>"
     )
@@ -107,8 +109,8 @@ XEON = {"cpus": 2, "cpu_model": "Intel(R) Xeon(R) Processor"}
 )
 def test_a_host_is_named_with_its_instruction_set_or_says_it_was_not_recorded(machine, named):
     doc = {"meta": {"command": "x", "commit": "0123456789", "dirty": False, "machine": machine}}
-    assert render.host(doc) == f"Intel Xeon, {named}"
-    assert f"2 CPUs (Intel Xeon, {named})" in render.source(doc, "x.json")
+    assert sources.host(doc) == f"Intel Xeon, {named}"
+    assert f"2 CPUs (Intel Xeon, {named})" in sources.source(doc, "x.json")
 
 
 def test_the_source_line_says_when_the_llama_cpp_build_leaves_the_host_s_amx_out():
@@ -117,17 +119,17 @@ def test_the_source_line_says_when_the_llama_cpp_build_leaves_the_host_s_amx_out
     doc = {
         "meta": {"machine": XEON | {"isa": isa}, "backends": {"llama-cpp-python": "0.3.36", "llama.cpp build": build}}
     }
-    assert "(Intel Xeon, AVX-512 + AMX), llama-cpp-python 0.3.36 (built without AMX)</sub>" in render.source(
+    assert "(Intel Xeon, AVX-512 + AMX), llama-cpp-python 0.3.36 (built without AMX)</sub>" in sources.source(
         doc, "x.json"
     )
     doc["meta"]["backends"]["llama.cpp build"] = build + " | AMX_INT8 = 1"
-    assert "(built without AMX)" not in render.source(doc, "x.json")
+    assert "(built without AMX)" not in sources.source(doc, "x.json")
 
 
 def test_every_committed_result_names_its_host_s_instruction_set():
     """No committed run is rendered without an instruction set: each recorded it or its vector flags."""
     docs = [json.loads(path.read_text()) for path in render.RESULTS.rglob("*.json")]
-    assert [render.host(doc) for doc in docs if render.host(doc).endswith("ISA not recorded")] == []
+    assert [sources.host(doc) for doc in docs if sources.host(doc).endswith("ISA not recorded")] == []
 
 
 def test_the_verify_curve_line_names_the_machine_s_pass_costs():
@@ -135,11 +137,11 @@ def test_the_verify_curve_line_names_the_machine_s_pass_costs():
         "meta": {"verify_ms": {"pair": {str(n): 20.0 + 10 * n for n in range(1, 18)}}},
         "summary": [{"suite": "s", "mode": "ar", "decode_tokens_per_s": 31.25}, {"suite": "s", "mode": "auto"}],
     }
-    assert render.verify_curve(doc) == (
+    assert speed.verify_curve(doc) == (
         "s: `ar` decoded 31.2 tok/s; a target pass cost, in ms by tokens verified, "
         "1: 30 · 2: 40 · 3: 50 · 4: 60 · 6: 80 · 8: 100 · 12: 140 · 16: 180.<br>"
     )
-    assert render.verify_curve({"meta": {}, "summary": doc["summary"]}) is None  # a run that did not record it
+    assert speed.verify_curve({"meta": {}, "summary": doc["summary"]}) is None  # a run that did not record it
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,96 @@
+"""The result files behind the pages (benchmarks/render.py): reading them, refusing those whose
+provenance is missing or names a tree with uncommitted changes, and the host and source line that
+every rendered block ends with, so that each figure on a page names the run that made it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from edgespec.util.provenance import instruction_set, isa_label
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def load(folder: Path, name: str) -> dict:
+    return json.loads((folder / name).read_text())
+
+
+def unfit(doc: dict) -> str | None:
+    """Why a result file's figures may not go on a page, or None: its provenance (under "meta", or at
+    the top level of the older files) is missing, or says the tree had uncommitted changes."""
+    meta = doc.get("meta", doc)
+    if not isinstance(meta, dict) or not meta.get("command") or not meta.get("commit"):
+        return "no provenance: the command and commit that made it are not recorded"
+    if "dirty" not in meta:
+        return "no provenance: whether the tree had uncommitted changes is not recorded"
+    if meta["dirty"]:
+        return "made with uncommitted changes"
+    return None
+
+
+def refused(folder: Path) -> list[str]:
+    """One line for each result file under `folder` that may not be rendered, naming it and why."""
+    lines = []
+    for path in sorted(folder.rglob("*.json")):
+        if why := unfit(json.loads(path.read_text())):
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            lines.append(f"{shown}: {why}")
+    return lines
+
+
+def on_every_machine(folder: Path, name: str) -> list[str]:
+    """`name` and its namesakes in the other machines' sub-folders, as paths under `folder`: the
+    machine of record first."""
+    others = sorted(p.relative_to(folder).as_posix() for p in folder.glob(f"*/{name}"))
+    return [name, *others]
+
+
+def _machine_of(doc: dict) -> dict:
+    """A run's machine record: under "meta" (or at the top level of the older files), as provenance
+    records it, or in the oldest files the meta itself."""
+    meta = doc.get("meta", doc)
+    return meta["machine"] if isinstance(meta.get("machine"), dict) else meta
+
+
+def host(doc: dict) -> str:
+    """The host a run was made on, as a table names it: its CPU model without trademark signs or the
+    word "Processor", and its instruction set ("Intel Xeon, AVX-512 + AMX", "AMD EPYC, AVX2"); hosts
+    of one model differ 2x by it. A run made before provenance summed up the instruction set still
+    listed the CPU's vector flags, and the label is read from them; one that listed none says so."""
+    machine = _machine_of(doc)
+    model = re.sub(r"\s*(\((R|TM)\)|\bProcessor\b)", "", machine.get("cpu_model") or "?").strip()
+    isa = _isa(machine)
+    return f"{model}, {isa_label(isa) if isa else 'ISA not recorded'}"
+
+
+def _isa(machine: dict) -> dict | None:
+    """The instruction set a machine record names, or reads from its vector flags; None: neither."""
+    if isinstance(machine.get("isa"), dict):
+        return machine["isa"]
+    if isinstance(machine.get("cpu_flags"), list):
+        return instruction_set(machine["cpu_flags"])
+    return None
+
+
+def source(doc: dict, name: str, where_kept: str = "benchmarks/results") -> str:
+    """One line saying what made a file's figures: the command, commit, host and date; and where the
+    host has AMX but the recorded llama.cpp build lists no AMX kernels, that the build leaves it out."""
+    meta = doc.get("meta", doc)
+    commit = (meta.get("commit") or "")[:7] or meta.get("version", "?")
+    machine = _machine_of(doc)
+    cpus = machine.get("cpus", machine.get("cpu_count"))
+    where = f"{cpus} CPUs ({host(doc)})"
+    backends = meta.get("backends") or {}
+    if backends.get("llama-cpp-python"):
+        where += f", llama-cpp-python {backends['llama-cpp-python']}"
+        build = backends.get("llama.cpp build") or ""
+        if (_isa(machine) or {}).get("amx") and "CPU :" in build and "AMX" not in build:
+            where += " (built without AMX)"
+    command = meta.get("command", "?")
+    command = shlex.join(command) if isinstance(command, list) else command
+    date = f", {meta['date'][:10]}" if meta.get("date") else ""
+    return f"<sub>`{where_kept}/{name}`: `{command}` at {commit}, {where}{date}</sub>"
