@@ -1,5 +1,5 @@
-"""Every table of measured results in README.md and docs/benchmarks.md, and the bench plot, rendered
-from the JSON files under benchmarks/results/.
+"""Every table and figure of measured results in README.md, docs/benchmarks.md and docs/design.md,
+and the bench plot, rendered from the JSON files under benchmarks/results/ (and edgespec/data/).
 
 Results are data: a page never holds a figure typed by hand. Each table sits between two marker
 comments, `<!-- results:NAME -->` and `<!-- /results:NAME -->`, and this script replaces what is
@@ -13,7 +13,10 @@ cannot drift from the run behind it.
 A page shows only runs of a committed tree: a figure from uncommitted code is a figure of code no
 one can check out again. The script refuses to render while any result file says its tree had
 uncommitted changes (`"dirty": true`), or does not say what made it (the command, the commit and
-whether the tree was clean, as edgespec.util.provenance records them), one line per file.
+whether the tree was clean, as edgespec.util.provenance records them), one line per file. The
+measured tables edgespec ships under edgespec/data/ and a page renders (the layouts' quality) are
+held to the same rule (render_sources.data_unfit). A figure that prose states outside a block
+names the result file and field it comes from (tests/test_render_results.py checks the pages).
 
     make results        # = .venv/bin/python benchmarks/render.py
 """
@@ -29,19 +32,21 @@ sys.path.insert(0, str(Path(__file__).parent))  # the render_* modules beside th
 from render_copying import sessions, static_corpus, suffix_index_costs  # noqa: E402
 from render_editors import editor_replay, fim_order, health_latency, llama_vim  # noqa: E402
 from render_prompts import chat_read_ahead, prompt_cache, prompt_cache_cost, read_chunk  # noqa: E402
-from render_quality import layout_quality  # noqa: E402
-from render_sources import RESULTS, ROOT, load, refused  # noqa: E402
+from render_quality import QUALITY_TABLE, layout_quality  # noqa: E402
+from render_sources import RESULTS, ROOT, load, refused, refused_data  # noqa: E402
 from render_speed import (  # noqa: E402
     BENCH_FILES,
     bench,
     busy_machine,
+    busy_threads,
     draft_window,
     drafting_ceiling,
     peer,
     structured,
+    verify_steps,
 )
 
-PAGES = ("README.md", "docs/benchmarks.md")
+PAGES = ("README.md", "docs/benchmarks.md", "docs/design.md")
 PLOT = "assets/bench_cpu.png"  # the whole-reply speedups of the dev set and held-out edits
 
 _BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
@@ -60,6 +65,8 @@ BLOCKS = {
     "layout-quality": layout_quality,
     "peer": peer,
     "busy-machine": busy_machine,
+    "busy-threads": busy_threads,
+    "verify-steps": verify_steps,
     "suffix-index-costs": suffix_index_costs,
     "sessions": sessions,
     "static-corpus": static_corpus,
@@ -90,8 +97,10 @@ def plot(folder: Path, path: Path) -> None:
     bench_plot(path, rows, [s for doc in docs for s in doc["summary"]])
 
 
-def main(folder: Path = RESULTS) -> int:
-    if refusals := refused(folder):
+def main(folder: Path = RESULTS, data: tuple[Path, ...] = (QUALITY_TABLE,)) -> int:
+    """Render every page and the plot from `folder`, after refusing, one line each, any result file
+    and any of the package's `data` files (those the pages render) of an uncommitted tree."""
+    if refusals := refused(folder) + refused_data(list(data)):
         for line in refusals:
             print(f"render.py: refused {line}; run it again on a committed tree", file=sys.stderr)
         return 1

@@ -13,12 +13,14 @@ QUALITY_TABLE = ROOT / "edgespec" / "data" / "layout_quality.json"  # shipped wi
 
 def layout_quality(folder: Path) -> list[str]:
     """The quality table edgespec ships for the built-in target's layouts (benchmarks/layout_quality.py):
-    each against the published file on held-out text, best first. It is the package's data, not a
-    machine's result, so it is read from the package whatever `folder` is."""
+    each against the published file on held-out text, best first, with what its interval says: worse
+    where it lies wholly above 1, better wholly below, else not told apart. It is the package's data,
+    not a machine's result, so it is read from the package whatever `folder` is."""
     doc = json.loads(QUALITY_TABLE.read_text())
     lines = [
-        "| layout | weights | perplexity ratio (95% interval) | KL mean / p99 | top-1 vs published | qualifies |",
-        "|---|---|---|---|---|---|",
+        "| layout | weights | perplexity ratio (95% interval) | against the published file | KL mean / p99 "
+        "| top-1 vs published | qualifies |",
+        "|---|---|---|---|---|---|---|",
     ]
     notes = []
     for entry in doc["files"].values():
@@ -26,6 +28,7 @@ def layout_quality(folder: Path) -> list[str]:
         for name, q in rows:
             lines.append(
                 f"| {name} | {q['what']} | {q['ratio']:.3f} ({q['ratio_low']:.3f}-{q['ratio_high']:.3f}) | "
+                f"{interval_says(q['ratio_low'], q['ratio_high'])} | "
                 f"{q['mean_kl']:.3f} / {q['p99_kl']:.3f} | {q['agreement']:.1%} | "
                 f"{'**yes**' if q['qualifies'] else 'no'} |"
             )
@@ -36,3 +39,12 @@ def layout_quality(folder: Path) -> list[str]:
         )
         notes += [source({"meta": run}, QUALITY_TABLE.name, "edgespec/data") + "<br>" for run in entry["meta"]]
     return lines + ["", f"The rule: {doc['rule']}.<br>", *notes]
+
+
+def interval_says(low: float, high: float) -> str:
+    """What a perplexity ratio's 95% interval says of a layout against the published file."""
+    if low > 1:
+        return f"worse, by {low - 1:.2%} to {high - 1:.2%}"
+    if high < 1:
+        return f"better, by {1 - high:.2%} to {1 - low:.2%}"
+    return "not told apart"

@@ -13,6 +13,7 @@ from edgespec.util.provenance import instruction_set, isa_label
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+DATA = ROOT / "edgespec" / "data"  # measured tables edgespec ships: held to the same rule as results
 
 
 def load(folder: Path, name: str) -> dict:
@@ -42,6 +43,37 @@ def refused(folder: Path) -> list[str]:
     return lines
 
 
+def data_unfit(doc: dict, results: Path = RESULTS) -> str | None:
+    """Why a data file edgespec ships may not be trusted as measured, or None; the rule of `unfit`,
+    for the two ways a data file records where it came from. A table of runs (one entry per source
+    file, each with the `meta` of every run that made it, as benchmarks/layout_quality.py writes
+    them): every run. A file derived from a result file (its `source` and that run's `commit`): the
+    committed run of `source`, and it must be the one named, not an earlier one. A file that records
+    neither is not measured data (a prompt set, a text)."""
+    if isinstance(doc.get("files"), dict):
+        runs = [run for entry in doc["files"].values() for run in entry.get("meta", [None])]
+        return next((f"a run: {why}" for run in runs if (why := unfit({"meta": run}))), None)
+    if "source" not in doc:
+        return unfit(doc) if "commit" in doc or "command" in doc else None
+    source = results / Path(doc["source"]).relative_to("benchmarks/results")
+    if not source.exists():
+        return f"derived from {doc['source']}, which is not a committed result file"
+    if why := unfit(made := json.loads(source.read_text())):
+        return f"derived from {doc['source']}, {why}"
+    if made.get("meta", made).get("commit") != doc.get("commit"):
+        return f"derived from a run of {doc['source']} at {str(doc.get('commit'))[:7]}, not the committed one"
+    return None
+
+
+def refused_data(paths: list[Path]) -> list[str]:
+    """One line for each data file of `paths` whose provenance `data_unfit` refuses, naming it and why."""
+    return [
+        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {why}"
+        for path in paths
+        if (why := data_unfit(json.loads(path.read_text())))
+    ]
+
+
 def on_every_machine(folder: Path, name: str) -> list[str]:
     """`name` and its namesakes in the other machines' sub-folders, as paths under `folder`: the
     machine of record first."""
@@ -59,7 +91,7 @@ def _machine_of(doc: dict) -> dict:
 def host(doc: dict) -> str:
     """The host a run was made on, as a table names it: its CPU model without trademark signs or the
     word "Processor", and its instruction set ("Intel Xeon, AVX-512 + AMX", "AMD EPYC, AVX2"); hosts
-    of one model differ 2x by it. A run made before provenance summed up the instruction set still
+    of one model differ widely by it. A run made before provenance summed up the instruction set still
     listed the CPU's vector flags, and the label is read from them; one that listed none says so."""
     machine = _machine_of(doc)
     model = re.sub(r"\s*(\((R|TM)\)|\bProcessor\b)", "", machine.get("cpu_model") or "?").strip()

@@ -77,6 +77,55 @@ def verify_curve(doc: dict, by_machine: bool = False) -> str | None:
     )
 
 
+def verify_steps(folder: Path) -> list[str]:
+    """What verifying 8 and 16 tokens cost in plain steps (a pass's time over a one-token pass's),
+    per host, over every run under `folder` that recorded a verify curve: how much a copy taken
+    whole can gain on each machine measured. A sentence, for the prose that argues from it."""
+    steps: dict[str, list[tuple[float, float]]] = {}
+    names = []
+    for path in sorted(folder.rglob("*.json")):
+        doc = load(folder, path.relative_to(folder).as_posix())
+        for curve in (doc.get("meta", {}).get("verify_ms") or {}).values():
+            if not {"1", "8", "16"} <= curve.keys():
+                continue
+            steps.setdefault(host(doc), []).append((curve["8"] / curve["1"], curve["16"] / curve["1"]))
+            names.append(f"`{path.relative_to(folder).as_posix()}`")
+    lines = []
+    for where, found in steps.items():
+        eight, sixteen = sorted(s for s, _ in found), sorted(s for _, s in found)
+        lines.append(
+            f"{where} ({len(found)} runs): verifying 8 tokens cost {_span(eight)} plain steps (one-token passes), "
+            f"16 tokens {_span(sixteen)}; a 16-token copy taken whole goes "
+            f"{_span([16 / s for s in reversed(sixteen)])}x as fast as plain decoding.<br>"
+        )
+    return lines + [f"<sub>`meta.verify_ms` of {', '.join(names)} in `benchmarks/results`</sub>"]
+
+
+def _span(values: list[float]) -> str:
+    """A sorted list's range at one decimal, or its one value."""
+    low, high = f"{values[0]:.1f}", f"{values[-1]:.1f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def busy_threads(folder: Path) -> list[str]:
+    """Plain decoding with a core kept busy, fixed threads against the count measured per pass and
+    llama.cpp alone (benchmarks/busy_machine.py): a sentence, for the prose that argues from it."""
+    name = "busy_machine.json"
+    doc = load(folder, name)
+    s, meta = doc["summary"], doc["meta"]
+    setups = (s["ar-fixed"], s["ar-adaptive"], s["llama.cpp"])
+    busy = meta["busy_cores"]
+    return [
+        f"On {host(doc)} ({meta['machine']['cpus']} CPUs) with {busy} core{'s' * (busy > 1)} kept busy, plain "
+        f"decoding took {setups[0]['busy_ms_per_token']:.0f} ms a token on fixed threads (one per physical core), "
+        f"{setups[1]['busy_ms_per_token']:.0f} with the count measured per pass, and llama.cpp alone "
+        f"{setups[2]['busy_ms_per_token']:.0f}; on the quiet machine "
+        + ", ".join(f"{e['quiet_ms_per_token']:.0f}" for e in setups)
+        + " ms.<br>",
+        source(doc, name),
+    ]
+
+
 def structured(folder: Path) -> list[str]:
     """The structured suite and its held-out prompts, each mode under the prompt's response_format,
     on every machine that ran them."""
