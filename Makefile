@@ -67,8 +67,9 @@ check-tests: $(VENV)/.installed-test
 bench: pull
 	$(EDGESPEC) bench --limit 4 --json bench.json --plot bench.png
 
-# The tables of README.md and docs/benchmarks.md, and assets/bench_cpu.png, rendered from the JSON
-# under benchmarks/results/ (tests/test_render_results.py checks that the pages match it).
+# The tables and figures of README.md, docs/benchmarks.md and docs/design.md, and assets/bench_cpu.png,
+# rendered from the JSON under benchmarks/results/ and the shipped quality table
+# (tests/test_render_results.py checks that the pages match them).
 results: $(VENV)/.installed
 	$(BIN)/python benchmarks/render.py
 

@@ -1,7 +1,7 @@
 """Tuning a pair's weight layouts on this machine: `edgespec models tune`, and the layout
 `models pull` chooses. Each builds candidate layouts of the pair's GGUF target (`candidates`),
 measures each here against the original, and ranks them by the call they predict
-(`layout_ranking`), among those that keep the published file's quality.
+(`layout_ranking`), among those within the quality rule (`quality.perplexity.RULE`).
 
 - `tune` (models tune) measures the layouts asked for, or those the shipped quality table qualifies,
   or for a file it does not know all of them (its quality measured here with `quality_here`); with

@@ -108,7 +108,7 @@ def _choose_layout(pair: PairConfig, store: Store, err: Console) -> None:
     published = store.ensure(pair.target, pair.name)
     _, path, choice = machine_target(store, pair, published)
     if choice is None:
-        err.print("target layout: timing the layouts that keep the published file's quality on this machine (once)")
+        err.print("target layout: timing the layouts within the quality rule on this machine (once)")
         choice = choose_for_machine(pair, store, lambda line: err.print(f"  {line}", highlight=False))
     elif choice.layout != PUBLISHED and path == published:
         sha = pair.target.sha256 or store.sha256(published)

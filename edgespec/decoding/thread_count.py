@@ -2,8 +2,9 @@
 measuring.
 
 llama.cpp's threads wait for each other at every step of a pass, so on a machine where another
-program keeps a core busy, one descheduled thread stalls them all: on a 2-core CPU with one core
-busy, plain decoding on 2 threads ran at 191 ms a token against 113 on 1 (70 and 117 when quiet).
+program keeps a core busy, one descheduled thread stalls them all (benchmarks/busy_machine.py
+measures it: benchmarks/results/busy_machine.json, `summary`, fixed threads against this policy's
+count, rendered in docs/design.md under "Threads").
 Which count is fastest depends on the load, and the load comes and goes, so nothing here assumes
 it; the policy measures:
 
@@ -53,7 +54,8 @@ class ThreadPolicy:
     BASE, MAX = 32, 512  # passes between probes: after a probe that won, and at most
     MARGIN = 0.05  # a probed count must be this much faster to replace the current one
     # the current count's timings rising this much above their low since settling: probe now. A core
-    # taken by another program makes a 2-thread pass 2-3x slower; a virtual machine's own noise
+    # taken by another program makes a 2-thread pass several times slower (busy_machine.json under
+    # benchmarks/results/, `summary`: "ar-fixed" busy against quiet); a virtual machine's own noise
     # moves passes by a third, and probing on that cost quiet replies several percent.
     RISE = 0.6
     BUSY = 0.75  # a core counts as taken when other programs keep it this busy on average

@@ -6,9 +6,10 @@ in neither the development set nor the calibration text: data/quality_heldout.tx
 position by position beside the published file's. KL divergence and top-1 agreement with the
 published file are reported too: they say how far a layout moved from it, not in which direction.
 
-The rule. A candidate is no worse than the published quant when, with 95% confidence, its
-perplexity on the held-out text is at most TOLERANCE above the published file's: the upper end of
-the interval of the perplexity ratio (candidate / published) is at most 1 + TOLERANCE. The interval
+The rule. A candidate qualifies when, with 95% confidence, its perplexity on the held-out text is
+at most TOLERANCE above the published file's: the upper end of the interval of the perplexity ratio
+(candidate / published) is at most 1 + TOLERANCE. A candidate that qualifies may still be measurably
+worse than the published file (its whole interval above 1), by less than TOLERANCE. The interval
 is a paired bootstrap over blocks of BLOCK consecutive positions (neighbouring positions' losses
 are correlated, so resampling single positions would understate the noise), so the measurement's
 own noise decides: a text too short to tell fails the rule rather than passing it.
@@ -35,8 +36,8 @@ TOLERANCE = 0.01  # perplexity may be at most 1% above the published file's, at 
 BLOCK = 64  # positions per bootstrap block
 RESAMPLES = 2000
 RULE = (
-    f"no worse than the published file: the upper end of the 95% interval of the perplexity ratio "
-    f"on held-out text is at most {1 + TOLERANCE:g}"
+    f"within {TOLERANCE:.0%} of the published file's perplexity: the upper end of the 95% interval of "
+    f"the perplexity ratio on held-out text is at most {1 + TOLERANCE:g}"
 )
 
 

@@ -81,7 +81,7 @@ _WIDEST = (
 def instruction_set(flags: list[str]) -> dict:
     """What the CPU's flags (as /proc/cpuinfo spells them, e.g. `avx512_vnni`, `amx_tile`) say about
     the kernels llama.cpp can run there: the widest vector extension, every AVX-512 subset and every
-    AMX extension. Two hosts sold under one model name can differ 2x in speed by these."""
+    AMX extension. Two hosts sold under one model name can differ widely in speed by these."""
     avx512 = [f for f in flags if f.startswith("avx512")]
     amx = [f for f in flags if f.startswith("amx")]
     widest = next((name for name, flag in _WIDEST if flag in flags), "no AVX or NEON")
