@@ -76,9 +76,9 @@ def refused_data(paths: list[Path]) -> list[str]:
 
 def on_every_machine(folder: Path, name: str) -> list[str]:
     """`name` and its namesakes in the other machines' sub-folders, as paths under `folder`: the
-    machine of record first."""
+    machine of record first, where it has one (a run made so far only on another machine has none)."""
     others = sorted(p.relative_to(folder).as_posix() for p in folder.glob(f"*/{name}"))
-    return [name, *others]
+    return [name, *others] if (folder / name).exists() else others
 
 
 def _machine_of(doc: dict) -> dict:
