@@ -48,6 +48,9 @@ import click
 
 from edgespec.util.provenance import input_name, provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = Path(sysconfig.get_paths()["stdlib"]) / "fractions.py"
 QUESTION = (
@@ -334,7 +337,7 @@ def main(pair, input_path, cases, rounds, rate, draft, max_tokens, timeout, floo
             "summary": summary,
             "tmux_echo_s": floor_s,
         }
-        json_path.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(json_path, result)
 
 
 if __name__ == "__main__":

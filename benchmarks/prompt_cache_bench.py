@@ -38,6 +38,7 @@ import httpx
 from edgespec.util.provenance import input_name, provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 from serve_throughput import run_once, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,7 +238,7 @@ def main(pair, input_path, chars, rounds, max_tokens, serve, cost, json_path):
             "serve": calls,
             "cost": costs,
         }
-        json_path.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(json_path, result)
 
 
 if __name__ == "__main__":

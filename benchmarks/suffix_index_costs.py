@@ -29,6 +29,7 @@ import gc
 import json
 import mmap
 import statistics
+import sys
 import tempfile
 import time
 import zlib
@@ -41,6 +42,9 @@ from edgespec.decoding.suffix_index import SuffixIndex
 from edgespec.engine.history_log import LOG_MAGIC, RECORD, RECORD_MAGIC, RECORD_VERSION
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.util.provenance import provenance
+
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 
 VOCAB, ACTIVE = 151_936, 40_000
 K = 8
@@ -190,9 +194,7 @@ def main() -> None:
 
     print(json.dumps(out, indent=1))
     if args.json:
-        args.json.write_text(
-            json.dumps({**provenance(), "k": K, "rounds": args.rounds, "appends": args.appends, **out}, indent=1) + "\n"
-        )
+        write_result(args.json, {**provenance(), "k": K, "rounds": args.rounds, "appends": args.appends, **out})
 
 
 if __name__ == "__main__":
