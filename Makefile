@@ -49,8 +49,8 @@ check: lint check-tests
 
 # What .pre-commit-config.yaml runs: ruff lint and format, the layers contract (import-linter,
 # [tool.importlinter] in pyproject.toml: each layer imports only those below it, no package has an
-# import cycle, edgespec never imports benchmarks/; docs/design.md, "Layers"), mypy on the packages
-# in [tool.mypy], and no dead pointer to a page, heading or anchor (tools/check_links.py).
+# import cycle, edgespec never imports benchmarks/; docs/design.md, "Layers"), mypy on the whole
+# package ([tool.mypy]), and no dead pointer to a page, heading or anchor (tools/check_links.py).
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

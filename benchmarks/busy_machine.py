@@ -34,6 +34,9 @@ from edgespec.engine.options import EngineOptions
 from edgespec.util.hardware import physical_cores
 from edgespec.util.provenance import provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
 MODES = {"ar": (DraftChoice.NONE, KSetting("fixed", 0)), "auto": (DraftChoice.AUTO, KSetting("auto"))}
 LLAMA = "llama.cpp"
@@ -168,9 +171,8 @@ def main() -> None:
         print(setup, json.dumps({k: round(v, 3) for k, v in entry.items()}))
     engine.close()
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {**provenance(), "busy_cores": args.busy, "tokens": args.tokens, "pair": engine.pair.name}
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")
+        write_result(args.json, {"meta": meta, "rows": rows, "summary": summary})
 
 
 if __name__ == "__main__":

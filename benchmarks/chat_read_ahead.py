@@ -48,6 +48,9 @@ import click
 
 from edgespec.util.provenance import input_name, provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = Path(sysconfig.get_paths()["stdlib"]) / "fractions.py"
 QUESTION = (
@@ -270,6 +273,34 @@ def summarize(runs: list[dict]) -> list[dict]:
     return out
 
 
+def interleaved_runs(chat: list[str], texts: dict[int, str], rounds: int, rate: float, timeout: float) -> list[dict]:
+    """Each case with reading ahead on and off, the order swapped every round; a line per run."""
+    runs = []
+    for n in range(rounds):
+        for chars, text in texts.items():
+            for read_ahead in (True, False) if n % 2 == 0 else (False, True):
+                run = {"round": n + 1, "chars": chars, **chat_run(chat, text, rate, read_ahead, timeout)}
+                runs.append(run)
+                print(
+                    f"round {n + 1}, {run['prompt_tokens']} prompt tokens, read ahead {'on' if read_ahead else 'off'}: "
+                    f"first token {run['screen_ttft_s']:.2f} s after enter (engine {run['engine_ttft_s']:.2f} s), "
+                    f"{run['prompt_read_ahead']} read ahead, {run['target_read_tokens']} read at enter; echo median "
+                    f"{statistics.median(run['echo_s']) * 1000:.0f} ms, most {max(run['echo_s']) * 1000:.0f} ms",
+                    flush=True,
+                )
+    return runs
+
+
+def print_summary(summary: list[dict]) -> None:
+    for s in summary:
+        print(
+            f"{s['prompt_tokens']:.0f} tokens, read ahead {'on ' if s['read_ahead'] else 'off'}: first token "
+            f"{s['screen_ttft_s']:.2f} s after enter (median of {s['runs']}); echo median "
+            f"{s['echo_median_s'] * 1000:.0f} ms, p95 {s['echo_p95_s'] * 1000:.0f} ms, most "
+            f"{s['echo_max_s'] * 1000:.0f} ms; replies identical: {s['replies_identical']}"
+        )
+
+
 @click.command()
 @click.option("-m", "--pair", default=None, help="Model pair (default: the registry's default).")
 @click.option(
@@ -296,28 +327,10 @@ def main(pair, input_path, cases, rounds, rate, draft, max_tokens, timeout, floo
         cut = whole[:chars]
         texts[chars] = cut[: cut.rfind("\n") + 1] or cut  # whole lines, as a user copies them
     chat = ["--max-tokens", str(max_tokens), *(["-m", pair] if pair else []), *(["--draft", draft] if draft else [])]
-    runs = []
-    for n in range(rounds):
-        for chars, text in texts.items():
-            for read_ahead in (True, False) if n % 2 == 0 else (False, True):
-                run = {"round": n + 1, "chars": chars, **chat_run(chat, text, rate, read_ahead, timeout)}
-                runs.append(run)
-                print(
-                    f"round {n + 1}, {run['prompt_tokens']} prompt tokens, read ahead {'on' if read_ahead else 'off'}: "
-                    f"first token {run['screen_ttft_s']:.2f} s after enter (engine {run['engine_ttft_s']:.2f} s), "
-                    f"{run['prompt_read_ahead']} read ahead, {run['target_read_tokens']} read at enter; echo median "
-                    f"{statistics.median(run['echo_s']) * 1000:.0f} ms, most {max(run['echo_s']) * 1000:.0f} ms",
-                    flush=True,
-                )
+    runs = interleaved_runs(chat, texts, rounds, rate, timeout)
     summary = summarize(runs)
     floor_s = tmux_floor(rate) if floor else None
-    for s in summary:
-        print(
-            f"{s['prompt_tokens']:.0f} tokens, read ahead {'on ' if s['read_ahead'] else 'off'}: first token "
-            f"{s['screen_ttft_s']:.2f} s after enter (median of {s['runs']}); echo median "
-            f"{s['echo_median_s'] * 1000:.0f} ms, p95 {s['echo_p95_s'] * 1000:.0f} ms, most "
-            f"{s['echo_max_s'] * 1000:.0f} ms; replies identical: {s['replies_identical']}"
-        )
+    print_summary(summary)
     if floor_s:
         cat = statistics.median(floor_s) * 1000, max(floor_s) * 1000
         print(f"tmux's own echo (cat): median {cat[0]:.0f} ms, most {cat[1]:.0f} ms")
@@ -334,7 +347,7 @@ def main(pair, input_path, cases, rounds, rate, draft, max_tokens, timeout, floo
             "summary": summary,
             "tmux_echo_s": floor_s,
         }
-        json_path.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(json_path, result)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ it (aligned down to `ModelDrafter.ALIGN`).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 from whole_call import read_case  # noqa: E402
 
 
@@ -126,8 +126,7 @@ def main() -> None:
         )
     if args.json:
         meta = {**provenance(), "pair": engine.pair.name}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")
+        write_result(args.json, {"meta": meta, "rows": rows, "summary": summary})
 
 
 if __name__ == "__main__":

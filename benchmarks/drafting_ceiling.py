@@ -22,7 +22,6 @@ recorded on every row: the engine's thread policy, which would move it between p
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from ceiling_oracles import (  # noqa: E402
     iterate,
 )
 from ceiling_summary import gaps, lines, summarise  # noqa: E402
+from result_file import write_result  # noqa: E402
 
 from edgespec.bench import modes, report, suites  # noqa: E402
 from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402
@@ -187,9 +187,8 @@ def main() -> None:
     print(f"{machine.get('cpu_model') or machine['processor']}, {isa}, {threads} threads")
     print("\n".join(lines(summary, gap)))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         doc = {"meta": {**meta, "threads": threads}, "rows": rows, "summary": summary, "gaps": gap}
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        write_result(args.json, doc)
 
 
 if __name__ == "__main__":

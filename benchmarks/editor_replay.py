@@ -49,6 +49,7 @@ from editor_servers import (  # noqa: E402
     timed_post,
 )
 from editor_session import Edit, LlamaVim, Pause, function_body, local_context, pauses, shown  # noqa: E402
+from result_file import write_result  # noqa: E402
 
 STDLIB = Path(os.__file__).parent
 # llama_cpp.server's defaults warp even a greedy choice (repeat_penalty 1.1, top_k 40, min_p 0.05)
@@ -289,7 +290,7 @@ def main(files, json_path, **args) -> None:
     print(json.dumps(summary, indent=1))
     if json_path:
         doc = {"meta": meta, "summary": summary, "session": session_rows, "compare": compare_rows}
-        json_path.write_text(json.dumps(doc, indent=1) + "\n")
+        write_result(json_path, doc)
 
 
 if __name__ == "__main__":

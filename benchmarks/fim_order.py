@@ -20,8 +20,8 @@ before it parts).
 
 from __future__ import annotations
 
-import json
 import statistics
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -33,6 +33,9 @@ from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.infill import ORDERS, FimMarks, Infill, Order, fim_marks, infill_prompt
 from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import provenance
+
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 DEFAULT_FILES = ("colorsys.py", "graphlib.py", "sched.py")
@@ -110,7 +113,7 @@ def main(files: str, n_sites: int, no_suggestions: bool, json_path: Path | None)
         if "exact" in r:
             click.echo(f"  exact next line {r['exact']:.0%}, characters right {r['chars_right']:.0%}", err=True)
     if json_path:
-        json_path.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(json_path, result)
 
 
 def measure(engine: Engine, marks: FimMarks, files: list[str], n_sites: int, suggest: bool) -> dict:

@@ -25,6 +25,7 @@ from edgespec.server.app import MAX_BODY_BYTES
 from edgespec.util.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 from serve_throughput import start_server  # noqa: E402
 
 DESCRIPTION = "d" * 125
@@ -126,7 +127,7 @@ def main(json_path: Path | None) -> None:
         server.terminate()
         server.wait(timeout=60)
     if json_path:
-        json_path.write_text(json.dumps({"meta": provenance(), "requests": results}, indent=1) + "\n")
+        write_result(json_path, {"meta": provenance(), "requests": results})
 
 
 if __name__ == "__main__":

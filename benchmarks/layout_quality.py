@@ -26,6 +26,9 @@ from edgespec.models.store import Store
 from edgespec.quality.perplexity import HELDOUT_TEXT, RULE, Reference, heldout_documents, measure_quality
 from edgespec.util.provenance import provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     entry = table["files"].get(sha, {})
     runs = [*entry.get("meta", []), provenance()]  # every run that measured some of these layouts
     table["files"][sha] = {"model": pair.target.name, "meta": runs, "layouts": {**entry.get("layouts", {}), **rows}}
-    args.json.write_text(json.dumps(table, indent=1) + "\n")
+    write_result(args.json, table)
     return 0
 
 

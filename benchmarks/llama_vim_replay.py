@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from editor_servers import edgespec_server  # noqa: E402
 from editor_session import function_body, stops  # noqa: E402
 from infill_proxy import RecordingProxy  # noqa: E402
+from result_file import write_result  # noqa: E402
 
 STDLIB = Path(os.__file__).parent
 SESSION = f"edgespec-llama-vim-{os.getpid()}"  # one per replay: two may run at once
@@ -312,7 +313,7 @@ def main(
         click.echo(f"{kind:6s} {row['n']:3d} requests, median {row['median_s']:.2f} s, most {row['max_s']:.2f} s")
     click.echo(json.dumps(check))
     if json_path:
-        json_path.write_text(json.dumps(doc, indent=1) + "\n")
+        write_result(json_path, doc)
     if not passed(check):
         raise SystemExit("llama_vim_replay: FAILED: " + json.dumps(check))
 

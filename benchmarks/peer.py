@@ -34,7 +34,6 @@ inside the functions that use it, so that process starts as llama.cpp alone woul
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -52,6 +51,7 @@ from peer_sides import (  # noqa: E402
     peer_process,
 )
 from peer_summary import EDGESPEC, summarise, table  # noqa: E402
+from result_file import write_result  # noqa: E402
 
 PUBLISHED_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the default pair's target as published
 
@@ -232,8 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(e, UsageError) else 1
     print("\n".join(table(doc["summary"])))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        write_result(args.json, doc)
     return 0
 
 

@@ -38,6 +38,7 @@ import httpx
 from edgespec.util.provenance import input_name, provenance
 
 sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 from serve_throughput import run_once, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,6 +169,26 @@ def cache_cost(pair: str | None, text: str) -> dict:
     }
 
 
+def cold_and_warm_rounds(pair: str | None, text: str, rounds: int, max_tokens: int) -> list[dict]:
+    """Per round a call with no cache, a cold call and a warm one on the same text; a line each."""
+    rows = []
+    for n in range(rounds):  # interleaved: a busy spell on the machine hits every kind of call alike
+        row = {"round": n + 1, "no_cache": run_call(pair, fresh(text), INSTRUCTIONS[0], max_tokens, "--no-cache")}
+        stdin = fresh(text)
+        row["cold"] = run_call(pair, stdin, INSTRUCTIONS[0], max_tokens)
+        row["warm"] = run_call(pair, stdin, INSTRUCTIONS[1], max_tokens)
+        rows.append(row)
+        print(
+            " | ".join(
+                f"{kind} {row[kind]['wall_s']:.2f} s (TTFT {row[kind]['ttft_s']:.2f} s, "
+                f"{row[kind]['prompt_cached']}/{row[kind]['prompt_tokens']} cached)"
+                for kind in ("no_cache", "cold", "warm")
+            ),
+            flush=True,
+        )
+    return rows
+
+
 @click.command()
 @click.option("-m", "--pair", default=None, help="Model pair (default: the registry's default).")
 @click.option(
@@ -197,21 +218,7 @@ def cache_cost(pair: str | None, text: str) -> dict:
 def main(pair, input_path, chars, rounds, max_tokens, serve, cost, json_path):
     whole = input_path.read_text()
     text, other = whole[:chars], whole[chars : 2 * chars] or whole[:chars]  # other: file B of the serve scenario
-    rows = []
-    for n in range(rounds):  # interleaved: a busy spell on the machine hits every kind of call alike
-        row = {"round": n + 1, "no_cache": run_call(pair, fresh(text), INSTRUCTIONS[0], max_tokens, "--no-cache")}
-        stdin = fresh(text)
-        row["cold"] = run_call(pair, stdin, INSTRUCTIONS[0], max_tokens)
-        row["warm"] = run_call(pair, stdin, INSTRUCTIONS[1], max_tokens)
-        rows.append(row)
-        print(
-            " | ".join(
-                f"{kind} {row[kind]['wall_s']:.2f} s (TTFT {row[kind]['ttft_s']:.2f} s, "
-                f"{row[kind]['prompt_cached']}/{row[kind]['prompt_tokens']} cached)"
-                for kind in ("no_cache", "cold", "warm")
-            ),
-            flush=True,
-        )
+    rows = cold_and_warm_rounds(pair, text, rounds, max_tokens)
     summary = None
     if rows:
         summary = {
@@ -237,7 +244,7 @@ def main(pair, input_path, chars, rounds, max_tokens, serve, cost, json_path):
             "serve": calls,
             "cost": costs,
         }
-        json_path.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(json_path, result)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ median against 512's.
 
 from __future__ import annotations
 
-import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +19,9 @@ import click
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import provenance
+
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 
 SOURCES = ["engine/prompt_cache.py", "decoding/drafters.py"]
 
@@ -62,7 +65,7 @@ def main(rounds: int, tokens: int, sizes: str, json_path: Path | None) -> None:
         print(f"chunk {c:>4}: {r['best_tok_s']:6.1f} tok/s best, {r['median_tok_s']:6.1f} median{against}")
     if json_path:
         doc = {"meta": provenance(), "prompt_tokens": len(prompt), "rounds": rounds, "chunks": rows}
-        json_path.write_text(json.dumps(doc, indent=1) + "\n")
+        write_result(json_path, doc)
     engine.close()
 
 

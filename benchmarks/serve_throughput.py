@@ -103,6 +103,63 @@ def burst(url: str, model: str, clients: int) -> list[tuple[int, str | None]]:
         return list(pool.map(one, range(clients), timeout=900))
 
 
+def served_against_run(client: openai.OpenAI, model: str, texts: dict, pair, max_tokens: int, rounds: int) -> None:
+    """Per prompt, `edgespec run`'s decode tokens/s against the client's and the server engine's,
+    and the TTFT the server adds."""
+    runs: dict[str, list[float]] = {id: [] for id in texts}
+    served: dict[str, list[dict]] = {id: [] for id in texts}
+    added = []
+    for _ in range(rounds):  # interleaved: a busy spell on this machine hits both sides alike
+        for id, text in texts.items():
+            runs[id].append(run_once(pair, text, max_tokens)["decode_tokens_per_s"])
+            one = stream_once(client, model, [{"role": "user", "content": text}], max_tokens)
+            served[id].append(one)
+            added.append(one["client_ttft"] - one["engine_ttft"])
+    ratios = []
+    for id in texts:
+        run_rate = statistics.median(runs[id])
+        client_rate = statistics.median(o["rate"] for o in served[id])
+        engine_rate = statistics.median(o["engine_rate"] for o in served[id])
+        ratios.append(client_rate / run_rate)
+        print(
+            f"{id}: run {run_rate:.1f} tok/s; served {client_rate:.1f} tok/s at the client, {engine_rate:.1f} "
+            f"in the server's engine ({served[id][0]['tokens']} tokens, medians of {rounds})"
+        )
+    print(f"served / run tokens/s: median {statistics.median(ratios):.3f} ({', '.join(f'{r:.3f}' for r in ratios)})")
+    print(f"TTFT added by the server: median {statistics.median(added) * 1000:.1f} ms, max {max(added) * 1000:.1f} ms")
+
+
+def repeated_prefix(client: openai.OpenAI, model: str) -> None:
+    """TTFT of a ~2,000-token prompt, cold and then again with the same prefix."""
+    source = (Path(suites.__file__).parents[1] / "decoding" / "policy" / "controller.py").read_text()[:7800]
+    prefix = [{"role": "system", "content": "You review Python code."}]
+    cold = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat does Rate do?"}], 1)
+    warm = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat is best_k?"}], 1)
+    print(
+        f"repeated prefix of {cold['prompt_tokens']} tokens: engine TTFT {cold['engine_ttft']:.3f} -> "
+        f"{warm['engine_ttft']:.3f} s ({cold['engine_ttft'] / warm['engine_ttft']:.1f}x); client "
+        f"{cold['client_ttft']:.3f} -> {warm['client_ttft']:.3f} s "
+        f"({cold['client_ttft'] / warm['client_ttft']:.1f}x)"
+    )
+
+
+def bursts(server: subprocess.Popen, url: str, model: str, clients: int) -> None:
+    """Two bursts of `clients` concurrent requests: each completes or gets 503; the server's memory."""
+    process = psutil.Process(server.pid)
+    for n in range(2):
+        t0 = time.perf_counter()
+        results = burst(url, model, clients)
+        done = sum(1 for status, ok in results if status == 200 and ok is True)
+        busy = [after for status, after in results if status == 503]
+        other = [status for status, _ in results if status not in (200, 503)]
+        print(
+            f"burst {n + 1}: {clients} clients in {time.perf_counter() - t0:.1f} s: {done} complete, {len(busy)} "
+            f"503 (Retry-After {sorted(set(busy))}), other {other}; server RSS "
+            f"{process.memory_info().rss / 2**20:.0f} MiB"
+        )
+    print(f"health after: {httpx.get(url.removesuffix('/v1') + '/health').json()}")
+
+
 @click.command()
 @click.option("-m", "--pair", default=None)
 @click.option(
@@ -128,55 +185,9 @@ def main(pair, n_prompts, max_tokens, rounds, clients):
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
         model = client.models.list().data[0].id
         stream_once(client, model, [{"role": "user", "content": "Say hi."}], 8)  # warm-up
-        runs, served = {id: [] for id in texts}, {id: [] for id in texts}
-        added = []
-        for _ in range(rounds):  # interleaved: a busy spell on this machine hits both sides alike
-            for id, text in texts.items():
-                runs[id].append(run_once(pair, text, max_tokens)["decode_tokens_per_s"])
-                one = stream_once(client, model, [{"role": "user", "content": text}], max_tokens)
-                served[id].append(one)
-                added.append(one["client_ttft"] - one["engine_ttft"])
-        ratios = []
-        for id in texts:
-            run_rate = statistics.median(runs[id])
-            client_rate = statistics.median(o["rate"] for o in served[id])
-            engine_rate = statistics.median(o["engine_rate"] for o in served[id])
-            ratios.append(client_rate / run_rate)
-            print(
-                f"{id}: run {run_rate:.1f} tok/s; served {client_rate:.1f} tok/s at the client, {engine_rate:.1f} "
-                f"in the server's engine ({served[id][0]['tokens']} tokens, medians of {rounds})"
-            )
-        print(
-            f"served / run tokens/s: median {statistics.median(ratios):.3f} ({', '.join(f'{r:.3f}' for r in ratios)})"
-        )
-        print(
-            f"TTFT added by the server: median {statistics.median(added) * 1000:.1f} ms, max {max(added) * 1000:.1f} ms"
-        )
-
-        source = (Path(suites.__file__).parents[1] / "decoding" / "policy" / "controller.py").read_text()[:7800]
-        prefix = [{"role": "system", "content": "You review Python code."}]
-        cold = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat does Rate do?"}], 1)
-        warm = stream_once(client, model, prefix + [{"role": "user", "content": source + "\n\nWhat is best_k?"}], 1)
-        print(
-            f"repeated prefix of {cold['prompt_tokens']} tokens: engine TTFT {cold['engine_ttft']:.3f} -> "
-            f"{warm['engine_ttft']:.3f} s ({cold['engine_ttft'] / warm['engine_ttft']:.1f}x); client "
-            f"{cold['client_ttft']:.3f} -> {warm['client_ttft']:.3f} s "
-            f"({cold['client_ttft'] / warm['client_ttft']:.1f}x)"
-        )
-
-        process = psutil.Process(server.pid)
-        for n in range(2):
-            t0 = time.perf_counter()
-            results = burst(url, model, clients)
-            done = sum(1 for status, ok in results if status == 200 and ok is True)
-            busy = [after for status, after in results if status == 503]
-            other = [status for status, _ in results if status not in (200, 503)]
-            print(
-                f"burst {n + 1}: {clients} clients in {time.perf_counter() - t0:.1f} s: {done} complete, {len(busy)} "
-                f"503 (Retry-After {sorted(set(busy))}), other {other}; server RSS "
-                f"{process.memory_info().rss / 2**20:.0f} MiB"
-            )
-        print(f"health after: {httpx.get(url.removesuffix('/v1') + '/health').json()}")
+        served_against_run(client, model, texts, pair, max_tokens, rounds)
+        repeated_prefix(client, model)
+        bursts(server, url, model, clients)
     finally:
         os.kill(server.pid, signal.SIGINT)
         print(f"server exit: {server.wait(timeout=60)}")

@@ -43,6 +43,9 @@ from edgespec.engine.reply_history import ReplyHistory
 from edgespec.quality.divergence import Round, explain_parting, first_divergence
 from edgespec.util.provenance import provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 MODES = {"ar": (DraftChoice.NONE, KSetting("fixed", 0)), "auto": (DraftChoice.AUTO, KSetting("auto"))}
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -127,7 +130,6 @@ def main() -> None:
     summary = summarize(rows)
     print(json.dumps(summary, indent=1))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {
             **provenance(),
             "command": "benchmarks/session_bench.py " + " ".join(sys.argv[1:]),
@@ -136,7 +138,7 @@ def main() -> None:
         for row in rows:
             for c in row["calls"]:
                 del c["rounds"], c["ids"]
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")
+        write_result(args.json, {"meta": meta, "rows": rows, "summary": summary})
 
 
 def compare(engine: Engine, ar: dict, auto: dict) -> None:

@@ -29,6 +29,9 @@ from edgespec.engine.copy_sources import DraftSources, open_sources
 from edgespec.engine.options import EngineOptions
 from edgespec.util.provenance import input_name, provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
 CORPUS = "auto+corpus"
 
@@ -77,7 +80,7 @@ def main() -> None:
         meta["corpus"] = input_name(args.corpus)
         for row in rows:
             del row["ids"]
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")
+        write_result(args.json, {"meta": meta, "rows": rows, "summary": summary})
 
 
 def summarize(rows: list[dict]) -> dict:

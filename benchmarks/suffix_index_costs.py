@@ -29,6 +29,7 @@ import gc
 import json
 import mmap
 import statistics
+import sys
 import tempfile
 import time
 import zlib
@@ -41,6 +42,9 @@ from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.engine.history_log import LOG_MAGIC, RECORD, RECORD_MAGIC, RECORD_VERSION
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.util.provenance import provenance
+
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
 
 VOCAB, ACTIVE = 151_936, 40_000
 K = 8
@@ -102,6 +106,82 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def made_up_records(corpus: Corpus, tokens: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Records of `corpus` until they hold at least `tokens` tokens."""
+    records, total = [], 0
+    while total < tokens:
+        records.append(corpus.record())
+        total += len(records[-1][0]) + len(records[-1][1])
+    return records
+
+
+def first_opening(folder: Path, records: list[tuple[np.ndarray, np.ndarray]], budget: int) -> dict:
+    """The sort alone, the distinct ids it holds, and opening a log no index was saved for."""
+    start = time.perf_counter()
+    built = SuffixIndex.build(np.concatenate([p, r]) for p, r in records)
+    out: dict = {"build_s": time.perf_counter() - start}
+    out["distinct_ids"] = int(np.count_nonzero(np.bincount(built.tokens + 1)[1:]))
+    del built
+    start = time.perf_counter()
+    history = ReplyHistory.open(folder, budget, vocab=VOCAB)
+    out["first_open_s"] = time.perf_counter() - start
+    del history
+    gc.collect()
+    return out
+
+
+def round_contexts(records, corpus: Corpus, rng: np.random.Generator, rounds: int) -> list[list[int]]:
+    """The drafting rounds' contexts: cut at random in new records (even rounds) and kept ones (odd)."""
+    contexts = []
+    for n in range(rounds):
+        prompt, reply = records[int(rng.integers(len(records)))] if n % 2 else corpus.record()
+        text = np.concatenate([prompt, reply])
+        contexts.append(text[: int(rng.integers(64, len(text)))].tolist())
+    return contexts
+
+
+def drafting_rounds(history: ReplyHistory, contexts: list[list[int]]) -> dict:
+    """`propose` per round: its milliseconds, the match lengths it found and the ids it gave."""
+    times, lengths, nodes = [], [], []
+    for context in contexts:
+        start = time.perf_counter()
+        draft = history.index.propose(context, K)
+        times.append(1000 * (time.perf_counter() - start))
+        lengths.append(draft.match_len)
+        nodes.append(len(draft.ids))
+    return {
+        "round_ms": quantiles(times),
+        "match_len": {  # contexts of new records (even rounds), of records kept (odd)
+            "new_median": statistics.median(lengths[::2]),
+            "kept_median": statistics.median(lengths[1::2]),
+            "none": lengths.count(0) / len(lengths),
+        },
+        "nodes_median": statistics.median(nodes),
+    }
+
+
+def earlier_replies_ms(history: ReplyHistory, records, corpus: Corpus, rng: np.random.Generator, n: int) -> dict:
+    """`earlier_replies` for prompts of kept records (odd) and new ones (even), in milliseconds."""
+    times = []
+    for i in range(n):
+        prompt = records[int(rng.integers(len(records)))][0].tolist() if i % 2 else corpus.record()[0].tolist()
+        start = time.perf_counter()
+        history.earlier_replies(prompt)
+        times.append(1000 * (time.perf_counter() - start))
+    return quantiles(times)
+
+
+def appends(history: ReplyHistory, corpus: Corpus, n: int) -> dict:
+    """`append` of a 1,000-token prompt and reply, `n` times, and the index's parts after them."""
+    times = []
+    for _ in range(n):
+        prompt, reply = corpus.text(1000).tolist(), corpus.text(1000).tolist()
+        start = time.perf_counter()
+        history.append(prompt, reply)
+        times.append(1000 * (time.perf_counter() - start))
+    return {"append_ms": quantiles(times), "parts_after_appends": len(history.index.parts)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=10_000_000, help="tokens indexed (default 10M)")
@@ -112,36 +192,19 @@ def main() -> None:
     args = parser.parse_args()
 
     corpus = Corpus(args.seed)
-    records, total = [], 0
-    while total < args.tokens:
-        records.append(corpus.record())
-        total += len(records[-1][0]) + len(records[-1][1])
+    records = made_up_records(corpus, args.tokens)
+    total = sum(len(p) + len(r) for p, r in records)
     budget = 2 * total
     out: dict = {"tokens": total, "records": len(records), "distinct_ids": 0}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "history"
         folder.mkdir(mode=0o700)
         write_log(folder / "log", records)
-
-        start = time.perf_counter()
-        built = SuffixIndex.build(np.concatenate([p, r]) for p, r in records)
-        out["build_s"] = time.perf_counter() - start
-        out["distinct_ids"] = int(np.count_nonzero(np.bincount(built.tokens + 1)[1:]))
-        del built
-
-        start = time.perf_counter()
-        history = ReplyHistory.open(folder, budget, vocab=VOCAB)
-        out["first_open_s"] = time.perf_counter() - start
-        del history
-        gc.collect()
+        out.update(first_opening(folder, records, budget))
 
         rng = np.random.default_rng(args.seed + 1)
-        contexts = []  # made before the baseline of the resident size: they are Python lists
-        for n in range(args.rounds):
-            prompt, reply = records[int(rng.integers(len(records)))] if n % 2 else corpus.record()
-            text = np.concatenate([prompt, reply])
-            contexts.append(text[: int(rng.integers(64, len(text)))].tolist())
-
+        # made before the baseline of the resident size: they are Python lists
+        contexts = round_contexts(records, corpus, rng, args.rounds)
         before = rss()
         start = time.perf_counter()
         history = ReplyHistory.open(folder, budget, vocab=VOCAB)
@@ -150,39 +213,10 @@ def main() -> None:
         base = history.index.parts[0]
         out["index_mapped"] = mapped(base.sa)  # the saved index, not sorted again
         out["index_nbytes_mb"] = (base.tokens.nbytes + base.sa.nbytes + base._starts.nbytes) / 1e6
-
-        times, lengths, nodes = [], [], []
-        for context in contexts:
-            start = time.perf_counter()
-            draft = history.index.propose(context, K)
-            times.append(1000 * (time.perf_counter() - start))
-            lengths.append(draft.match_len)
-            nodes.append(len(draft.ids))
-        out["round_ms"] = quantiles(times)
-        out["match_len"] = {  # contexts of new records (even rounds), of records kept (odd)
-            "new_median": statistics.median(lengths[::2]),
-            "kept_median": statistics.median(lengths[1::2]),
-            "none": lengths.count(0) / len(lengths),
-        }
-        out["nodes_median"] = statistics.median(nodes)
+        out.update(drafting_rounds(history, contexts))
         out["rss_after_rounds_mb"] = (rss() - before) / 1e6
-
-        times = []
-        for n in range(min(args.rounds, 500)):
-            prompt = records[int(rng.integers(len(records)))][0].tolist() if n % 2 else corpus.record()[0].tolist()
-            start = time.perf_counter()
-            history.earlier_replies(prompt)
-            times.append(1000 * (time.perf_counter() - start))
-        out["earlier_replies_ms"] = quantiles(times)
-
-        times = []
-        for _ in range(args.appends):
-            prompt, reply = corpus.text(1000).tolist(), corpus.text(1000).tolist()
-            start = time.perf_counter()
-            history.append(prompt, reply)
-            times.append(1000 * (time.perf_counter() - start))
-        out["append_ms"] = quantiles(times)
-        out["parts_after_appends"] = len(history.index.parts)
+        out["earlier_replies_ms"] = earlier_replies_ms(history, records, corpus, rng, min(args.rounds, 500))
+        out.update(appends(history, corpus, args.appends))
 
         out["log_bytes"] = (folder / "log").stat().st_size
         out["index_bytes"] = sum(p.stat().st_size for p in folder.glob("index-*.idx"))
@@ -190,9 +224,7 @@ def main() -> None:
 
     print(json.dumps(out, indent=1))
     if args.json:
-        args.json.write_text(
-            json.dumps({**provenance(), "k": K, "rounds": args.rounds, "appends": args.appends, **out}, indent=1) + "\n"
-        )
+        write_result(args.json, {**provenance(), "k": K, "rounds": args.rounds, "appends": args.appends, **out})
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ from pathlib import Path
 
 from edgespec.util.provenance import input_name, provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 STDLIB = Path(os.__file__).parent
 
 
@@ -168,8 +171,7 @@ def main() -> None:
         meta = provenance()
         for r in rows:
             r.pop("output")
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")
+        write_result(args.json, {"meta": meta, "rows": rows, "summary": summary})
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "edgespec"
+# The whole tree's code: the package, the benchmark scripts and the repository's own tools.
+SOURCES = ("edgespec", "benchmarks", "tools")
+# benchmarks/render.py is being split into modules of its own in a parallel branch (issue 51); this
+# exemption goes when that split is merged.
+BEING_SPLIT = {ROOT / "benchmarks" / "render.py"}
 FUNCTION_LINES = 60
 COMMAND_LINES = 40
 MODULE_LINES = 400
@@ -16,6 +20,12 @@ TEST_MODULE_LINES = 600
 
 def lines(path: Path) -> int:
     return len(path.read_text().splitlines())
+
+
+def sources() -> list[Path]:
+    """Every Python module the size rules cover, tests aside (they have a bound of their own)."""
+    paths = (p for folder in SOURCES for p in (ROOT / folder).rglob("*.py"))
+    return sorted(p for p in paths if p not in BEING_SPLIT)
 
 
 def is_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -54,13 +64,12 @@ def test_the_rule_sees_commands_and_long_functions():
 
 
 def test_no_function_over_its_bound():
-    paths = sorted(PACKAGE.rglob("*.py"))
-    found = [f"{p.relative_to(ROOT)}:{entry}" for p in paths for entry in long_functions(p.read_text())]
+    found = [f"{p.relative_to(ROOT)}:{entry}" for p in sources() for entry in long_functions(p.read_text())]
     assert found == []
 
 
 def test_no_module_over_its_bound():
-    found = [f"{p.relative_to(ROOT)} ({lines(p)})" for p in sorted(PACKAGE.rglob("*.py")) if lines(p) > MODULE_LINES]
+    found = [f"{p.relative_to(ROOT)} ({lines(p)})" for p in sources() if lines(p) > MODULE_LINES]
     assert found == []
 
 

@@ -256,14 +256,14 @@ def test_newest_means_the_file_written_last(chats):
     write(chats, "a", edited(lambda d: d.update(id="a", updated=2e9)), mtime=1.0e9)
     write(chats, "b", edited(lambda d: d.update(id="b", updated=1e9)), mtime=1.1e9)
     assert store.latest().id == "b"
-    listed, unreadable = store.list()
+    listed, unreadable = store.load_all()
     assert [c.id for c in listed] == ["b", "a"] and unreadable == []
 
 
 def test_the_list_leaves_unreadable_chats_out_and_names_them(chats):
     write(chats, "good", edited(set_path("id", "good")))
     bad = write(chats, "bad", edited(drop(*REPLY, "content")).replace(CHAT_ID.encode(), b"bad"))
-    listed, unreadable = ChatStore(chats).list()
+    listed, unreadable = ChatStore(chats).load_all()
     assert [c.id for c in listed] == ["good"]
     assert [str(e) for e in unreadable] == [f'saved chat {bad} is unreadable: messages[1] has no "content"']
 

@@ -266,7 +266,7 @@ def test_a_saved_chat_that_is_not_a_file_is_one_line_and_left_alone(tmp_path, ki
         (tmp_path / "outside.json").write_text("{}")
         path.symlink_to(tmp_path / "outside.json")
     with within(10):
-        chats, unreadable = store.list()
+        chats, unreadable = store.load_all()
         with pytest.raises(HistoryError, match="not a regular file"):
             store.latest()
     assert chats == [] and len(unreadable) == 1 and os.path.lexists(path)

@@ -499,7 +499,7 @@ async def test_history_saved_while_streaming_and_resumed(tmp_path):
         await wait_until(pilot, lambda: not app2.generating and len(app2.transcript.replies()) == 2)
         assert [m["role"] for m in engine2.calls[0]] == ["user", "assistant", "user"]
     assert len(store.load(chat_id).messages) == 4
-    assert [c.id for c in store.list()[0]] == [chat_id]
+    assert [c.id for c in store.load_all()[0]] == [chat_id]
 
 
 @pytest.mark.asyncio

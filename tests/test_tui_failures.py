@@ -13,7 +13,7 @@ from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
-from edgespec.tui.chat_store import ChatStore
+from edgespec.tui.chat_store import ChatStore, Conversation
 from edgespec.tui.stats import ReplyFigures, frozen_line
 from edgespec.tui.transcript import REJECTED, Notice
 from tests.scripted_chat import REPLY, SIZE, FakeEngine, TickClock, make_app, script, send, wait_for_reply, wait_until
@@ -157,3 +157,19 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
             assert ChatStore(tmp_path / "chats").load(app.conversation.id).messages[-1]["complete"]
     finally:
         engine.close()
+
+
+@pytest.mark.asyncio
+async def test_markdown_set_before_the_app_runs_shows_the_resumed_replies_in_it(tmp_path):
+    """A toggle set before `run` has no transcript to change yet: the replies shown at mount follow
+    it (the watcher's guard used to be a method, always true, and the query failed with no screen)."""
+    chat = Conversation(pair="tiny", system=None)
+    chat.add_user("Write is_palindrome")
+    reply = chat.add_assistant()
+    reply.update(content=REPLY, spans=[["draft", REPLY]], complete=True)
+    app = make_app(tmp_path, conversation=chat)
+    app.markdown = True
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        views = app.transcript.replies()
+        assert views and all(view.has_class("-markdown") for view in views)

@@ -143,7 +143,7 @@ def test_a_pipe_in_the_chats_folder_stops_no_listing(tmp_path):
     os.mkfifo(folder / "abc.json")
     store = ChatStore(folder)
     result: list = []
-    lister = threading.Thread(target=lambda: result.append(store.list()), daemon=True)
+    lister = threading.Thread(target=lambda: result.append(store.load_all()), daemon=True)
     lister.start()
     lister.join(HANG)
     if lister.is_alive():

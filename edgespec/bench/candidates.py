@@ -87,6 +87,7 @@ class Tuner:
         self.tuned_draft_path = tuned_draft_path
         self.tuned_draft = self.load(tuned_draft_path) if tuned_draft_path is not None else None
         self.engines: list[Engine] = []
+        self.targets: list[LlamaCppBackend] = []  # each engine's target, as loaded here
         self.rows: list[Measured] = []
 
     def load(self, path: Path) -> LlamaCppBackend:
@@ -106,6 +107,7 @@ class Tuner:
             dataclasses.replace(self.pair, name=layout, target=spec), target, self.tuned_draft if tuned else self.draft
         )
         self.engines.append(engine)
+        self.targets.append(target)
         self.on_step(f"{layout}: timing verification")
         costs = engine.measure_costs()
         verify_ms = {n: costs.verify(n) * 1000 for n in range(1, DENSE_LENGTHS + 2)}
@@ -143,14 +145,14 @@ class Tuner:
         was timed in (on a 2-core VM the same two files swapped places between runs). A busy
         moment only ever adds time, so the fastest of interleaved rounds is each file's own."""
         for i in range(rounds):
-            for row, engine in zip(self.rows, self.engines, strict=True):
+            for row, engine, target in zip(self.rows, self.engines, self.targets, strict=True):
                 self.on_step(f"{row.layout}: timing again, round {i + 2} of {rounds + 1}")
                 for backend in (engine.target, engine.draft):  # as the first round found them: empty
                     if backend is not None:
                         backend.truncate(0)
                 costs = engine.measure_costs()
                 row.verify_ms = {n: min(row.verify_ms[n], costs.verify(n) * 1000) for n in row.verify_ms}
-                row.read_tok_s = max(row.read_tok_s, _read_rate(engine.target))
+                row.read_tok_s = max(row.read_tok_s, _read_rate(target))
         for row in self.rows:
             self.on_step(
                 f"{row.layout}: reads {row.read_tok_s:.0f} tok/s, verifies 1/4/16 tokens in "
@@ -170,9 +172,9 @@ class Tuner:
             m.gain_vs_original = by_layout[m.layout].get("speedup_vs_first_ar", m.gain)
 
     def close(self) -> None:
-        for engine in self.engines:
-            if engine.target is not self.original:
-                engine.target.close()
+        for target in self.targets:
+            if target is not self.original:
+                target.close()
         self.original.close()
         for draft in (self.draft, self.tuned_draft):
             if draft is not None:

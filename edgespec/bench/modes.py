@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from edgespec.backends.hf import HFBackend
 from edgespec.bench.hf_assisted import assisted_generate
 from edgespec.bench.structured_suite import reply_problem
 from edgespec.bench.suites import BenchPrompt
@@ -129,9 +130,11 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
 
 def prompt_ids(engine: Engine, prompt: BenchPrompt) -> list[int]:
     """The tokens the engine generates after: the chat template's, or the plain text's."""
-    if prompt.mode == "chat":
+    if prompt.mode == "chat" and prompt.messages is not None:
         return engine.chat_tokens(prompt.messages)
-    return engine.target.tokenize(prompt.prompt, special=False)
+    if prompt.mode == "completion" and prompt.prompt is not None:
+        return engine.target.tokenize(prompt.prompt, special=False)
+    raise UsageError(f"bench prompt {prompt.id}: mode {prompt.mode!r} without its input")  # suites.py checks it
 
 
 def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) -> tuple[Summary, list[int], list[Round]]:
@@ -141,7 +144,8 @@ def generate(engine: Engine, prompt: BenchPrompt, settings: GenerateSettings) ->
         if isinstance(e, Token):
             ids.append(e.id)
         elif isinstance(e, Step):  # yielded before the tokens it produced
-            rounds.append(Round(len(ids), e.drafted_ids, *map(tuple, e.tree()), e.drafter))
+            parents, path = e.tree()
+            rounds.append(Round(len(ids), e.drafted_ids, tuple(parents), tuple(path), e.drafter))
         elif isinstance(e, Summary):
             summary = e
     return summary, ids, rounds
@@ -151,8 +155,11 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
     """One generation of `prompt` in `mode`, started cold, as a row not yet compared with ar."""
     engine.empty_caches()
     if mode.name == HF_ASSISTED:
+        target, draft = engine.target, engine.draft
+        if not isinstance(target, HFBackend) or not isinstance(draft, HFBackend):  # check_modes said so first
+            raise UsageError(f"bench mode {HF_ASSISTED} needs a pair on the hf backend with a draft model")
         ids = prompt_ids(engine, prompt)
-        r = assisted_generate(engine.target, engine.draft, ids, prompt.max_tokens)
+        r = assisted_generate(target, draft, ids, prompt.max_tokens)
         return Row(
             prompt.id,
             prompt.suite,
@@ -171,6 +178,7 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
             ttft_s=r.ttft_s,
             decode_s=r.decode_s,
         )
+    assert mode.k is not None, mode.name  # only hf-assisted has no K, and it returned above
     settings = GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k, prompt.constraint)
     summary, ids, rounds = generate(engine, prompt, settings)
     problem = None
@@ -209,9 +217,9 @@ def layout_lines(engine: Engine) -> list[str]:
     llama.cpp repacked at load (the layout decides how cheaply several tokens are verified)."""
     lines = []
     for role, backend in (("target", engine.target), ("draft", engine.draft)):
-        repacked = getattr(backend, "repacked", None)
-        if repacked is not None:
-            lines.append(f"{engine.pair.name} {role}: {describe_loaded(backend.path, repacked)}")
+        repacked, path = getattr(backend, "repacked", None), getattr(backend, "path", None)  # llama.cpp's
+        if repacked is not None and path is not None:
+            lines.append(f"{engine.pair.name} {role}: {describe_loaded(path, repacked)}")
     return lines
 
 
@@ -307,12 +315,12 @@ def strict_failure(rows: Iterable[Row]) -> EdgespecError | None:
     repeats that parted from its first run, or else the replies that do not parse or validate
     against their response_format, if any."""
     rows = list(rows)
-    bad = [r for r in rows if r.vs_ar == DIFF]
+    bad = [(r, r.parting) for r in rows if r.vs_ar == DIFF and r.parting is not None]  # DIFF: a parting's verdict
     if not bad:
         return unrepeatable_failure(rows) or invalid_failure(rows)
-    where = ", ".join(f"{r.id} {r.mode} at token {r.parting.position}" for r in bad[:3])
+    where = ", ".join(f"{r.id} {r.mode} at token {parting.position}" for r, parting in bad[:3])
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-    floor = bad[0].parting.floor
+    floor = bad[0][1].floor
     return EdgespecError(
         f"{len(bad)} greedy output(s) parted from ar beyond the target's noise floor of {floor:.3g} "
         f"logits (DIFF, a bug): {where}{more}; --json has the gaps"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
+from operator import attrgetter
 from pathlib import Path
 
 from edgespec.bench.modes import EXACT, UNCHECKED, Row
@@ -27,7 +28,7 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
     speed = _prompt_medians(rows, lambda r: r.decode_tokens_per_s)
     whole = _prompt_medians(rows, lambda r: r.total_tokens_per_s)
     times = {
-        name: _prompt_medians(rows, lambda r, name=name: getattr(r, name))
+        name: _prompt_medians(rows, attrgetter(name))
         for name in ("ttft_s", "target_read_s", "draft_read_s", "decode_s", "total_s")
     }
     pairs = list(dict.fromkeys(r.pair for r in rows))
@@ -42,10 +43,10 @@ def summarize(rows: Iterable[Row]) -> list[dict]:
         drafted = sum(r.drafted for r in group)
         passes = sum(r.target_passes for r in group)
         drafting = sum(1 for r in group for k in r.k_trace if k)  # passes that verified a draft
-        matched = [r.matches_ar for r in group if r.matches_ar is not None]
+        matched = [m for m in (r.matches_ar for r in group) if m is not None]
         verdicts = [r.vs_ar for r in group if r.vs_ar is not None]
         constrained = [r for r in group if r.valid is not None]  # replies under a response_format
-        checked = [r.valid for r in constrained]
+        checked = [v for v in (r.valid for r in constrained) if v is not None]  # all of them
         constrained_s = sum(r.total_s for r in constrained)
         entry = {
             "pair": pair,

@@ -115,7 +115,9 @@ class SuiteLine(BaseModel):
 
 
 def _prompt(line: SuiteLine) -> BenchPrompt:
-    messages = tuple(m.model_dump() for m in line.messages) if line.mode == "chat" else None
+    messages = (
+        tuple(m.model_dump() for m in line.messages) if line.mode == "chat" and line.messages is not None else None
+    )
     return BenchPrompt(
         line.id,
         line.suite,
@@ -128,7 +130,9 @@ def _prompt(line: SuiteLine) -> BenchPrompt:
 
 
 def _text_bytes(prompt: BenchPrompt) -> int:
-    texts = [prompt.prompt] if prompt.mode == "completion" else [m["content"] for m in prompt.messages]
+    texts: list[str] = [m["content"] for m in prompt.messages or ()]  # a chat prompt's
+    if prompt.prompt is not None:  # a completion prompt's
+        texts.append(prompt.prompt)
     return sum(len(t.encode("utf-8")) for t in texts)
 
 

@@ -117,8 +117,13 @@ def _time_columns() -> list[Column]:
         ("decode", "decode_s"),
         ("whole", "total_s"),
     )
-    columns: list[Column] = [(name, lambda s, key=key: _seconds(s[key])) for name, key in seconds]
+    columns: list[Column] = [(name, _seconds_of(key)) for name, key in seconds]
     return columns + [("whole tok/s", lambda s: f"{s['total_tokens_per_s']:.1f}")]
+
+
+def _seconds_of(key: str) -> Callable[[dict], str]:
+    """The cell of a time column: the summary entry's `key`, in seconds."""
+    return lambda s: _seconds(s[key])
 
 
 def _speed_columns(first: str | None, vs_first: str) -> list[Column]:
@@ -164,9 +169,9 @@ def _drafting_caption(summary: list[dict], floors: dict[str, NoiseFloor] | None,
         caption += f"\nnoise floor of {whose}: {floor.max:.2f} logits (largest |batched - single step|, n = 2..16)"
     trees = [s for s in summary if s["mode"].startswith("auto") and s["tree_size"]]
     if trees:  # the modes whose drafts may branch; every row's figures are in --json
-        whose = (lambda s: f"{s['pair']} ") if _several_pairs(summary) else (lambda s: "")
+        pair_of = (lambda s: f"{s['pair']} ") if _several_pairs(summary) else (lambda s: "")
         caption += "\naccepted path / tree size per drafting pass: " + ", ".join(
-            f"{whose(s)}{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees
+            f"{pair_of(s)}{s['mode']} {s['suite']} {s['accepted_length']:.1f}/{s['tree_size']:.1f}" for s in trees
         )
     return caption
 

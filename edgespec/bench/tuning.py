@@ -99,7 +99,7 @@ def tune(
         if c.name in known and c not in chosen:
             say(f"{c.name}: not measured, {known[c.name].text()} fails the quality rule")
     tuned_draft = _tuned_draft(pair, store, draft, tuned_dir, pick)
-    if tuned_draft is not None:
+    if tuned_draft is not None and draft is not None:  # a tuned draft is one of a draft model
         say("the draft model: building its q4_0 layout")
         build_candidate(draft, tuned_draft, layouts.DRAFT)
     say("loading the pair")
@@ -143,8 +143,14 @@ def _layouts_to_measure(
 
 def _tuned_draft(pair: PairConfig, store: Store, draft: Path | None, tuned_dir: Path, pick: str | None) -> Path | None:
     """Where the draft's q4_0 layout goes, for a draft with tensors llama.cpp does not repack."""
-    if draft is not None and pair.draft.format == "gguf" and layouts.converts_anything(draft, layouts.DRAFT):
-        return tuned_path(tuned_dir, pair.draft.sha256 or store.sha256(draft), layouts.DRAFT.name)
+    spec = pair.draft
+    if (
+        draft is not None
+        and spec is not None
+        and spec.format == "gguf"
+        and layouts.converts_anything(draft, layouts.DRAFT)
+    ):
+        return tuned_path(tuned_dir, spec.sha256 or store.sha256(draft), layouts.DRAFT.name)
     if pick == DRAFT_ONLY:
         raise UsageError(f"--pick {DRAFT_ONLY}: the draft model of {pair.name} has no tensors to convert")
     return None
@@ -220,7 +226,7 @@ def register_tuned(run: Tuning, best: Measured, config: Path | None) -> tuple[st
         note = f"{pair.target.name} as {best.layout} ({best.what}), {quality_text(best)}"
         models.append(DerivedModel(target, pair.target.name, best.layout, in_store(best.path), note))
     drafter = None
-    if best.draft_path is not None:
+    if best.draft_path is not None and pair.draft is not None:  # measured with the draft's layout
         drafter = f"{pair.draft.name}-{layouts.DRAFT.name}"
         draft = layouts.DRAFT
         note = f"{pair.draft.name} as {draft.name} ({draft.describe()}); a draft's layout changes no output"

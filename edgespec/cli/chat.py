@@ -47,7 +47,7 @@ def _reopen_terminal() -> None:
 
 def _require_terminal() -> None:
     # Textual draws on stderr (sys.__stderr__), so that is the stream that must be a terminal.
-    if not sys.__stderr__.isatty():
+    if sys.__stderr__ is None or not sys.__stderr__.isatty():
         raise UsageError(
             "chat draws on the terminal through stderr, which is redirected; `edgespec run` prints a reply to a pipe"
         )

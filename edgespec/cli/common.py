@@ -128,7 +128,7 @@ def sampling_option(flag: str, kind: type, help: str | None = None, default=None
     """A sampling flag checked by the same rule as models.toml's sampling table (a bad value is a
     usage error, found before anything loads)."""
     name = flag.lstrip("-").replace("-", "_")
-    kind = FiniteFloat() if kind is float else kind
+    param_type = FiniteFloat() if kind is float else kind
 
     def check(ctx: click.Context, param: click.Parameter, value):
         problem = None if value is None else sampling_problem(name, value)
@@ -137,7 +137,7 @@ def sampling_option(flag: str, kind: type, help: str | None = None, default=None
         return value
 
     return click.option(
-        flag, name, type=kind, default=default, callback=check, help=help, show_default=default is not None
+        flag, name, type=param_type, default=default, callback=check, help=help, show_default=default is not None
     )
 
 
@@ -330,7 +330,8 @@ def read_stdin(context: int) -> str | None:
     stream = sys.stdin
     if stream is None or stream.isatty():
         return None
-    read = stream.buffer.read1 if hasattr(stream, "buffer") else lambda n: stream.read(n).encode()
+    # typeshed gives TextIO.buffer as BinaryIO, which has no read1; stdin's is a BufferedReader
+    read = stream.buffer.read1 if hasattr(stream, "buffer") else lambda n: stream.read(n).encode()  # type: ignore[union-attr]
     limit = context_bytes(context)
     decoder = codecs.getincrementaldecoder("utf-8")()  # keeps a character split between chunks
     parts: list[str] = []

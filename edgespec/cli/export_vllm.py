@@ -39,7 +39,7 @@ def model_ref(model: ModelSpec, local: Path, notes: list[str]) -> str:
     quant = _GGUF_QUANT.search(src.file) if isinstance(src, HubSource) and src.file else None
     if isinstance(src, HubSource) and src.file is None:
         return src.repo
-    if quant:
+    if isinstance(src, HubSource) and quant:
         notes.append(
             f"{model.name} is a GGUF file: vLLM loads it with the vllm-gguf-plugin (experimental); "
             "the original weights' repo serves better on GPUs"

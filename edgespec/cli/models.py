@@ -140,17 +140,17 @@ def check(ctx: click.Context, pair: str, noise_floor: bool, config: Path | None)
     chosen = _registry(ctx, config).pair(pair)
     if chosen.draft is None:
         click.echo(f"pair {chosen.name} has no draft model (drafter: {chosen.drafter}); nothing to compare")
-    elif not _vocabularies_agree(chosen):
+    elif not _vocabularies_agree(chosen, chosen.draft):
         ctx.exit(1)
     if noise_floor:
         _report_noise_floor(chosen)
 
 
-def _vocabularies_agree(chosen: PairConfig) -> bool:
+def _vocabularies_agree(chosen: PairConfig, draft_model: ModelSpec) -> bool:
     """Print what the vocabulary check found; whether the pair can be used."""
     store = Store()
     target = read_vocabulary(chosen.target, store.ensure(chosen.target, chosen.name))
-    draft = read_vocabulary(chosen.draft, store.ensure(chosen.draft, chosen.name))
+    draft = read_vocabulary(draft_model, store.ensure(draft_model, chosen.name))
     result = compare_vocabularies(target, draft)
     for note in result.notes:
         click.echo(f"note: {note}")
@@ -182,7 +182,7 @@ models.add_command(tune)
 
 def _registry(ctx: click.Context, config: Path | None) -> Registry:
     """The registry from the subcommand's --config, else the group's (`edgespec models --config F list`)."""
-    return load_registry(config or ctx.parent.params.get("config"))
+    return load_registry(config or (ctx.parent.params.get("config") if ctx.parent else None))
 
 
 def _models_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:

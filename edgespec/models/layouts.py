@@ -182,7 +182,7 @@ def build(source: Path, dest: Path, layout: Layout, threads: int = 0) -> None:
     params = lc.llama_model_quantize_default_params()
     params.allow_requantize = True
     params.nthread = threads
-    keep_alive = []
+    keep_alive: list[object] = []  # what the C parameters point into, alive until the quantizer ran
     if layout.whole:
         params.ftype = FILE_TYPES[layout.whole]
         params.pure = layout.pure

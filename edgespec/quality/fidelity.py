@@ -63,7 +63,10 @@ def compare(
     original: Iterable[tuple[np.ndarray, np.ndarray]], derived: Iterable[tuple[np.ndarray, np.ndarray]]
 ) -> PairedPositions:
     """Position by position, two readings of the same text (`read_log_probs` of each model)."""
-    agree, kl, nll_p, nll_q = [], [], [], []
+    agree: list[np.ndarray] = []
+    kl: list[np.ndarray] = []
+    nll_p: list[np.ndarray] = []
+    nll_q: list[np.ndarray] = []
     for (p, following), (q, _) in zip(original, derived, strict=True):
         agree.append(p.argmax(axis=-1) == q.argmax(axis=-1))
         kl.append(np.maximum((np.exp(p) * (p - q)).sum(axis=-1), 0.0))

@@ -24,6 +24,7 @@ torch and transformers (the hf extra) are imported where used, so the module imp
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +41,8 @@ LLAMA3_ROPE = {
 PLAIN_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
 
 # Output matrices are untied everywhere: a rule needs one of its own (Llama-3.2-1B ties it to the
-# embeddings; untying it costs memory, not compute).
-SHAPES = {
+# embeddings; untying it costs memory, not compute). Each is a LlamaConfig's keyword arguments.
+SHAPES: dict[str, dict[str, Any]] = {
     # from the published config.json files of meta-llama/Llama-3.1-8B-Instruct and Llama-3.2-1B-Instruct
     "llama-3.1-8b": dict(
         hidden_size=4096,

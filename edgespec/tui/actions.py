@@ -5,18 +5,46 @@ reads them, and these methods work on its state (`_gen`, `conversation`, `store`
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from textual.app import SystemCommand
+from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from edgespec.tui.chat_list import ChatListScreen
-from edgespec.tui.chat_store import Conversation
+from edgespec.tui.chat_store import ChatStore, Conversation
 from edgespec.tui.details import DetailsScreen
 from edgespec.tui.prompt import PromptBox
 from edgespec.util.errors import EdgespecError
 
+if TYPE_CHECKING:
+    from edgespec.engine.engine import Engine
+    from edgespec.tui.generation import Generation
+    from edgespec.tui.stats import ReplyFigures
+    from edgespec.tui.transcript import Transcript
 
-class ChatActions:
+    _Host = App  # what the type checker reads these methods against: a Textual app
+else:
+    _Host = object  # at run time ChatApp brings App itself, after this mixin
+
+
+class ChatActions(_Host):
+    if TYPE_CHECKING:  # the state and helpers of ChatApp that these actions work on
+        engine: Engine
+        system: str | None
+        store: ChatStore
+        conversation: Conversation
+        markdown: bool
+        show_rejected: bool
+        _gen: Generation | None
+        _last_figures: ReplyFigures | None
+
+        @property
+        def transcript(self) -> Transcript: ...
+        async def _show_conversation(self) -> None: ...
+        def _refuse_if_busy(self) -> bool: ...
+        def _start_reply(self, earlier_reply: str | None = None) -> None: ...
+        def _leave_generation(self) -> None: ...
+
     def action_stop(self) -> None:
         if self._gen is not None and not self._gen.detached:
             self._gen.cancel.set()
@@ -44,8 +72,9 @@ class ChatActions:
         self._start_reply(replaced)
 
     def action_details(self) -> None:
-        live = self._gen is not None and not self._gen.detached
-        self.push_screen(DetailsScreen(self._gen.stats.figures() if live else self._last_figures))
+        gen = self._gen
+        figures = gen.stats.figures() if gen is not None and not gen.detached else self._last_figures
+        self.push_screen(DetailsScreen(figures))
 
     def action_toggle_markdown(self) -> None:
         self.markdown = not self.markdown
@@ -56,7 +85,7 @@ class ChatActions:
     def action_open_chat(self) -> None:
         if self._refuse_if_busy():
             return
-        chats, unreadable = self.store.list()
+        chats, unreadable = self.store.load_all()
         if unreadable:
             # listed by name so that a damaged chat is not mistaken for a lost one
             lines = [str(e) for e in unreadable[:3]]

@@ -124,8 +124,8 @@ class ChatApp(ChatActions, App):
         # switch interval keeps the UI from slowing decoding.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         # notes from the engine thread, written on stderr, would tear the screen
-        if getattr(self.engine, "cache", None) is not None:
-            self.engine.cache.warn = lambda message: self._engine_note(message, "Prompt cache")
+        if (cache := getattr(self.engine, "cache", None)) is not None:  # a scripted engine may have none
+            cache.warn = lambda message: self._engine_note(message, "Prompt cache")
         unsaved.say = lambda message: self._engine_note(message, "Not saved")
         self.engine.notice = lambda message: self._engine_note(message, "Speed", "information")
         self.sub_title = describe_pair(self.engine, self.settings.constraint)
@@ -184,12 +184,12 @@ class ChatApp(ChatActions, App):
     def _show_stats(self) -> None:
         gen = self._gen
         bar = self.query_one(StatsBar)
+        used = self._context_used
         if gen is not None and not gen.detached:
             bar.show(gen.stats.figures(), True)
             used = gen.prompt_tokens + gen.stats.tokens
         else:
             bar.show(self._last_figures, False)
-            used = self._context_used
         self.query_one(PromptBox).border_subtitle = context_gauge(used, self.engine.n_ctx)
 
     # Sending and generating
@@ -199,7 +199,7 @@ class ChatApp(ChatActions, App):
 
     def _next_prompt(self) -> tuple[list[dict], str] | None:
         """What enter would send now: the chat so far and the message; None while a reply runs."""
-        boxes = self.screen_stack[0].query(PromptBox) if self.screen_stack else []  # F2 may be over it
+        boxes = list(self.screen_stack[0].query(PromptBox)) if self.screen_stack else []  # F2 may be over it
         text = boxes[0].text if boxes else ""
         return None if self._gen is not None or not text.strip() else (self.conversation.chat_messages(), text)
 
@@ -229,6 +229,7 @@ class ChatApp(ChatActions, App):
         else:
             self._unsaved.pop(conversation.id, None)
             return
+        severity: SeverityLevel
         try:
             line = (
                 f"chat {conversation.id} could not be saved in {self.store.root} ({why}); "
@@ -365,12 +366,12 @@ class ChatApp(ChatActions, App):
     # Reactive settings (their keys and commands are in ChatActions)
 
     def watch_markdown(self, on: bool) -> None:
-        if self.is_mounted:
+        if self.screen_stack:  # a toggle set before the app runs has no transcript to change yet
             for view in self.transcript.replies():
                 view.set_markdown(on)
 
     def watch_show_rejected(self, on: bool) -> None:
-        if self.is_mounted:
+        if self.screen_stack:
             for view in self.transcript.replies():
                 view.set_show_rejected(on)
 

@@ -103,7 +103,7 @@ class Conversation:
         return message
 
     def add_assistant(self) -> dict:
-        message = {"role": "assistant", "content": "", "spans": [], "stats": None, "complete": False}
+        message: dict = {"role": "assistant", "content": "", "spans": [], "stats": None, "complete": False}
         self.messages.append(message)
         return message
 
@@ -123,6 +123,7 @@ class Conversation:
     def from_dict(cls, d: object) -> Conversation:
         """The conversation in a saved file's JSON; ValueError naming the first field the app could not use."""
         _check_chat(d, "")
+        assert isinstance(d, dict)  # _check_chat raised ValueError for anything else
         return cls(
             id=d["id"],
             pair=d.get("pair", ""),
@@ -306,7 +307,7 @@ class ChatStore:
             raise HistoryError(f"no saved chats in {self.root}")
         return _read(paths[0])
 
-    def list(self) -> tuple[list[Conversation], list[HistoryError]]:
+    def load_all(self) -> tuple[list[Conversation], list[HistoryError]]:
         """All chats, the file written last first, as (readable chats, one error per unreadable file)."""
         chats, unreadable = [], []
         for path in self._paths():

@@ -57,7 +57,7 @@ class ReplyFigures:
         return {**self.summary.to_dict(), "error": self.error}
 
     @classmethod
-    def from_saved(cls, d: dict) -> ReplyFigures:
+    def from_saved(cls, d: object) -> ReplyFigures:
         """Read `to_saved()`'s layout, or the first version's (figures at the top, the decoder's
         summary nested under "summary"). Raises TypeError or ValueError on a malformed record."""
         if not isinstance(d, dict):
@@ -114,7 +114,7 @@ class ReplyStats:
         if self.summary is not None:
             return ReplyFigures(self.summary, self.error)
         s = Summary(**{f.name: getattr(self.tally, f.name) for f in fields(Tally)})
-        if self.first_token_at is not None:
+        if self.first_token_at is not None and self.last_token_at is not None:  # stamped together
             s.ttft_s = self.first_token_at - self.sent_at
             s.decode_s = self.last_token_at - self.first_token_at
         s.stop_reason = "error" if self.error else ""

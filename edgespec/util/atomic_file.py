@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomic(path: Path, write: Callable[[Path], None], keep_suffix: bool = False, users: bool = False) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object], keep_suffix: bool = False, users: bool = False) -> None:
     """`write(tmp)` fills a temporary file next to `path`, which then replaces `path`. The temporary
     name ends in `.partial` (no reader's glob matches it) unless `keep_suffix`, for writers that
     choose the format from the name (matplotlib). A failure removes the temporary file and raises.

@@ -42,7 +42,7 @@ def check_writable(path: Path, flag: str) -> None:
         raise UsageError(f"{where}: cannot write in {parent} ({e.strerror or e})") from None
 
 
-def write_or_rescue(path: Path, write: Callable[[Path], None], what: str) -> None:
+def write_or_rescue(path: Path, write: Callable[[Path], object], what: str) -> None:
     """Write with `write(tmp_path)` into a temporary file next to `path`, then move it into place.
 
     If that fails, write it to `home()/rescued/` instead and raise OutputLost naming both places;

@@ -54,7 +54,7 @@ def _cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
         lines = cpuinfo.read_text().splitlines()
     except OSError:
         return {}
-    fields = {}
+    fields: dict[str, str] = {}
     for line in lines:
         key, sep, value = line.partition(":")
         if sep:
