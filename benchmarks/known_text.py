@@ -40,6 +40,9 @@ from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.util.provenance import provenance
 
+sys.path.insert(0, str(Path(__file__).parent))
+from result_file import write_result  # noqa: E402
+
 GREEDY = SamplingParams(temperature=0.0)
 STDLIB = Path(os.__file__).parent
 # Requests for new code that nothing here was tuned on (none is in the development set).
@@ -203,9 +206,8 @@ def main() -> None:
     if args.json:
         for row in rows:
             del row["ids"]
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {**provenance(), "pair": engine.pair.name}
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1) + "\n")
+        write_result(args.json, {"meta": meta, "rows": rows, "summary": summary})
 
 
 if __name__ == "__main__":
