@@ -31,8 +31,7 @@ LEGEND_LABELS: list[tuple[str, str]] = [
     (COPIED, "copied"),
     (Source.CORRECTION.value, "correction"),
     (Source.BONUS.value, "bonus"),
-    (Source.TARGET.value, "target"),
-    (Source.REPEATED.value, "repeated"),
+    (Source.TARGET.value, "target"),  # repeated: copied's colour; its reply's line says "served again"
     (REJECTED, "rejected"),
 ]
 
