@@ -4,7 +4,8 @@ reading speed (issue 49's rows).
 Two parts, on held-out inputs, every mode interleaved round by round (the order alternating), one
 engine in this process, greedy:
 
-- `retry`: a request for new code asked twice in a row, as a user retries it. Each (prompt, mode,
+- `retry`: a request for new code asked twice in a row, as a user retries it with `--decode-again`
+  (by default a greedy request asked again is served its earlier reply, with no pass at all). Each (prompt, mode,
   round) starts from an empty history and prompt cache of its own in a temporary folder; the first
   call fills them, the models' caches are emptied, and the second call is timed: `history` (the
   history on: the retry drafts from the first reply) against `no-history` (only the prompt cache).
@@ -68,7 +69,7 @@ def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> di
     ids: list[int] = []
     longest = 0
     summary = None
-    for event in engine.chat(messages, GenerateSettings(max_tokens, GREEDY, draft, k)):
+    for event in engine.chat(messages, GenerateSettings(max_tokens, GREEDY, draft, k, decode_again=True)):
         if isinstance(event, Token):
             ids.append(event.id)
         elif isinstance(event, Step):

@@ -32,14 +32,13 @@ import statistics
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
 import psutil
 
 from edgespec.decoding.copying.suffix_index import SuffixIndex
-from edgespec.engine.history_log import LOG_MAGIC, RECORD, RECORD_MAGIC, RECORD_VERSION
+from edgespec.engine.history_log import LOG_MAGIC, encode_record
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.util.provenance import provenance
 
@@ -82,9 +81,7 @@ def write_log(path: Path, records: list[tuple[np.ndarray, np.ndarray]]) -> None:
     with open(path, "wb") as f:
         f.write(LOG_MAGIC + bytes(16))
         for prompt, reply in records:
-            payload = np.concatenate([prompt, reply]).astype("<i4").tobytes()
-            f.write(RECORD.pack(RECORD_MAGIC, RECORD_VERSION, 0, len(prompt), len(reply), zlib.crc32(payload)))
-            f.write(payload)
+            f.write(encode_record(prompt.tolist(), reply.tolist()))
 
 
 def quantiles(values: list[float]) -> dict:

@@ -101,12 +101,12 @@ MALFORMED = {  # file bytes -> what the one-line error says after the file's pat
     "unknown span source": (
         edited(set_path(*REPLY, "spans", [["drafted", "x"]])),
         ' is unreadable: messages[1].spans[0] has the source "drafted", '
-        "not one of draft, correction, bonus, target, copied, rejected",
+        "not one of draft, correction, bonus, target, repeated, copied, rejected",
     ),
     "span source a list": (
         edited(set_path(*REPLY, "spans", [[["draft"], "x"]])),
         ' is unreadable: messages[1].spans[0] has the source ["draft"], '
-        "not one of draft, correction, bonus, target, copied, rejected",
+        "not one of draft, correction, bonus, target, repeated, copied, rejected",
     ),
     "spans not a list": (edited(set_path(*REPLY, "spans", "draft")), " is unreadable: messages[1].spans is not a list"),
     "unknown role": (

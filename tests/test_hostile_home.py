@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from edgespec.engine import calibration, history_index
-from edgespec.engine.history_log import RECORD, RECORD_MAGIC, RECORD_VERSION
+from edgespec.engine.history_log import encode_record
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.engine.repository import RepositoryCorpus
@@ -69,9 +69,9 @@ def replies(kept: ReplyHistory, prompt: list[int]) -> list[list[int]]:
     return [reply for _, reply in kept.earlier_replies(prompt)]
 
 
-def record(prompt: list[int], reply: list[int]) -> bytes:
-    payload = np.asarray([*prompt, *reply], dtype="<i4").tobytes()
-    return RECORD.pack(RECORD_MAGIC, RECORD_VERSION, 0, len(prompt), len(reply), zlib.crc32(payload)) + payload
+def record(prompt: list[int], reply: list[int], request: bytes = b"r" * 16) -> bytes:
+    """A record as appends write it, of a reply served again to `request` (a digest)."""
+    return encode_record(prompt, reply, request)
 
 
 # -- the opener -----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from edgespec.engine.history_index import INDEX_MAGIC
-from edgespec.engine.history_log import RECORD, RECORD_MAGIC, RECORD_VERSION
+from edgespec.engine.history_log import encode_record
 from tests.edgespec_process import REPO, edgespec_env
 
 PROMPT = "rewrite this function so that it adds two to x instead of one, and keep the name f as it is now. " * 3
@@ -92,8 +92,7 @@ def out_of_range(path: Path) -> None:
     """Ids outside the vocabulary, where the file holds ids, with every checksum made to hold."""
     data = bytearray(path.read_bytes())
     if path.name == "log":
-        payload = np.asarray([1, BIG_ID], "<i4").tobytes()
-        data += RECORD.pack(RECORD_MAGIC, RECORD_VERSION, 0, 1, 1, zlib.crc32(payload)) + payload
+        data += encode_record([1], [BIG_ID], b"r" * 16)
     elif path.suffix == ".idx":
         head = len(INDEX_MAGIC)
         n, _, sa_crc = struct.unpack_from("<QII", data, head)

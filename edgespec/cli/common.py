@@ -57,8 +57,9 @@ def cache_option(f: Callable) -> Callable:
 
 
 def history_options(f: Callable) -> Callable:
-    """--no-history (or EDGESPEC_NO_HISTORY=1) and --context PATH: what calls copy from beyond their
-    own text (`engine/copy_sources.py`)."""
+    """--no-history (or EDGESPEC_NO_HISTORY=1), --decode-again and --context PATH: what calls copy
+    from beyond their own text (`engine/copy_sources.py`), and whether a greedy request asked
+    before is served its earlier reply again (`engine/same_reply.py`)."""
     f = click.option(
         "--context",
         "context",
@@ -66,12 +67,22 @@ def history_options(f: Callable) -> Callable:
         multiple=True,
         help="A file or folder whose text replies may copy (repeatable).",
     )(f)
+    f = click.option(
+        "--decode-again",
+        "decode_again",
+        is_flag=True,
+        envvar="EDGESPEC_DECODE_AGAIN",
+        help="Decode a greedy request asked before again, drafting from its earlier reply, instead of "
+        "serving that reply again from the history (fast, but a near-tie may part them; or "
+        "$EDGESPEC_DECODE_AGAIN=1).",
+    )(f)
     return click.option(
         "--no-history",
         "no_history",
         is_flag=True,
         envvar="EDGESPEC_NO_HISTORY",
-        help="Neither draft from earlier calls nor keep this one (or $EDGESPEC_NO_HISTORY=1).",
+        help="Neither draft from earlier calls, nor serve their replies again, nor keep this one "
+        "(or $EDGESPEC_NO_HISTORY=1).",
     )(f)
 
 
@@ -213,6 +224,7 @@ def _engine_options(flags: dict, **fixed) -> EngineOptions:
         **given,
         cache=not flags.pop("no_cache", True),
         history=not flags.pop("no_history", True),
+        decode_again=flags.pop("decode_again", False),
         context=tuple(flags.pop("context", ())),
         **fixed,
     )

@@ -50,6 +50,7 @@ TOKEN_STYLES: dict[Source, dict[str, Any]] = {  # click.style's keyword argument
     Source.CORRECTION: dict(fg="red", underline=True),
     Source.BONUS: dict(fg="cyan", bold=True),
     Source.TARGET: dict(),
+    Source.REPEATED: dict(fg="magenta"),  # the same request's earlier reply, served again from the history
 }
 COPIED_STYLE: dict[str, Any] = dict(fg="magenta")  # accepted drafts copied from earlier calls or the repository
 
@@ -81,7 +82,8 @@ def compose_message(stdin_text: str | None, prompt: str | None) -> str:
     type=click.Choice(["auto", "always", "never"]),
     default="auto",
     show_default=True,
-    help="Colour tokens by source: green = accepted draft, red underlined = correction, bold cyan = bonus.",
+    help="Colour tokens by source: green = accepted draft, red underlined = correction, bold cyan = bonus, "
+    "magenta = copied from earlier calls (or a reply served again).",
 )
 @click.option("--stats", is_flag=True, help="One line of speed and acceptance figures on stderr.")
 @click.option(

@@ -21,6 +21,7 @@ class Source(str, Enum):
     CORRECTION = "correction"  # the target's token at the first rejected draft position
     BONUS = "bonus"  # the target's extra token after every drafted token was accepted
     TARGET = "target"  # plain decoding (K=0)
+    REPEATED = "repeated"  # the same request's earlier reply, served again from the history: no pass ran
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,11 +228,17 @@ class Summary(Tally, WholeReply):
     # sampled (temperature > 0) rather than greedy: every draft, whatever its source, was verified by
     # speculative sampling, so the reply follows the target's distribution exactly
     sampled: bool = False
+    # the earlier reply to the same greedy request, served again from the history (`engine/same_reply.py`):
+    # no target pass ran, so there are no decode figures; its tokens count
+    served_again: bool = False
     stop_reason: str = ""  # "eos", "length", "context", "cancelled" ("error" for a failed reply)
 
     @property
     def decode_tokens_per_s(self) -> float:
-        """Tokens after the first (which the prompt's reading produced) per second of decoding."""
+        """Tokens after the first (which the prompt's reading produced) per second of decoding; 0 for
+        a reply served again (`served_again`): nothing was decoded."""
+        if self.served_again:
+            return 0.0
         return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
 
     @property

@@ -11,7 +11,8 @@ Each source is its own drafter kind (`decoding/copying/corpus.py`), made per cal
 - **replaced**: the reply a regenerate replaces, which the front end passes with the call
   (`GenerateSettings.earlier_reply`), after the end of this call's prompt: it is there with the
   history off too, and only for that call.
-Every reply, complete or not, is added to the history once its Summary is out: the user saw it.
+Every reply, complete or not, is added to the history once its Summary is out: the user saw it (a
+whole greedy one with its request's digest, to be served again: `same_reply.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from edgespec.decoding.backend import Backend
 from edgespec.decoding.copying.corpus import Corpus, CorpusDrafter
 from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.decoding.drafters import DrafterKind
+from edgespec.engine.history_log import NO_REQUEST
 from edgespec.engine.reply_history import ReplyHistory, history_folder
 from edgespec.engine.repository import RepositoryCorpus, context_files, work_tree_files
 
@@ -66,13 +68,21 @@ class DraftSources:
             out.append(CorpusDrafter(DrafterKind.REPOSITORY, self.repository))
         return out
 
-    def record(self, prompt: Sequence[int], reply: Sequence[int]) -> None:
-        """Add a call to the history; a store that cannot be written is turned off, said once."""
+    def same_reply(self, prompt: Sequence[int], request: bytes) -> list[int] | None:
+        """The whole reply the history holds to exactly `prompt` under `request` (`same_reply.py`)."""
+        if self.history is None:
+            return None
+        self.history.refresh()  # cleared by another process since: nothing of it is served again
+        return self.history.same_reply(prompt, request)
+
+    def record(self, prompt: Sequence[int], reply: Sequence[int], request: bytes = NO_REQUEST) -> None:
+        """Add a call to the history (`request`: the digest its whole reply answers, NO_REQUEST for
+        one never served again); a store that cannot be written is turned off, said once."""
         if self.history is None or not reply:
             return
         start = time.perf_counter()
         try:
-            self.history.append(prompt, reply)
+            self.history.append(prompt, reply, request)
         except OSError as e:
             self.say(f"history turned off for this process: cannot write {self.history.folder} ({e.strerror or e})")
             self.history = None

@@ -50,6 +50,7 @@ from edgespec.engine.curve_keeper import CurveKeeper
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
 from edgespec.engine.read_ahead import ReadAheadCredit, Reading, read_whole_chunks
+from edgespec.engine.same_reply import kept_request, model_identity, request_digest, served_again
 from edgespec.models.registry import PairConfig
 from edgespec.quality.noise_floor import NoiseFloor, calibration_tokens, measure_noise_floor
 from edgespec.util.errors import SettingError
@@ -64,6 +65,9 @@ class GenerateSettings:
     k: KSetting = KSetting("auto")
     constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
     earlier_reply: str | None = None  # the reply this one replaces (a regenerate): drafted from, DrafterKind.REPLACED
+    # a greedy request asked before: decode it again (drafting from the earlier reply) rather than serve
+    # that reply again from the history (`same_reply.py`)
+    decode_again: bool = False
 
 
 class NoDraftModel(SettingError):
@@ -119,6 +123,7 @@ class Engine:
         # sha256, hashed once per file version), "target" and "draft" (each model's load)
         self.load_s = load_s or {}
         self.read_ahead_kept = ReadAheadCredit()  # what read_ahead read, until a reply keeps it
+        self._model_identity: str | None = None  # the target, as a request's digest names it (made once)
 
     def chat(
         self, messages: Sequence[dict], settings: GenerateSettings, cancel: threading.Event | None = None
@@ -139,9 +144,15 @@ class Engine:
     def generate_tokens(
         self, prompt: list[int], settings: GenerateSettings, cancel: threading.Event | None = None
     ) -> Iterator[Event]:
-        """Generate after already-tokenized input (what `chat` ends in)."""
+        """Generate after already-tokenized input (what `chat` ends in). A greedy request the history
+        holds a whole reply to is answered with that reply (`same_reply.py`)."""
+        start = time.perf_counter()
         draft = DraftChoice(settings.draft)
         require_draft_model(self.pair.name, self.draft is not None, draft)
+        request = self._request(settings)
+        earlier = self.sources.same_reply(prompt, request) if request is not None else None
+        if earlier is not None:
+            return served_again(self.target, prompt, earlier, settings.max_tokens, cancel, start)
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         replaced = self.target.tokenize(settings.earlier_reply, special=False) if settings.earlier_reply else []
         copying = self.sources.drafters(prompt, draft.kinds, replaced)
@@ -150,20 +161,29 @@ class Engine:
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
-        events = self.read_ahead_kept.credit(self._remembered(prompt, events, copying))
+        events = self.read_ahead_kept.credit(self._remembered(prompt, events, copying, request))
         return self._keeping_costs(events if self.cache is None else self._cached(prompt, events, self.cache))
 
+    def _request(self, settings: GenerateSettings) -> bytes | None:
+        """The digest of the request (`same_reply.request_digest`), with a history to keep it in."""
+        if self.sources.history is None:
+            return None
+        if self._model_identity is None:
+            self._model_identity = model_identity(self.pair, self._loaded_placements, self.target)
+        return request_digest(self._model_identity, self.n_ctx, settings)
+
     def _remembered(
-        self, prompt: list[int], events: Iterator[Event], copying: Sequence[CorpusDrafter]
+        self, prompt: list[int], events: Iterator[Event], copying: Sequence[CorpusDrafter], request: bytes | None
     ) -> Iterator[Event]:
         """`events`, with the reply added to the history once its Summary is out (a reply cut short
-        too: the user saw it), and the Summary holding what `copying`'s lookups and the append cost."""
+        too: the user saw it; a whole one to `request` is served again), and the Summary holding what
+        `copying`'s lookups and the append cost."""
         reply: list[int] = []
         for event in events:
             if isinstance(event, Token):
                 reply.append(event.id)
             elif isinstance(event, Summary):
-                self.sources.record(prompt, reply)
+                self.sources.record(prompt, reply, kept_request(request, event))
                 event.history_append_s = self.sources.append_s
                 for d in copying:
                     event.lookups[d.kind.value] = d.lookups

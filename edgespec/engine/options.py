@@ -54,6 +54,7 @@ class EngineOptions:
     cache: bool = False
     cache_memory_entries: int = 0
     history: bool = False
+    decode_again: bool = False  # a greedy request asked before decodes again, not served from the history
     context: tuple[Path, ...] = ()
     repository: bool = False
 
@@ -71,7 +72,9 @@ class EngineOptions:
     def settings(self, pair: PairConfig) -> GenerateSettings:
         """Each reply's settings on `pair`: its default sampling with the values given laid over it."""
         sampling = sampling_from_flags(pair.sampling, self.temperature, self.top_p, self.top_k, self.min_p, self.seed)
-        return GenerateSettings(self.max_tokens, sampling, self.draft, self.k, self.constraint)
+        return GenerateSettings(
+            self.max_tokens, sampling, self.draft, self.k, self.constraint, decode_again=self.decode_again
+        )
 
 
 @dataclass(frozen=True)

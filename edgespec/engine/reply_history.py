@@ -4,7 +4,8 @@ tokenizer and shared by all processes, and the suffix index over it (`decoding/c
 What a user asks again (a regenerated answer, an agent's retry, the same edit another day) was often
 answered before: the index finds what followed the text's last tokens in every earlier prompt and
 reply, for a drafter to copy, and `earlier_replies` the whole replies of the earlier calls whose
-prompt this one repeats or extends.
+prompt this one repeats or extends; `same_reply` the whole reply to exactly this prompt under the
+same request, which the engine serves again (`same_reply.py`).
 
 On disk, in `history_folder(tokenizer id)` = `home()/history/<tokenizer id>`, the folders 0700 and
 the files 0600 (it holds the user's code):
@@ -44,7 +45,6 @@ import errno
 import hashlib
 import os
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -57,14 +57,14 @@ from edgespec.engine.history_log import (
     GENERATION,
     LOG_HEADER,
     LOG_MAGIC,
-    RECORD,
-    RECORD_MAGIC,
-    RECORD_VERSION,
+    NO_REQUEST,
     TOKEN,
     Log,
     Record,
     append_record,
+    appended,
     documents,
+    encode_record,
     generation_of,
     log_limit,
     parse_log,
@@ -101,6 +101,7 @@ class ReplyHistory:
         # the log as this process knows it: what it read on opening, and its own appends since
         self._generation, self._tokens = b"", 0
         self._records: list[Record] = []
+        self._answers: dict[tuple[bytes, bytes], Record] = {}  # (request, prompt hash): its newest whole reply
         self._off = False
 
     @classmethod
@@ -134,17 +135,18 @@ class ReplyHistory:
             except (OSError, Untrusted) as e:
                 self._turn_off(e)
 
-    def append(self, prompt: Sequence[int], reply: Sequence[int]) -> None:
-        """Keep one call's prompt and reply, and index them (one document) in this process. A record
-        larger than the whole budget is not kept. Token ids must be below the vocabulary (ValueError)."""
+    def append(self, prompt: Sequence[int], reply: Sequence[int], request: bytes = NO_REQUEST) -> None:
+        """Keep one call's prompt and reply, and index them (one document) in this process; `request`:
+        the digest of the request it answers whole (`same_reply.py`), NO_REQUEST for a reply never
+        served again. A record larger than the whole budget is not kept. Token ids must be below
+        the vocabulary (ValueError)."""
         ids = np.asarray([*prompt, *reply], dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= min(self.vocab, _MAX_TOKEN + 1)):
             raise ValueError(f"token ids must be in 0..{min(self.vocab, _MAX_TOKEN + 1) - 1}")
         if self._off or not ids.size or ids.size > self.budget_tokens:
             return
         self.refresh()  # cleared since: the new record starts a new log, and nothing old stays indexed
-        payload = ids.astype(TOKEN).tobytes()
-        crc = zlib.crc32(payload)
+        record = encode_record(prompt, reply, request)
         try:
             private_folder(self.folder)  # removed just now: made again
             with self._locked():
@@ -152,12 +154,11 @@ class ReplyHistory:
                     # none yet, or rewritten or cleared by another process just now: as it is now
                     log = self._read_log()
                     self._set_log(log if log.generation else self._write_log(b""))
-                header = RECORD.pack(RECORD_MAGIC, RECORD_VERSION, 0, len(prompt), len(reply), crc)
-                offset = append_record(self._log_path, header + payload)
+                offset = append_record(self._log_path, record)
         except (OSError, Untrusted) as e:
             self._turn_off(e)
             return
-        self._records.append(Record(offset, len(prompt), len(reply), crc, prompt_digest(payload[: 4 * len(prompt)])))
+        self._add(appended(offset, record))
         self._tokens += ids.size
         self.index.add(ids)
         if self._tokens > self.budget_tokens:
@@ -195,6 +196,23 @@ class ReplyHistory:
         except (OSError, Untrusted):
             pass  # rewritten or removed since by another process: nothing found this time
         return out
+
+    def same_reply(self, prompt: Sequence[int], request: bytes) -> list[int] | None:
+        """The newest whole reply recorded to exactly `prompt` under `request` (a digest that is not
+        NO_REQUEST), read back and compared whole; None if there is none (or the log no longer
+        holds it: rewritten since by another process)."""
+        raw = np.asarray(prompt, dtype=TOKEN).tobytes()
+        record = self._answers.get((request, prompt_digest(raw)))
+        if record is None:
+            return None
+        try:
+            with open_home_file(self._log_path, log_limit(self.budget_tokens)) as f:
+                tokens = read_record(f.fileno(), record, self.vocab)
+        except (OSError, Untrusted):
+            return None
+        if tokens is None or tokens[: record.prompt_len].tobytes() != raw:
+            return None
+        return tokens[record.prompt_len :].tolist()
 
     def size(self) -> tuple[int, int, int]:
         """(records, tokens) as this process knows them, and the folder's bytes on disk (its
@@ -275,8 +293,15 @@ class ReplyHistory:
         return self._write_log(log.data[first:])
 
     def _set_log(self, log: Log) -> None:
-        self._generation, self._records = log.generation, list(log.records)
+        self._generation, self._records, self._answers = log.generation, [], {}
+        for record in log.records:
+            self._add(record)
         self._tokens = sum(r.tokens for r in log.records)
+
+    def _add(self, record: Record) -> None:
+        self._records.append(record)
+        if record.served_again:
+            self._answers[record.request, record.prompt_hash] = record
 
     def _turn_off(self, error: OSError | Untrusted) -> None:
         if not self._off:

@@ -36,12 +36,15 @@ def figure_parts(s: Summary, compact: bool = False) -> FigureParts:
     else:
         acceptance = f"acceptance {s.acceptance:.0%} ({s.accepted}/{s.drafted} drafted)"
     per_pass = f"{s.tokens_per_pass:.2f} {'tok' if compact else 'tokens'}/pass"
+    speed = f"{s.decode_tokens_per_s:.1f} tok/s"
+    if s.served_again:  # no pass ran: no speed, no acceptance to show (`engine/same_reply.py`)
+        speed, acceptance, per_pass = "served again", "the same request's reply, from the history", "no target pass"
     ttft, decode = f"TTFT {s.ttft_s:.2f} s", f"decode {s.decode_s:.2f} s"
     if not compact:
         ttft += f" (target read {s.target_read_s:.2f} s)"
         decode += f" (draft read {s.draft_read_s:.2f} s)"
     return FigureParts(
-        f"{s.decode_tokens_per_s:.1f} tok/s",
+        speed,
         f"{s.tokens} tokens",
         ttft,
         acceptance,
@@ -90,7 +93,7 @@ def stats_line(s: Summary, load_s: Mapping[str, float] | None = None) -> str:
             p.ttft,
             p.decode,
             p.total,
-            f"decode {p.speed}",
+            p.speed if s.served_again else f"decode {p.speed}",
             p.tokens,
             p.acceptance,
             *sources,

@@ -183,7 +183,7 @@ async def answer(
     job = Job(
         checked_request.tokens,
         checked_request.param,
-        request_settings(defaults, body, checked_request.constraint),
+        request_settings(defaults, body, checked_request.constraint, body.edgespec.decode_again),
         body.token_limit,
     )
     started = await start(request, job, worker)

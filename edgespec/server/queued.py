@@ -32,13 +32,17 @@ class Sampled(Protocol):
 
 
 def request_settings(
-    defaults: GenerateSettings, body: Sampled, constraint: ConstraintSpec | None = None
+    defaults: GenerateSettings, body: Sampled, constraint: ConstraintSpec | None = None, decode_again: bool = False
 ) -> GenerateSettings:
-    """A request's decoding settings: the command line's `defaults`, its sampling fields over them."""
+    """A request's decoding settings: the command line's `defaults`, its sampling fields over them;
+    `decode_again`: the request asks to decode a greedy request asked before again (as --decode-again)."""
     sampling = sampling_from_flags(
         defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.sampling_seed
     )
-    return GenerateSettings(sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint)
+    again = defaults.decode_again or decode_again
+    return GenerateSettings(
+        sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint, decode_again=again
+    )
 
 
 class ClientGone(Exception):

@@ -106,9 +106,12 @@ class StreamOptions(_Strict):
 
 class EdgespecOptions(_Strict):
     """The extension field `"edgespec": {"sources": true}`: every chunk (or the whole reply) also
-    lists its tokens with their origin: draft, correction, bonus or target."""
+    lists its tokens with their origin: draft, correction, bonus, target, or repeated (the same greedy
+    request's earlier reply, served again from the history). `"decode_again": true` decodes a greedy
+    request asked before again instead (`engine/same_reply.py`)."""
 
     sources: bool = False
+    decode_again: bool = False
 
 
 Stop = Annotated[str, Field(min_length=1), BeforeValidator(_valid_unicode)]  # Unicode first, then the length
@@ -238,7 +241,7 @@ class TokenOrigin(BaseModel):
 
     id: int
     text: str
-    source: Literal["draft", "correction", "bonus", "target"]
+    source: Literal["draft", "correction", "bonus", "target", "repeated"]
 
 
 class TokenOrigins(BaseModel):

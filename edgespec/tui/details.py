@@ -100,7 +100,8 @@ def details_renderable(f: ReplyFigures | None) -> Group | Text:
     grid.add_row("speedup", speedup_line(f))
     if s.sources:
         src = Text()
-        for i, kind in enumerate(("draft", "correction", "bonus", "target")):
+        kinds = ("draft", "correction", "bonus", "target", *(("repeated",) if "repeated" in s.sources else ()))
+        for i, kind in enumerate(kinds):
             if i:
                 src.append(" · ")
             src.append(f"{kind} {s.sources.get(kind, 0)}", style=STYLES[kind] or "default")

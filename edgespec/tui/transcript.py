@@ -22,6 +22,7 @@ STYLES: dict[str, str] = {
     Source.CORRECTION.value: "underline #ff8f7a",
     Source.BONUS.value: "bold #5fd7ff",
     Source.TARGET.value: "",
+    Source.REPEATED.value: "#c3a6ff",  # copied whole: the same request's reply, served again
     REJECTED: "strike #8a8a8a",
 }
 
@@ -30,13 +31,13 @@ LEGEND_LABELS: list[tuple[str, str]] = [
     (COPIED, "copied"),
     (Source.CORRECTION.value, "correction"),
     (Source.BONUS.value, "bonus"),
-    (Source.TARGET.value, "target"),
+    (Source.TARGET.value, "target"),  # repeated: copied's colour; its reply's line says "served again"
     (REJECTED, "rejected"),
 ]
 
 # Consecutive tokens of these sources merge into one span. Corrections and bonus tokens stay one
 # span each: a correction's rejected draft text is inserted right before it.
-_MERGING = {Source.DRAFT, Source.TARGET}
+_MERGING = {Source.DRAFT, Source.TARGET, Source.REPEATED}
 
 
 class ReplySpans:
