@@ -5,8 +5,9 @@ Two parts, on held-out inputs, every mode interleaved round by round (the order 
 engine in this process, greedy:
 
 - `retry`: a request for new code asked twice in a row, as a user retries it with `--decode-again`
-  (by default a greedy request asked again is served its earlier reply, with no pass at all). Each (prompt, mode,
-  round) starts from an empty history and prompt cache of its own in a temporary folder; the first
+  (by default a greedy request asked again is served its earlier reply, with no pass at all).
+  Each (prompt, mode, round) starts from an empty history and prompt cache of its own in a
+  temporary folder; the first
   call fills them, the models' caches are emptied, and the second call is timed: `history` (the
   history on: the retry drafts from the first reply) against `no-history` (only the prompt cache).
   A mode never drafts from another mode's reply. The first call is the same in both modes (no
