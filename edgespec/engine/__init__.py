@@ -13,6 +13,7 @@ costs, and the event stream every front end reads.
 - `prompt_cache_files.py`: one saved state's file, and reading it without trusting it.
 - `copy_sources.py`: what a call may copy from beyond its own text (the drafters: `decoding/copying/`).
 - `reply_history.py`: every earlier prompt and reply, and the suffix index over them.
+- `same_reply.py`: a greedy request asked before, served its earlier whole reply again.
 - `history_log.py`: the history's log file, record by record.
 - `history_index.py`: the history's saved suffix index, checksummed, read without trusting it.
 - `history_files.py`: the history's folder: its lock, counting it read-only, clearing it.

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from edgespec.backends import llamacpp_runtime  # read at each call: the runtime's answer, not a copy
 from edgespec.backends.hf_loading import resolve_placement
-from edgespec.backends.llamacpp_runtime import gpu_layers, gpu_memory, gpu_offload
 from edgespec.decoding.backend import BackendError
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store
@@ -37,14 +37,15 @@ def pair_device(pair: PairConfig) -> Device:
 
 
 def _llamacpp_device(pair: PairConfig) -> Device:
-    if not gpu_offload():
+    if not llamacpp_runtime.gpu_offload():
         return Device("cpu", "llama.cpp: no GPU offload", ram_bytes(), "RAM")
-    layers = gpu_layers(pair.n_gpu_layers)
+    layers = llamacpp_runtime.gpu_layers(pair.n_gpu_layers)
     if layers == 0:
         return Device("cpu", "n_gpu_layers = 0", ram_bytes(), "RAM")
     if layers < 0:
-        return Device("gpu", "llama.cpp: all layers", gpu_memory(), "GPU")
-    return Device("gpu+cpu", f"llama.cpp: {layers} layers", gpu_memory() + ram_bytes(), "GPU + RAM")
+        return Device("gpu", "llama.cpp: all layers", llamacpp_runtime.gpu_memory(), "GPU")
+    memory = llamacpp_runtime.gpu_memory() + ram_bytes()
+    return Device("gpu+cpu", f"llama.cpp: {layers} layers", memory, "GPU + RAM")
 
 
 def _torch_device(pair: PairConfig) -> Device:
