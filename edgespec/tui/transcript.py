@@ -164,6 +164,12 @@ class ReplyView(Vertical):
         yield self.tokens
         yield self.footer
 
+    def on_mount(self) -> None:
+        # Updates that came before the mount could not freeze lines (there was nowhere to put the
+        # blocks); a paused or slow stream may bring no next update, so freeze them now.
+        if self.generating:
+            self.call_later(self.update_tokens)
+
     def _spans(self) -> list:
         return self.message.get("spans") or [["target", self.message.get("content", "")]]
 
