@@ -8,6 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
+from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Summary, Token
@@ -232,6 +233,29 @@ def test_copies_draft_no_longer_than_the_curve_was_timed():
     policy = AutoK("ngram", costs)
     sim = Sim(EPYC, ngram=constant(SURE_COPY), seed=0).run(policy, 100)
     assert max(sim.ks()) == 16
+
+
+def test_copies_are_proposed_no_longer_than_the_controller_could_verify():
+    """A proposal past the longest pass the curve has timed is never verified, so the decoder must
+    not ask for one: every round would pay a longer lookup (a grammar walk per token under a
+    constraint) for tokens thrown away."""
+    asked: list[int] = []
+
+    class Counting(NgramDrafter):
+        def propose(self, context, k, *args, **kwargs):
+            asked.append(k)
+            return super().propose(context, k, *args, **kwargs)
+
+    costs = CostModel()
+    for n in range(1, 18):  # timed up to 17 tokens, as a calibration cut short
+        costs.observe_verify(n, EPYC.verify(n))
+    target = MarkovBackend(seed=3)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8] * 8  # a text that repeats, so copies are found
+    events = list(
+        SpeculativeDecoder(target, AutoK("ngram", costs), [Counting()]).generate(prompt, 60, SamplingParams())
+    )
+    assert [e.id for e in events if isinstance(e, Token)] == plain_greedy(target, prompt, 60)
+    assert asked and max(asked) == 16
 
 
 # -- following a change in the text ---------------------------------------------------------------

@@ -95,7 +95,6 @@ class AutoK:
 
     def __post_init__(self):
         self.allowed = DraftChoice(self.drafter).kinds
-        self.max_k = max(self.max_k_model, self.max_k_ngram)
         self._model = ModelScores(self.max_k_model)
         self._copies = {kind: NgramScores(self.max_k_ngram, COPY_PRIORS[kind]) for kind in LOOKUPS}
         self._ngram = self._copies[DrafterKind.NGRAM]
@@ -138,6 +137,13 @@ class AutoK:
         order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: self._copy_reach(max_k)]
         m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM, forced), base=forced + 1)
         return m, rate, tuple(sorted(order[:m])) if trees else None
+
+    @property
+    def max_k(self) -> int:
+        """The longest draft this controller may ask for, so the longest proposal worth making: a
+        copy is never verified past `_copy_reach`, and proposing 255 tokens to keep 16 costs every
+        round a longer lookup (and, under a constraint, a grammar walk per token)."""
+        return max(self.max_k_model, self._copy_reach(self.max_k_ngram))
 
     def _copy_reach(self, max_k: int) -> int:
         """The most tokens a copy may draft this round: within `max_k`, the controller's cap, and the

@@ -73,8 +73,12 @@ class RoundContext:
 
 
 class Policy(Protocol):
-    max_k: int  # the longest draft this policy may ask for (bounds the n-gram lookup)
     costs: CostModel  # the cost curve: the decoder feeds it every pass's timings, whether the policy reads it or not
+
+    @property
+    def max_k(self) -> int:
+        """The longest draft this policy may ask for now (bounds what the free drafters propose)."""
+        ...
 
     def plan(self, ctx: RoundContext) -> Plan: ...
 
