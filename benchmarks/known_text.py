@@ -182,18 +182,33 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+PARTS = ("retry", "file")
+
+
+def _parts(text: str) -> set[str]:
+    """`--parts`: a comma-separated choice of PARTS (argparse turns the error into one line)."""
+    parts = set(text.split(","))
+    if not parts <= set(PARTS):
+        raise argparse.ArgumentTypeError(f"takes {' and '.join(PARTS)}, comma-separated, not {text!r}")
+    return parts
+
+
+def _rounds(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of rounds, at least 1, not {text!r}")
+    return int(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", default="retry,file")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--parts", type=_parts, default=set(PARTS))
+    ap.add_argument("--rounds", type=_rounds, default=2)
     ap.add_argument("--retry-tokens", type=int, default=300)
     ap.add_argument("--file-tokens", type=int, default=2000)
     ap.add_argument("--pair", default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    parts = set(args.parts.split(","))
-    if not parts <= {"retry", "file"}:
-        sys.exit(f"known_text: --parts takes retry and file, not {args.parts!r}")
+    parts = args.parts
     engine, _ = EngineOptions(pair=args.pair).check().open()
     rows: list[dict] = []
     try:
