@@ -198,8 +198,8 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
         raise FileNotFoundError(f"none of {', '.join(files)} in {folder}")
     lines = [
         "| host | suite (prompts) | peer | timed | whole reply edgespec / peer | peer / edgespec (median) "
-        "| TTFT | decode | tokens | equal outputs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| TTFT | decode | tokens | equal outputs | peer / edgespec, equal outputs only |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     setups = []
     for name, doc in docs:
@@ -213,7 +213,8 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
                 f"{'whole process' if s['timed'] == 'process' else 'call'} | "
                 f"{s['edgespec_whole_s']:.1f} / {s['peer_whole_s']:.1f} s | **{ratio('whole_ratio')}** "
                 f"({ratio('whole_ratio_median')}) | {ratio('ttft_ratio')} | {ratio('decode_ratio')} | "
-                f"{s['edgespec_tokens']:g} / {s['peer_tokens']:g} | {s['equal']}/{s['prompts']} |"
+                f"{s['edgespec_tokens']:g} / {s['peer_tokens']:g} | {s['equal']}/{s['prompts']} | "
+                f"{_equal_only(doc, s)} |"
             )
         mine, theirs = doc["meta"]["edgespec"], doc["meta"]["peer"]
         setups.append(
@@ -223,6 +224,19 @@ def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
             f"medians of {doc['meta']['rounds']} rounds.<br>"
         )
     return lines + [""] + setups + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+def _equal_only(doc: dict, summary: dict) -> str:
+    """The peer's whole-reply time over edgespec's, summed over the suite's prompts where both wrote
+    the same reply in every round: the only ratio that is a speedup when replies part (a reply
+    that parted early can be far shorter or longer). Runs before peer modes kept one peer, "peer"."""
+    side = summary.get("peer", "alone")
+    mine = theirs = 0.0
+    for p in doc["prompts"]:
+        peer = p.get(side, p.get("peer"))
+        if p["suite"] == summary["suite"] and peer.get("equal", p.get("equal")):
+            mine, theirs = mine + p["edgespec"]["whole_s"], theirs + peer["whole_s"]
+    return f"{theirs / mine:.2f}x" if mine else "-"
 
 
 def peer_mode(doc: dict, summary: dict) -> str:
