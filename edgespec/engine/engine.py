@@ -79,8 +79,8 @@ class NoDraftModel(SettingError):
 
 def require_draft_model(pair: str, has_draft_model: bool, draft: DraftChoice) -> None:
     """NoDraftModel when `draft` asks for a draft model that is not there. One rule, asked of the
-    registry's pair before anything loads (`find_pair`, `EngineOptions.check`) and of the loaded
-    engine at each generation (a pair opened without its draft model)."""
+    registry's pair before anything loads (`EngineOptions.check`) and of the loaded engine at each
+    generation (a pair opened without its draft model)."""
     if DraftChoice(draft) is DraftChoice.MODEL and not has_draft_model:
         raise NoDraftModel(pair)
 
@@ -119,7 +119,7 @@ class Engine:
         )
         self._noise_floor: NoiseFloor | None = None
         self._tokenizer: Tokenizer | None = None  # llguidance's view of the target's vocabulary, built once
-        # seconds `open_engine` spent per part of the load: "check" (the model files' size and
+        # seconds `EngineOptions.open` spent per part of the load: "check" (the model files' size and
         # sha256, hashed once per file version), "target" and "draft" (each model's load)
         self.load_s = load_s or {}
         self.read_ahead_kept = ReadAheadCredit()  # what read_ahead read, until a reply keeps it
