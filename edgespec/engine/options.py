@@ -21,7 +21,6 @@ from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.backend import Backend
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.plan import KSetting
-from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine import loading
 from edgespec.engine.copy_sources import open_sources
 from edgespec.engine.engine import Engine, GenerateSettings, require_draft_model
@@ -74,9 +73,14 @@ class EngineOptions:
 
     def settings(self, pair: PairConfig) -> GenerateSettings:
         """Each reply's settings on `pair`: its default sampling with the values given laid over it."""
-        sampling = sampling_from_flags(pair.sampling, self.temperature, self.top_p, self.top_k, self.min_p, self.seed)
-        return GenerateSettings(
-            self.max_tokens, sampling, self.draft, self.k, self.constraint, decode_again=self.decode_again
+        return GenerateSettings.build(
+            self.max_tokens,
+            pair.sampling,
+            self.draft,
+            self.k,
+            self.constraint,
+            given=self,
+            decode_again=self.decode_again,
         )
 
 
