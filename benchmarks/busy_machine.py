@@ -29,6 +29,7 @@ from pathlib import Path
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary
 from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.options import EngineOptions
 from edgespec.util.hardware import physical_cores
@@ -72,7 +73,7 @@ def measure_engine(engine: Engine, setup: str, prompt: list[int], tokens: int) -
                 backend.set_threads(physical_cores())
     try:
         engine.empty_caches()
-        settings = GenerateSettings(max_tokens=tokens, draft=draft, k=k)
+        settings = GenerateSettings.build(tokens, SamplingParams(), draft, k)  # greedy
         summary = [e for e in engine.generate_tokens(prompt, settings) if isinstance(e, Summary)][0]
     finally:
         engine.threads = policy

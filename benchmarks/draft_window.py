@@ -39,7 +39,7 @@ from whole_call import read_case  # noqa: E402
 
 def reply_ids(engine, prompt: list[int], max_tokens: int) -> list[int]:
     """The target's greedy reply (n-gram drafting only: the same tokens, sooner)."""
-    settings = GenerateSettings(max_tokens, SamplingParams(), DraftChoice.NGRAM, KSetting("auto"))
+    settings = GenerateSettings.build(max_tokens, SamplingParams(), DraftChoice.NGRAM, KSetting("auto"))
     return [e.id for e in engine.generate_tokens(prompt, settings) if isinstance(e, Token)]
 
 

@@ -84,7 +84,7 @@ def run(engine: Engine, prompt: suites.BenchPrompt, mode: str, reply: list[int] 
     ids = modes.prompt_ids(engine, prompt)
     engine.empty_caches()
     (m,) = [m for m in modes.parse_modes(mode, DraftChoice.NGRAM) if m.name == mode]
-    settings = GenerateSettings(prompt.max_tokens, SamplingParams(), m.draft, m.k, prompt.constraint)
+    settings = GenerateSettings.build(prompt.max_tokens, SamplingParams(), m.draft, m.k, prompt.constraint)
     return _row(engine, prompt, mode, engine.generate_tokens(ids, settings))[0]
 
 

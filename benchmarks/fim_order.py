@@ -28,7 +28,10 @@ from pathlib import Path
 import click
 
 from edgespec.decoding.backend import common_prefix, kept_from_saved
+from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Token
+from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.infill import ORDERS, FimMarks, Infill, Order, fim_marks, infill_prompt
 from edgespec.engine.options import EngineOptions
@@ -77,7 +80,8 @@ def suggestion(engine: Engine, marks: FimMarks, lines: list[str], y: int, order:
     line = lines[y]
     indent = line[: len(line) - len(line.lstrip())]
     prompt = infill_prompt(engine.target, marks, context(lines, y, indent), ROOM, order).tokens
-    events = list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=48)))
+    settings = GenerateSettings.build(48, SamplingParams(), DraftChoice.AUTO, KSetting("auto"))  # greedy
+    events = list(engine.generate_tokens(prompt, settings))
     text = "".join(e.text for e in events if isinstance(e, Token))
     first = (indent + text).split("\n")[0]
     summary = events[-1]

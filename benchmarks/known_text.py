@@ -70,7 +70,7 @@ def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> di
     ids: list[int] = []
     longest = 0
     summary = None
-    for event in engine.chat(messages, GenerateSettings(max_tokens, GREEDY, draft, k, decode_again=True)):
+    for event in engine.chat(messages, GenerateSettings.build(max_tokens, GREEDY, draft, k, decode_again=True)):
         if isinstance(event, Token):
             ids.append(event.id)
         elif isinstance(event, Step):

@@ -61,7 +61,7 @@ def run_sequence(engine: Engine, session: Session, mode: str, folder: Path, prom
     for i in range(len(session.calls)):
         engine.empty_caches()
         # decoded, never served again from the history: the sequences measure drafting from it
-        settings = GenerateSettings(session.max_tokens(i), GREEDY, draft, k, decode_again=True)
+        settings = GenerateSettings.build(session.max_tokens(i), GREEDY, draft, k, decode_again=True)
         text, ids, rounds, by_source = [], [], [], defaultdict(lambda: [0, 0])
         summary = None
         messages = session.messages(i, replies)

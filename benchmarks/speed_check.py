@@ -63,7 +63,7 @@ def main() -> None:
     engine, _ = EngineOptions(draft=DraftChoice.NONE).check().open()
     threads = engine.pair.threads or __import__("edgespec.backends.llamacpp_runtime", fromlist=["x"]).default_threads()
     theirs, llm = llama_cpp_python_rate(engine.target.path, args.tokens, threads)
-    settings = GenerateSettings(max_tokens=args.tokens, draft="none", k=KSetting("fixed", 0))
+    settings = GenerateSettings.build(args.tokens, SamplingParams(), DraftChoice.NONE, KSetting("fixed", 0))
     messages = [{"role": "user", "content": PROMPT}]
 
     def ours() -> float:

@@ -15,7 +15,7 @@ import pytest
 import edgespec.engine.calibration
 import edgespec.engine.engine
 from edgespec.engine.engine import Engine
-from edgespec.engine.loading import find_pair, open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.models.registry import PairConfig
 from edgespec.models.store import Store
 from edgespec.testing.tiny_gguf import DRAFT, write_tiny_gguf
@@ -196,7 +196,7 @@ def real_pair() -> PairConfig:
     machine: the in-process tests find positions and replies in that file's distributions, which must
     not depend on the machine the suite runs on. Skipped where its files are not in the store (`make
     test` pulls them)."""
-    pair = replace(find_pair(), layout="published")
+    pair = replace(EngineOptions().check().pair, layout="published")
     store = Store()
     if not all(store.state(m).present for m in (pair.target, pair.draft)):
         pytest.skip("default pair not pulled (`make test` pulls it)")
@@ -209,7 +209,7 @@ def real_pair_engine(real_pair: PairConfig) -> Iterator[Engine]:
     shares it. A test that swaps a part of it (its target, its prompt cache) puts it back. Tests take
     it as `real_engine`; a module fixture that takes it directly finds what earlier tests left in its
     caches."""
-    engine = open_engine(real_pair)
+    engine, _ = EngineOptions(pair=real_pair).check().open()
     yield engine
     engine.close()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from edgespec.cli.serve import base_url, listen, uvicorn_server
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.engine_thread import EngineThread
-from edgespec.engine.loading import open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.models.config import load_registry
 from edgespec.models.registry import PairConfig
 from edgespec.server.app import create_app
@@ -88,7 +88,7 @@ def serving_app(
 def serving(pair: PairConfig, settings: GenerateSettings, queue_size: int = 8) -> Iterator[Live]:
     """Load `pair` on an engine thread and serve it, as `edgespec serve` does."""
     engine_thread = EngineThread()
-    engine = engine_thread.call(open_engine, pair, settings.draft)
+    engine, _ = engine_thread.call(EngineOptions(pair=pair, draft=settings.draft).check().open)
     worker = EngineWorker(engine, engine_thread, queue_size)
     try:
         with serving_app(worker, settings) as live:

@@ -104,7 +104,7 @@ def test_the_bench_command_refuses_a_bad_schema_before_any_model_loads(tmp_path,
     def no_load(*args, **kwargs):
         raise AssertionError("a model loaded")
 
-    monkeypatch.setattr(loading, "open_engine", no_load)
+    monkeypatch.setattr(loading, "load_engine", no_load)
     bad = {"type": "json_schema", "json_schema": {"name": "when", "schema": {"type": "string", "format": "foo"}}}
     write_suite(tmp_path, line(bad))
     r = CliRunner().invoke(cli.main, ["bench", "--suite", str(tmp_path / "suite.jsonl"), "--modes", "ar,ngram-k2"])

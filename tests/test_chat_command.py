@@ -24,7 +24,7 @@ def test_chat_command_pipes_stdin_into_the_first_message(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     monkeypatch.setattr(
         edgespec.engine.loading,
-        "open_engine",
+        "load_engine",
         lambda pair, draft, cache: seen.update(pair=pair, draft=draft, cache=cache) or engine,
         raising=False,
     )
@@ -56,7 +56,7 @@ def test_a_chat_the_chats_folder_cannot_take_is_rescued_and_said_at_once_and_on_
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     (tmp_path / "chats").write_text("a file where the chats folder belongs\n")
-    monkeypatch.setattr(edgespec.engine.loading, "open_engine", lambda pair, draft, cache: FakeEngine(), raising=False)
+    monkeypatch.setattr(edgespec.engine.loading, "load_engine", lambda pair, draft, cache: FakeEngine(), raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     seen: dict = {}
@@ -106,7 +106,7 @@ def test_chat_json_schema_constrains_every_reply_shown_by_origin_like_any_other(
     schema = tmp_path / "pet.json"
     schema.write_text(json.dumps(PET_SCHEMA))
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine.loading, "open_engine", lambda pair, draft, cache: engine, raising=False)
+    monkeypatch.setattr(edgespec.engine.loading, "load_engine", lambda pair, draft, cache: engine, raising=False)
     monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     seen: dict = {}
@@ -147,7 +147,7 @@ def test_chat_refuses_a_bad_schema_file_before_loading(tmp_path, monkeypatch):
         raise AssertionError("the engine was opened")
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(edgespec.engine.loading, "open_engine", no_loading, raising=False)
+    monkeypatch.setattr(edgespec.engine.loading, "load_engine", no_loading, raising=False)
     schema = tmp_path / "bad.json"
     schema.write_text('{"type": "object", "not": {"type": "string"}}')
     for args in (

@@ -1,4 +1,4 @@
-"""What opening a pair does and costs (`open_engine`), and an engine forgetting what it read."""
+"""What opening a pair does and costs (`EngineOptions.open`), and an engine forgetting what it read."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from edgespec.decoding.events import Summary
 from edgespec.engine.engine import GenerateSettings
-from edgespec.engine.loading import find_pair, open_engine
+from edgespec.engine.options import EngineOptions
 from tests.fakes import fake_engine
 
 
@@ -23,8 +23,8 @@ def config(tmp_path, monkeypatch, tiny_gguf, tiny_draft_gguf):
 
 
 @pytest.mark.parametrize("draft, parts", [("auto", {"check", "target", "draft"}), ("ngram", {"check", "target"})])
-def test_open_engine_times_each_part_of_the_load(config, draft, parts):
-    engine = open_engine(find_pair(config_path=config, draft=draft), draft)
+def test_opening_a_pair_times_each_part_of_the_load(config, draft, parts):
+    engine, _ = EngineOptions(config=config, draft=draft).check().open()
     try:
         assert set(engine.load_s) == parts and all(seconds > 0 for seconds in engine.load_s.values())
         assert (engine.draft is not None) == ("draft" in parts)  # no draft model loads when none may be used

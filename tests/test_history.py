@@ -217,7 +217,7 @@ def write(folder: Path, chat_id: str, data: bytes, mtime: float | None = None) -
 def chat_cli(monkeypatch):
     """Invoke `edgespec chat` with no model and no terminal. -> (invoke, loads, apps): models loaded, apps run."""
     loads, apps = [], []
-    monkeypatch.setattr(edgespec.engine.loading, "open_engine", lambda *args: loads.append(args) or FakeEngine())
+    monkeypatch.setattr(edgespec.engine.loading, "load_engine", lambda *args: loads.append(args) or FakeEngine())
     monkeypatch.setattr(command, "_reopen_terminal", lambda: None)
     monkeypatch.setattr(command, "_require_terminal", lambda: None)
     monkeypatch.setattr(ChatApp, "run", lambda self: apps.append(self))

@@ -19,7 +19,7 @@ from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.engine.copy_sources import open_sources
 from edgespec.engine.engine import GenerateSettings
-from edgespec.engine.loading import open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.models.config import load_registry
 from tests.edgespec_process import REPO, edgespec_env
@@ -134,7 +134,7 @@ def test_a_clear_under_a_live_serve_is_noticed_and_recording_goes_on(home, tmp_p
     """Before: `history --clear` turned the server's history off for good (it could no longer lock
     the removed folder), while it went on drafting from the cleared text it held in memory."""
     pair = load_registry(tiny_models_toml(tmp_path, tiny_gguf, tiny_draft_gguf)).pair("tiny")
-    engine = open_engine(pair)
+    engine, _ = EngineOptions(pair=pair).check().open()
     engine.sources = open_sources(engine.target, 100_000)
     kept = engine.sources.history
     assert kept is not None

@@ -15,7 +15,7 @@ from edgespec.bench import layout_ranking
 from edgespec.bench.layout_ranking import PROMPT_TOKENS, typical_call_s
 from edgespec.bench.tuning import choose_for_machine
 from edgespec.cli import main as cli
-from edgespec.engine.loading import open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.models import layouts, machine_layout
 from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import PUBLISHED, Choice, derived_model, machine_target, read_choice, record_choice
@@ -177,7 +177,7 @@ def test_the_chosen_layout_is_loaded_while_its_build_is_there_and_a_setting_keep
     record_choice(store.models_dir, sha, Choice("q4_0", "faster here"))
     target, path, choice = machine_target(store, pair, tiny_gguf)
     assert (target.name, path, choice.layout) == ("t-q4_0", built, "q4_0")
-    engine = open_engine(pair)
+    engine, _ = EngineOptions(pair=pair).check().open()
     try:  # every front end opens the engine this way
         assert engine.target.path == built and engine.pair.target.name == "t-q4_0"
     finally:

@@ -87,7 +87,7 @@ def test_a_reader_that_leaves_ends_the_reply_quietly_with_the_stats_written(endl
 NOISY = """
 import ctypes, subprocess, sys
 from edgespec.engine import loading
-real = loading.open_engine
+real = loading.load_engine
 def noisy(*args, **kwargs):
     engine = real(*args, **kwargs)
     libc = ctypes.CDLL(None)
@@ -98,7 +98,7 @@ def noisy(*args, **kwargs):
         from llama_cpp._ggml import libggml
         libggml.ggml_abort(b"native.c", 1, b"native abort")
     return engine
-loading.open_engine = noisy
+loading.load_engine = noisy
 mode, sys.argv = sys.argv[1], ["edgespec", *sys.argv[2:]]
 from edgespec.__main__ import main
 main()

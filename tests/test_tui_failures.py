@@ -52,7 +52,9 @@ async def test_a_chat_with_nowhere_beside_it_to_go_is_rescued_in_a_temporary_fol
     """Neither chats/ nor rescued/ can be made (their parent is a file): a private temporary folder
     takes the chat, said once however many times the reply is saved while it streams."""
     (tmp_path / "not-a-folder").write_text("")
-    app = ChatApp(FakeEngine(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock())
+    app = ChatApp(
+        FakeEngine(), GenerateSettings(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock()
+    )
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
         await wait_for_reply(pilot)
@@ -93,7 +95,9 @@ async def test_a_chat_that_cannot_be_saved_anywhere_says_so(tmp_path, monkeypatc
 
     monkeypatch.setattr(tempfile, "mkdtemp", no_temporary_folder)
     (tmp_path / "not-a-folder").write_text("")
-    app = ChatApp(FakeEngine(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock())
+    app = ChatApp(
+        FakeEngine(), GenerateSettings(), store=ChatStore(tmp_path / "not-a-folder" / "chats"), clock=TickClock()
+    )
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "Write is_palindrome")
         await wait_for_reply(pilot)

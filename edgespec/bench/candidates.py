@@ -26,6 +26,7 @@ from edgespec.decoding.policy.controller import DENSE_LENGTHS
 from edgespec.decoding.policy.plan import KSetting
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine
+from edgespec.engine.options import EngineOptions
 from edgespec.models import layouts
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.quality.fidelity import Fidelity, measure_fidelity
@@ -103,9 +104,8 @@ class Tuner:
         target = self.original if path == self.source else self.load(path)
         tuned = self.tuned_draft is not None and layout != ORIGINAL
         spec = ModelSpec(name=f"{self.pair.target.name}-{layout}", format="gguf", path=path)
-        engine = Engine(
-            dataclasses.replace(self.pair, name=layout, target=spec), target, self.tuned_draft if tuned else self.draft
-        )
+        checked = EngineOptions(pair=dataclasses.replace(self.pair, name=layout, target=spec)).check()
+        engine, _ = checked.open(models=(target, self.tuned_draft if tuned else self.draft))
         self.engines.append(engine)
         self.targets.append(target)
         self.on_step(f"{layout}: timing verification")

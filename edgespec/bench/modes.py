@@ -179,7 +179,7 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
             decode_s=r.decode_s,
         )
     assert mode.k is not None, mode.name  # only hf-assisted has no K, and it returned above
-    settings = GenerateSettings(prompt.max_tokens, sampling, mode.draft, mode.k, prompt.constraint)
+    settings = GenerateSettings.build(prompt.max_tokens, sampling, mode.draft, mode.k, prompt.constraint)
     summary, ids, rounds = generate(engine, prompt, settings)
     problem = None
     if prompt.constraint is not None:

@@ -24,7 +24,7 @@ import click
 
 from edgespec.cli.common import config_option, error_boundary
 from edgespec.decoding.policy.plan import KSetting
-from edgespec.engine.loading import find_pair
+from edgespec.engine.options import EngineOptions
 from edgespec.engine.vllm_draft import DraftPlan, given_plan, measured_plan
 from edgespec.models.registry import HubSource, ModelSpec, PairConfig
 from edgespec.models.store import Store
@@ -110,14 +110,15 @@ def export() -> None:
 def vllm(pair: str | None, config: Path | None, k: int | None) -> None:
     """Print the `vllm serve` command (with --speculative-config) that runs PAIR (default: the
     registry's default) on vLLM; clients keep the same OpenAI API and model name."""
-    chosen = find_pair(pair, config)
+    checked = EngineOptions(pair=pair, config=config).check()
+    chosen = checked.pair
     if chosen.drafter == "none":
         plan = None
     elif k is not None:
         plan = given_plan(k)
     else:
         click.echo(f"edgespec: loading {chosen.name!r} for this machine's calibrated costs…", err=True)
-        plan = measured_plan(chosen)
+        plan = measured_plan(checked)
         what = (
             "the draft model"
             if chosen.drafter == "model"

@@ -19,7 +19,7 @@ from rich.table import Table
 from edgespec.cli.common import config_option, error_boundary
 from edgespec.cli.tune import tune
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.engine.loading import open_engine
+from edgespec.engine.options import EngineOptions
 from edgespec.models.config import load_registry
 from edgespec.models.fit import pair_device, pair_fit
 from edgespec.models.machine_layout import PUBLISHED, derived_model, machine_target, wants_machine_layout
@@ -137,13 +137,14 @@ def check(ctx: click.Context, pair: str, noise_floor: bool, config: Path | None)
     difference at each verify size, which tells a greedy output's parting from plain decoding at a
     near-tie from a bug (measured once per model file and runtime, then kept).
     """
-    chosen = _registry(ctx, config).pair(pair)
+    config = _config(ctx, config)
+    chosen = load_registry(config).pair(pair)
     if chosen.draft is None:
         click.echo(f"pair {chosen.name} has no draft model (drafter: {chosen.drafter}); nothing to compare")
     elif not _vocabularies_agree(chosen, chosen.draft):
         ctx.exit(1)
     if noise_floor:
-        _report_noise_floor(chosen)
+        _report_noise_floor(chosen, config)
 
 
 def _vocabularies_agree(chosen: PairConfig, draft_model: ModelSpec) -> bool:
@@ -160,9 +161,9 @@ def _vocabularies_agree(chosen: PairConfig, draft_model: ModelSpec) -> bool:
     return result.compatible
 
 
-def _report_noise_floor(chosen: PairConfig) -> None:
+def _report_noise_floor(chosen: PairConfig, config: Path | None) -> None:
     """The target's noise floor per verify size, from the saved measurement or measured now."""
-    engine = open_engine(chosen, DraftChoice.NONE)
+    engine, _ = EngineOptions(pair=chosen.name, config=config, draft=DraftChoice.NONE).check().open()
     try:
         if engine.saved_noise_floor() is None:
             click.echo(f"measuring the noise floor of {chosen.target.name} (once per model file and runtime)", err=True)
@@ -182,7 +183,12 @@ models.add_command(tune)
 
 def _registry(ctx: click.Context, config: Path | None) -> Registry:
     """The registry from the subcommand's --config, else the group's (`edgespec models --config F list`)."""
-    return load_registry(config or (ctx.parent.params.get("config") if ctx.parent else None))
+    return load_registry(_config(ctx, config))
+
+
+def _config(ctx: click.Context, config: Path | None) -> Path | None:
+    """The subcommand's --config, else the group's."""
+    return config or (ctx.parent.params.get("config") if ctx.parent else None)
 
 
 def _models_of(pair: PairConfig) -> list[tuple[str, ModelSpec]]:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast
 
 from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
 from edgespec.decoding.backend import Backend, Placement, ThreadedBackend
@@ -36,7 +36,7 @@ from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting, Policy
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.sampling import SamplingParams, sampling_from_flags
 from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.calibration import (
     CALIBRATION_VERSION,
@@ -57,8 +57,28 @@ from edgespec.util.errors import SettingError
 from edgespec.util.hardware import OtherLoad, physical_cores
 
 
+class Sampled(Protocol):
+    """The sampling values a front end was given: the command line's flags (`EngineOptions`) or a
+    request's body (the server's schemas map their API's own fields to these, once); None where a
+    value was not given."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def min_p(self) -> float | None: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
 @dataclass(frozen=True)
 class GenerateSettings:
+    """One reply's settings. Front ends, the bench and the benchmarks make them with `build`; the
+    defaults here serve tests that name only what they vary."""
+
     max_tokens: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft: DraftChoice = DraftChoice.AUTO
@@ -68,6 +88,29 @@ class GenerateSettings:
     # a greedy request asked before: decode it again (drafting from the earlier reply) rather than serve
     # that reply again from the history (`same_reply.py`)
     decode_again: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        max_tokens: int,
+        sampling: SamplingParams,
+        draft: DraftChoice,
+        k: KSetting,
+        constraint: ConstraintSpec | None = None,
+        *,
+        given: Sampled | None = None,
+        decode_again: bool = False,
+    ) -> GenerateSettings:
+        """The one place a reply's settings are made, from the flags (`EngineOptions.settings`), a
+        server request's fields (`server/queued.py`) or a bench mode: its length in tokens, the
+        sampling values `given` (the flags', a request's) laid over `sampling` (the pair's default,
+        or the server's), the drafter and K, the constraint, and whether a greedy request asked
+        before decodes again rather than being served from the history."""
+        if given is not None:
+            sampling = sampling_from_flags(
+                sampling, given.temperature, given.top_p, given.top_k, given.min_p, given.seed
+            )
+        return cls(max_tokens, sampling, draft, k, constraint, decode_again=decode_again)
 
 
 class NoDraftModel(SettingError):
@@ -79,8 +122,8 @@ class NoDraftModel(SettingError):
 
 def require_draft_model(pair: str, has_draft_model: bool, draft: DraftChoice) -> None:
     """NoDraftModel when `draft` asks for a draft model that is not there. One rule, asked of the
-    registry's pair before anything loads (`find_pair`, `EngineOptions.check`) and of the loaded
-    engine at each generation (a pair opened without its draft model)."""
+    registry's pair before anything loads (`EngineOptions.check`) and of the loaded engine at each
+    generation (a pair opened without its draft model)."""
     if DraftChoice(draft) is DraftChoice.MODEL and not has_draft_model:
         raise NoDraftModel(pair)
 
@@ -119,7 +162,7 @@ class Engine:
         )
         self._noise_floor: NoiseFloor | None = None
         self._tokenizer: Tokenizer | None = None  # llguidance's view of the target's vocabulary, built once
-        # seconds `open_engine` spent per part of the load: "check" (the model files' size and
+        # seconds `EngineOptions.open` spent per part of the load: "check" (the model files' size and
         # sha256, hashed once per file version), "target" and "draft" (each model's load)
         self.load_s = load_s or {}
         self.read_ahead_kept = ReadAheadCredit()  # what read_ahead read, until a reply keeps it

@@ -1,10 +1,9 @@
-"""Loading a pair: the registry's entry, the model files checked, each model on its runtime.
+"""Loading a pair: the model files checked, each model on its runtime.
 
-    engine = open_engine(find_pair("qwen2.5-coder-1.5b"))
-
-`load_backend` picks the runtime a pair names; `open_engine` loads the target, and the draft model
-only where it may be used, refusing one whose vocabulary is not the target's. Front ends open an
-engine through `edgespec.engine.options`, which checks every setting before anything here runs.
+`load_backend` picks the runtime a pair names; `load_engine` loads the target, and the draft model
+only where it may be used, refusing one whose vocabulary is not the target's. Only the one door,
+`edgespec.engine.options`, calls it, once every setting is checked (an import contract in
+pyproject.toml keeps everything above the engine out of this module).
 """
 
 from __future__ import annotations
@@ -16,9 +15,8 @@ from typing import Protocol
 
 from edgespec.decoding.backend import Backend, BackendError
 from edgespec.decoding.drafters import DraftChoice, DrafterKind
-from edgespec.engine.engine import Engine, require_draft_model
+from edgespec.engine.engine import Engine
 from edgespec.engine.prompt_cache import PromptCache
-from edgespec.models.config import load_registry
 from edgespec.models.machine_layout import machine_target
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.models.store import Store
@@ -47,17 +45,7 @@ def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | N
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
 
 
-def find_pair(
-    pair_name: str | None = None, config_path: Path | None = None, draft: DraftChoice = DraftChoice.AUTO
-) -> PairConfig:
-    """The pair from the registry, refused at once if `draft` asks for a draft model it lacks (so
-    every setting is checked before anything loads)."""
-    pair = load_registry(config_path).pair(pair_name)
-    require_draft_model(pair.name, pair.draft is not None, draft)
-    return pair
-
-
-def open_engine(pair: PairConfig, draft: DraftChoice = DraftChoice.AUTO, cache: PromptCache | None = None) -> Engine:
+def load_engine(pair: PairConfig, draft: DraftChoice, cache: PromptCache | None) -> Engine:
     """Load a pair: check its files, load the target (and the draft model if it may be used: not
     for --draft ngram or none). The engine's `load_s` has the seconds of each part; the draft's
     includes checking that its vocabulary is the target's. `cache`: the prompt cache its replies

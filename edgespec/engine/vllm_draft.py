@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.drafters import DraftChoice, DrafterKind
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.engine.loading import open_engine
-from edgespec.models.registry import PairConfig
+from edgespec.engine.options import CheckedOptions
 
 
 @dataclass(frozen=True)
@@ -39,12 +38,12 @@ def calibrated_plan(controller: AutoK, drafter: str) -> DraftPlan:
     return DraftPlan(controller.fixed_k(DrafterKind.NGRAM, longest), shortest, longest)
 
 
-def measured_plan(pair: PairConfig) -> DraftPlan:
-    """Load `pair` (closed again before this returns) for its calibrated cost curve (read, or
-    measured once), and the plan its controller would choose."""
-    engine = open_engine(pair)
+def measured_plan(checked: CheckedOptions) -> DraftPlan:
+    """Open the pair `checked` names (closed again before this returns) for its calibrated cost
+    curve (read, or measured once), and the plan its controller would choose."""
+    engine, _ = checked.open()
     try:
         controller = AutoK(DraftChoice.AUTO, engine.cost_model())
     finally:
         engine.close()
-    return calibrated_plan(controller, pair.drafter)
+    return calibrated_plan(controller, checked.pair.drafter)

@@ -143,7 +143,7 @@ def create_app(
         body = body_model(CompletionRequest, raw, content_type)
         text = body.text
         if body.suffix:
-            prompt = infill_tokens(Infill(text, body.suffix), body.token_limit, fim_order, "suffix")
+            prompt = infill_tokens(Infill(text, body.suffix), body.max_tokens, fim_order, "suffix")
             return Checked(body, TextFormat(served), prompt, "prompt")
         return Checked(body, TextFormat(served), lambda engine: engine.target.tokenize(text), "prompt")
 
@@ -184,10 +184,10 @@ async def answer(
         checked_request.tokens,
         checked_request.param,
         request_settings(defaults, body, checked_request.constraint, body.edgespec.decode_again),
-        body.token_limit,
+        body.max_tokens,
     )
     started = await start(request, job, worker)
-    if body.token_limit == 0:
+    if body.max_tokens == 0:
         return await read_only(request, job, fmt, body.stream, started.prompt_tokens)
     reply = Reply(body.stops, started.prompt_tokens)
     if body.stream:

@@ -28,7 +28,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.events import Summary
@@ -65,11 +65,17 @@ FINISHED = Finished()
 
 
 class Job:
-    """One request's generation: its prompt (token ids made from the engine), settings, cancel flag,
-    and the queue its events come back on. Made on the event loop's thread."""
+    """One request's generation: its prompt (token ids made from the engine), its settings for a
+    reply of a given length (`settings(max_tokens)`), the reply's length it asks for (None: up to the
+    context; 0: read only), its cancel flag, and the queue its events come back on. Made on the
+    event loop's thread."""
 
     def __init__(
-        self, tokens: Callable[[Engine], list[int]], param: str, settings: GenerateSettings, max_tokens: int | None
+        self,
+        tokens: Callable[[Engine], list[int]],
+        param: str,
+        settings: Callable[[int], GenerateSettings],
+        max_tokens: int | None,
     ):
         self.tokens, self.param, self.settings, self.max_tokens = tokens, param, settings, max_tokens
         self.cancel = threading.Event()
@@ -192,8 +198,8 @@ class EngineWorker:
         if job.max_tokens == 0:
             job.put(engine.read_ahead(ids, job.cancel))
             return
-        settings = replace(job.settings, max_tokens=job.max_tokens or room)
-        for event in engine.generate_tokens(ids, settings, job.cancel):
+        max_tokens = job.max_tokens if job.max_tokens is not None else room  # None: up to the context
+        for event in engine.generate_tokens(ids, job.settings(max_tokens), job.cancel):
             if job.stopped and isinstance(event, Summary) and event.stop_reason == "cancelled":
                 raise server_stopping()  # instead of the ending of a reply cut short
             job.put(event)

@@ -48,9 +48,9 @@ class Prompt:
         return self.make(engine)
 
 
-def infill_tokens(infill: Infill, reply_tokens: int | None, order: Order, param: str) -> Prompt:
+def infill_tokens(infill: Infill, max_tokens: int | None, order: Order, param: str) -> Prompt:
     """The fill-in-the-middle prompt of `infill` (engine/infill.py) for a reply of at most
-    `reply_tokens` (None: no set length), a 400 naming `param` when the target has no
+    `max_tokens` (None: no set length), a 400 naming `param` when the target has no
     fill-in-the-middle tokens."""
 
     def make(engine: Engine) -> list[int]:
@@ -58,7 +58,7 @@ def infill_tokens(infill: Infill, reply_tokens: int | None, order: Order, param:
             marks = fim_marks(engine.target)
         except NoInfill as e:
             raise APIError(400, f"{e}: it cannot fill in the middle", param=param) from None
-        room = max(reply_tokens or 0, min(DEFAULT_ROOM, engine.n_ctx // 4))
+        room = max(max_tokens or 0, min(DEFAULT_ROOM, engine.n_ctx // 4))
         made = infill_prompt(engine.target, marks, infill, room, order)
         prompt.truncated = made.truncated
         return made.tokens
@@ -70,7 +70,7 @@ def infill_tokens(infill: Infill, reply_tokens: int | None, order: Order, param:
 def checked_infill(order: Order) -> Callable[[bytes, str | None], tuple[InfillRequest, Prompt]]:
     def check(raw: bytes, content_type: str | None) -> tuple[InfillRequest, Prompt]:
         body = body_model(InfillRequest, raw, content_type)
-        return body, infill_tokens(body.infill(), body.token_limit, order, "input_prefix")
+        return body, infill_tokens(body.infill(), body.max_tokens, order, "input_prefix")
 
     return check
 
@@ -103,10 +103,10 @@ async def answer_native(
     # llama.vim sends its `model_fim` setting, "" unless set; llama.cpp takes "" as its own model
     if body.model and body.model != served:
         raise unknown_model(body.model, served)
-    job = Job(prompt, prompt.param, request_settings(defaults, body), body.token_limit)
+    job = Job(prompt, prompt.param, request_settings(defaults, body), body.max_tokens)
     started = await start(request, job, worker)
     fmt = NativeFormat(served, started.prompt_tokens, prompt.truncated, _fields(body))
-    if body.token_limit == 0:
+    if body.max_tokens == 0:
         reading: Reading = await reading_of(request, job)
         return _json(fmt.read_only(reading))
     t_max = body.t_max_predict_ms / 1000 if body.t_max_predict_ms and body.t_max_predict_ms > 0 else None

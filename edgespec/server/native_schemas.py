@@ -29,6 +29,11 @@ from edgespec.server.schemas import Stop, neutral_only, sampling_rule
 Sampler = Literal["top_k", "top_p", "min_p", "temperature", "infill"]
 
 
+def _random_seed(seed: int) -> int | None:
+    """llama.cpp's -1 asks for a random seed: no seed, as a request that sends none."""
+    return None if seed == -1 else seed
+
+
 class NativeRequest(Strict):
     """What `/completion` and `/infill` share: the reply's length (`n_predict`: -1 up to the
     context, 0 reads the prompt into the cache and writes nothing), sampling, stops and timing."""
@@ -39,7 +44,7 @@ class NativeRequest(Strict):
     top_k: Annotated[int, sampling_rule("top_k")] | None = None
     top_p: Annotated[float, sampling_rule("top_p")] | None = None
     min_p: Annotated[float, sampling_rule("min_p")] | None = None
-    seed: Annotated[int, Field(ge=-1)] | None = None
+    seed: Annotated[int, Field(ge=-1), AfterValidator(_random_seed)] | None = None  # -1 is taken as None
     stop: Annotated[list[Stop], Field(max_length=16)] | None = None
     stream: bool = False
     cache_prompt: bool = True
@@ -59,13 +64,10 @@ class NativeRequest(Strict):
     typical_p: Annotated[float, neutral_only(1, 1.0, why="typical sampling is not supported")] = 1.0
 
     @property
-    def token_limit(self) -> int | None:
-        """None: up to the context; 0: read only."""
+    def max_tokens(self) -> int | None:
+        """`n_predict` under the one name the server gives the reply's length: None up to the
+        context; 0 read only."""
         return None if self.n_predict < 0 else self.n_predict
-
-    @property
-    def sampling_seed(self) -> int | None:
-        return None if self.seed is None or self.seed == -1 else self.seed
 
     @property
     def stops(self) -> tuple[str, ...]:

@@ -5,43 +5,36 @@ and a request's decoding settings."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 from fastapi import Request
 
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.events import Token
-from edgespec.decoding.sampling import sampling_from_flags
-from edgespec.engine.engine import GenerateSettings
+from edgespec.engine.engine import GenerateSettings, Sampled
 from edgespec.engine.read_ahead import Reading
 from edgespec.server.engine_worker import FINISHED, EngineWorker, Failed, Job, Started
 from edgespec.server.replies import Reply
 
 
-class Sampled(Protocol):
-    """A request's sampling fields (OpenAI's bodies and llama.cpp's alike); None where not given."""
-
-    temperature: float | None
-    top_p: float | None
-    top_k: int | None
-    min_p: float | None
-
-    @property
-    def sampling_seed(self) -> int | None: ...
-
-
 def request_settings(
     defaults: GenerateSettings, body: Sampled, constraint: ConstraintSpec | None = None, decode_again: bool = False
-) -> GenerateSettings:
-    """A request's decoding settings: the command line's `defaults`, its sampling fields over them;
-    `decode_again`: the request asks to decode a greedy request asked before again (as --decode-again)."""
-    sampling = sampling_from_flags(
-        defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.sampling_seed
-    )
+) -> Callable[[int], GenerateSettings]:
+    """A request's decoding settings for a reply of `max_tokens` tokens (known once the engine has
+    read the prompt, where the request gives none: `Job`): the command line's `defaults` (the drafter,
+    K and sampling) with the request's sampling fields (OpenAI's bodies and llama.cpp's alike) laid
+    over them; `decode_again`: the request asks to decode a greedy request asked before again (as
+    --decode-again)."""
     again = defaults.decode_again or decode_again
-    return GenerateSettings(
-        sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint, decode_again=again
+    return partial(
+        GenerateSettings.build,
+        sampling=defaults.sampling,
+        draft=defaults.draft,
+        k=defaults.k,
+        constraint=constraint,
+        given=body,
+        decode_again=again,
     )
 
 

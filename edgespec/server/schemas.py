@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -121,7 +122,9 @@ class GenerationRequest(_Strict):
     """What chat and text completions share: length, sampling, stop strings, streaming."""
 
     model: str
-    # 0 (an extension): only read the prompt into the cache, for a later request (docs/serve.md)
+    # the reply's length in tokens (None: up to the context; 0, an extension: only read the prompt
+    # into the cache, for a later request, docs/serve.md); `max_completion_tokens`, OpenAI's current
+    # name for it, is taken into it as the body is read (`_one_length`)
     max_tokens: Annotated[int, Field(ge=0)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=0)] | None = None
     temperature: Annotated[float, sampling_rule("temperature")] | None = None
@@ -147,15 +150,13 @@ class GenerationRequest(_Strict):
     ] = None
     logit_bias: Annotated[dict[str, float] | None, neutral_only(None, {}, why="logit bias is not supported")] = None
 
-    @property
-    def token_limit(self) -> int | None:
-        """max_completion_tokens (OpenAI's current name) or max_tokens; None: up to the context;
-        0: read only."""
-        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-
-    @property
-    def sampling_seed(self) -> int | None:
-        return self.seed
+    @model_validator(mode="after")
+    def _one_length(self) -> GenerationRequest:
+        """The reply's length has one name from here on, `max_tokens`: `max_completion_tokens` is
+        taken into it, and wins where a request sends both."""
+        if self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        return self
 
     @property
     def stops(self) -> tuple[str, ...]:

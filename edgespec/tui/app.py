@@ -73,7 +73,7 @@ class ChatApp(ChatActions, App):
     def __init__(
         self,
         engine: Engine,
-        settings: GenerateSettings | None = None,
+        settings: GenerateSettings,
         *,
         system: str | None = None,
         conversation: Conversation | None = None,
@@ -87,7 +87,7 @@ class ChatApp(ChatActions, App):
         self.engine = engine
         # every generation runs on the thread that loaded the engine (see EngineThread)
         self.engine_thread = engine_thread or EngineThread()
-        self.settings = settings or GenerateSettings()
+        self.settings = settings  # each reply's, as the chat command's flags made them
         self.system = system
         self.store = store or ChatStore()
         self.clock = clock
