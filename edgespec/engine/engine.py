@@ -36,6 +36,7 @@ from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting, Policy
+from edgespec.decoding.policy.steady_costs import SteadyCosts
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.calibration import (
@@ -68,6 +69,10 @@ class GenerateSettings:
     # a greedy request asked before: decode it again (drafting from the earlier reply) rather than serve
     # that reply again from the history (`same_reply.py`)
     decode_again: bool = False
+    # auto prices passes from this call's own timings (the live curve) rather than the steady curve
+    # fixed between calibrations (`decoding/policy/steady_curve.py`): it follows a busy moment, but the
+    # same greedy request may then make other passes and part at a near-tie (docs/run.md)
+    live_timings: bool = False
 
 
 class NoDraftModel(SettingError):
@@ -259,7 +264,13 @@ class Engine:
         return max([1] + [p.cpu_threads for p in self.placements().values()])
 
     def _policy(self, settings: GenerateSettings) -> Policy:
-        """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
+        """A fresh policy for each call, pricing passes from the steady curve (`SteadyCosts`), so a
+        call's passes follow its text alone: what a policy learnt in earlier calls would change
+        them. With `live_timings`, one policy per (drafter, K) setting, kept across calls so what
+        it learnt carries over, pricing from the live curve."""
+        if not settings.live_timings:
+            costs = SteadyCosts(self.cost_model()) if settings.k.cost_aware else self.costs
+            return make_policy(settings.k, settings.draft, costs)
         key = (settings.draft, settings.k)
         if key not in self._policies:
             costs = self.cost_model() if settings.k.cost_aware else self.costs

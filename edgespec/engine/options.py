@@ -55,6 +55,7 @@ class EngineOptions:
     cache_memory_entries: int = 0
     history: bool = False
     decode_again: bool = False  # a greedy request asked before decodes again, not served from the history
+    live_timings: bool = False  # auto prices passes from each call's own timings (`GenerateSettings`)
     context: tuple[Path, ...] = ()
     repository: bool = False
 
@@ -73,7 +74,13 @@ class EngineOptions:
         """Each reply's settings on `pair`: its default sampling with the values given laid over it."""
         sampling = sampling_from_flags(pair.sampling, self.temperature, self.top_p, self.top_k, self.min_p, self.seed)
         return GenerateSettings(
-            self.max_tokens, sampling, self.draft, self.k, self.constraint, decode_again=self.decode_again
+            self.max_tokens,
+            sampling,
+            self.draft,
+            self.k,
+            self.constraint,
+            decode_again=self.decode_again,
+            live_timings=self.live_timings,
         )
 
 

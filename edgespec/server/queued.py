@@ -32,16 +32,25 @@ class Sampled(Protocol):
 
 
 def request_settings(
-    defaults: GenerateSettings, body: Sampled, constraint: ConstraintSpec | None = None, decode_again: bool = False
+    defaults: GenerateSettings,
+    body: Sampled,
+    constraint: ConstraintSpec | None = None,
+    decode_again: bool = False,
+    live_timings: bool = False,
 ) -> GenerateSettings:
     """A request's decoding settings: the command line's `defaults`, its sampling fields over them;
-    `decode_again`: the request asks to decode a greedy request asked before again (as --decode-again)."""
+    `decode_again`: the request asks to decode a greedy request asked before again (as --decode-again);
+    `live_timings`: it asks auto to choose draft lengths from its own timings (as --live-timings)."""
     sampling = sampling_from_flags(
         defaults.sampling, body.temperature, body.top_p, body.top_k, body.min_p, body.sampling_seed
     )
-    again = defaults.decode_again or decode_again
     return GenerateSettings(
-        sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint, decode_again=again
+        sampling=sampling,
+        draft=defaults.draft,
+        k=defaults.k,
+        constraint=constraint,
+        decode_again=defaults.decode_again or decode_again,
+        live_timings=defaults.live_timings or live_timings,
     )
 
 
