@@ -42,8 +42,8 @@ class SteadyCurve:
         cls, verify: Mapping[int, float], draft_step: float | None, read_per_token: float | None, provisional: bool
     ) -> SteadyCurve:
         """The curve of these figures, rounded as saved."""
-        optional = (None if s is None else round(s, DIGITS) for s in (draft_step, read_per_token))
-        return cls({n: round(s, DIGITS) for n, s in verify.items()}, *optional, provisional)
+        draft, read = (None if s is None else round(s, DIGITS) for s in (draft_step, read_per_token))
+        return cls({n: round(s, DIGITS) for n, s in verify.items()}, draft, read, provisional)
 
     def to_dict(self) -> dict:
         return {
