@@ -3,14 +3,15 @@ and whether the same greedy request then gets the same reply (issue 50, item 5).
 
 `steady` (the default: `GenerateSettings.live_timings` off) prices every pass of a call from the
 curve the last calibration left and starts each call with a fresh policy; `live` (--live-timings)
-prices from the call's own timings and keeps the policy across calls. Each prompt is asked twice in
-a row in each mode, the history and the prompt cache off (`--no-history --no-cache`), the models'
-caches emptied before each call, one engine in this process and the home's saved calibration, the
-modes interleaved prompt by prompt (the order alternating). Each call records its decoding speed,
-its pass shapes (the K series) and its token ids; each pair, whether the second call made the same
-passes and gave the same reply as the first.
+prices from the call's own timings and keeps the policy across calls, as `chat` and `serve` do;
+`live-fresh` prices from them too, with a fresh policy per call, as each `run` process has. Each
+prompt is asked twice in a row in each mode, the history and the prompt cache off (`--no-history
+--no-cache`), the models' caches emptied before each call, one engine in this process and the
+home's saved calibration, the modes interleaved prompt by prompt (each mode first as often). Each
+call records its decoding speed, its pass shapes (the K series) and its token ids; each pair,
+whether the second call made the same passes and gave the same reply as the first.
 
-    .venv/bin/python benchmarks/steady_passes.py --rounds 2 --json benchmarks/results/intel-xeon/steady_passes.json
+    .venv/bin/python benchmarks/steady_passes.py --rounds 1 --json benchmarks/results/intel-xeon/steady_passes.json
 """
 
 from __future__ import annotations
@@ -36,14 +37,16 @@ from result_file import write_result  # noqa: E402
 DEV = Path(__file__).parent.parent / "edgespec" / "data" / "dev.jsonl"
 # two code edits and two chat requests of the development set: copies hold in the first, seldom in the others
 PROMPTS = ("code-edit/HumanEval-20", "code-edit/HumanEval-33", "mtbench/121", "mtbench/81")
-MODES = ("steady", "live")
+MODES = ("steady", "live", "live-fresh")
 
 
 def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> dict:
     """One greedy reply after emptied caches: its decoding figures, pass shapes and token ids."""
     engine.empty_caches()
+    if mode == "live-fresh":
+        engine._policies.clear()  # what a new process starts from: no policy learnt yet
     settings = GenerateSettings(
-        max_tokens, SamplingParams(temperature=0.0), DraftChoice.AUTO, KSetting("auto"), live_timings=mode == "live"
+        max_tokens, SamplingParams(temperature=0.0), DraftChoice.AUTO, KSetting("auto"), live_timings=mode != "steady"
     )
     ids: list[int] = []
     ks: list[int] = []
@@ -74,24 +77,18 @@ def asked_twice(engine: Engine, messages: list[dict], max_tokens: int, mode: str
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Per prompt: each mode's median decoding speed over its calls, steady over live, and the pairs
-    that gave the same reply; then the median ratio and the totals."""
+    """Per prompt: each mode's median decoding speed over its calls, steady over each live mode, and
+    the pairs that gave the same reply; then the median ratios and the totals."""
     cases = []
     for case in dict.fromkeys(r["case"] for r in rows):
         mine = {m: [r for r in rows if r["case"] == case and r["mode"] == m] for m in MODES}
         speed = {m: statistics.median(s for r in rs for s in r["decode_tok_s"]) for m, rs in mine.items()}
         same = {m: sum(r["same_reply"] for r in rs) for m, rs in mine.items()}
-        cases.append(
-            {
-                "case": case,
-                "decode_tok_s": speed,
-                "steady_over_live": speed["steady"] / speed["live"],
-                "same_reply": same,
-            }
-        )
+        ratios = {f"steady_over_{m}": speed["steady"] / speed[m] for m in MODES[1:]}
+        cases.append({"case": case, "decode_tok_s": speed, **ratios, "same_reply": same})
     return {
         "cases": cases,
-        "median_steady_over_live": statistics.median(c["steady_over_live"] for c in cases),
+        **{f"median_{r}": statistics.median(c[r] for c in cases) for r in ratios},
         "same_reply": {m: sum(r["same_reply"] for r in rows if r["mode"] == m) for m in MODES},
         "same_passes": {m: sum(r["same_passes"] for r in rows if r["mode"] == m) for m in MODES},
         "pairs": {m: sum(r["mode"] == m for r in rows) for m in MODES},
@@ -100,7 +97,7 @@ def summarize(rows: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--pair", default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -112,7 +109,8 @@ def main() -> None:
             for n, name in enumerate(PROMPTS):
                 prompt = prompts[name]
                 assert prompt.messages is not None
-                for mode in MODES if (n + r) % 2 == 0 else MODES[::-1]:
+                turn = MODES[n % 3 :] + MODES[: n % 3]  # each mode first as often
+                for mode in turn if r % 2 == 0 else turn[::-1]:
                     row = asked_twice(engine, list(prompt.messages), prompt.max_tokens, mode)
                     rows.append({"case": name, "mode": mode, "round": r, **row})
                     print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
