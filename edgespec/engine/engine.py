@@ -164,6 +164,8 @@ class Engine:
         if settings.k.cost_aware:
             self._curve.before_reply()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
+        if self.threads is not None:
+            self.threads.holding = not settings.live_timings
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
         events = self.read_ahead_kept.credit(self._remembered(prompt, events, copying, request))
