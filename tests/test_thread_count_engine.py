@@ -107,12 +107,13 @@ def test_a_steady_reply_runs_at_the_models_count_whatever_the_load(two_cores, ta
     engine.threads._load = SimpleNamespace(sample=lambda: 2.0, since_last=lambda: 2.0)  # both cores taken
     prompt = target.tokenize("def add(a, b):")
 
-    def counts(live: bool) -> set[int]:
+    def counts(live: bool) -> list[int]:
         engine.empty_caches()
         events = engine.generate_tokens(prompt, GenerateSettings(max_tokens=24, live_timings=live))
-        return {e.threads for e in events if isinstance(e, Step)}
+        return [e.threads for e in events if isinstance(e, Step)]
 
-    assert counts(live=True) == {1} and counts(live=False) == {2} and target.threads == draft.threads == 2
+    assert counts(live=True)[0] == 1  # started on the core left free (then probed as timings say)
+    assert set(counts(live=False)) == {2} and target.threads == draft.threads == 2
 
 
 def test_a_pinned_reply_reports_no_choice(target):
