@@ -31,7 +31,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).parent))  # the render_* modules beside this script
 from render_copying import sessions, static_corpus, suffix_index_costs  # noqa: E402
 from render_editors import editor_replay, fim_order, health_latency, llama_vim  # noqa: E402
-from render_known import known_text  # noqa: E402
+from render_known import known_text, steady_passes  # noqa: E402
 from render_prompts import chat_read_ahead, prompt_cache, prompt_cache_cost, read_chunk  # noqa: E402
 from render_quality import QUALITY_TABLE, layout_quality  # noqa: E402
 from render_sources import RESULTS, ROOT, load, refused, refused_data  # noqa: E402
@@ -66,6 +66,7 @@ BLOCKS = {
     "layout-quality": layout_quality,
     "peer": peer,
     "known-text": known_text,
+    "steady-passes": steady_passes,
     "busy-machine": busy_machine,
     "busy-threads": busy_threads,
     "verify-steps": verify_steps,

@@ -1,5 +1,6 @@
 """The known-text block: replies that are mostly text already known (benchmarks/known_text.py), a
-row per host, part and case."""
+row per host, part and case; and the steady-passes block: the same request asked twice
+(benchmarks/steady_passes.py), a row per host and prompt."""
 
 from __future__ import annotations
 
@@ -35,5 +36,35 @@ def known_text(folder: Path) -> list[str]:
                 f"| {host(doc)} | {what} | {case} | {s['whole_speedup']:.2f}x | {s['decode_speedup']:.2f}x | "
                 f"{s['longest_pass']} | {same} |"
             )
+    lines.append("")
+    return lines + [source(doc, name) + "<br>" for name, doc in docs]
+
+
+def steady_passes(folder: Path) -> list[str]:
+    """The same greedy request asked twice (benchmarks/steady_passes.py): decoding speed with auto's
+    passes priced from the saved curve (steady, the default) and from each call's timings (live,
+    the policy kept across calls; live-fresh, a fresh one per call), and how many pairs of calls
+    gave the same reply."""
+    docs = [(name, load(folder, name)) for name in on_every_machine(folder, "steady_passes.json")]
+    lines = [
+        "| host | prompt | decoding: steady / live / live-fresh | steady over live / live-fresh "
+        "| same reply: steady / live / live-fresh |",
+        "|---|---|---|---|---|",
+    ]
+    for _, doc in docs:
+        s, rounds = doc["summary"], doc["meta"]["rounds"]
+        for c in s["cases"]:
+            speed, same = c["decode_tok_s"], c["same_reply"]
+            lines.append(
+                f"| {host(doc)} | {c['case']} | {speed['steady']:.1f} / {speed['live']:.1f} / "
+                f"{speed['live-fresh']:.1f} tok/s | {c['steady_over_live']:.2f}x / {c['steady_over_live-fresh']:.2f}x "
+                f"| {same['steady']}/{rounds} / {same['live']}/{rounds} / {same['live-fresh']}/{rounds} |"
+            )
+        same, pairs = s["same_reply"], s["pairs"]
+        lines.append(
+            f"| {host(doc)} | **median** | | **{s['median_steady_over_live']:.2f}x / "
+            f"{s['median_steady_over_live-fresh']:.2f}x** | **{same['steady']}/{pairs['steady']} / "
+            f"{same['live']}/{pairs['live']} / {same['live-fresh']}/{pairs['live-fresh']}** |"
+        )
     lines.append("")
     return lines + [source(doc, name) + "<br>" for name, doc in docs]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -87,7 +88,8 @@ def test_one_core_leaves_nothing_to_choose(monkeypatch, target):
 def test_a_tuned_reply_reports_the_threads_its_passes_ran_on(two_cores, target, draft):
     engine = Engine(PAIR, target, draft)
     assert engine.threads is not None
-    events = list(engine.generate_tokens(target.tokenize("def add(a, b):"), GenerateSettings(max_tokens=24)))
+    settings = GenerateSettings(max_tokens=24, live_timings=True)
+    events = list(engine.generate_tokens(target.tokenize("def add(a, b):"), settings))
     steps, summary = [e for e in events if isinstance(e, Step)], events[-1]
     assert isinstance(summary, Summary)
     assert all(s.threads in (1, 2) for s in steps)
@@ -95,6 +97,23 @@ def test_a_tuned_reply_reports_the_threads_its_passes_ran_on(two_cores, target, 
     assert "threads " in stats_line(summary)
     assert Summary.from_dict(summary.to_dict()).threads == summary.threads
     assert target.threads == draft.threads == engine.threads.count
+
+
+def test_a_steady_reply_runs_at_the_models_count_whatever_the_load(two_cores, target, draft):
+    """Only replies with live timings follow the load: the count can move a logit, so a reply that
+    must repeat itself runs every pass at the count the models were loaded with."""
+    engine = Engine(PAIR, target, draft)
+    assert engine.threads is not None
+    engine.threads._load = SimpleNamespace(sample=lambda: 2.0, since_last=lambda: 2.0)  # both cores taken
+    prompt = target.tokenize("def add(a, b):")
+
+    def counts(live: bool) -> list[int]:
+        engine.empty_caches()
+        events = engine.generate_tokens(prompt, GenerateSettings(max_tokens=24, live_timings=live))
+        return [e.threads for e in events if isinstance(e, Step)]
+
+    assert counts(live=True)[0] == 1  # started on the core left free (then probed as timings say)
+    assert set(counts(live=False)) == {2} and target.threads == draft.threads == 2
 
 
 def test_a_pinned_reply_reports_no_choice(target):

@@ -57,9 +57,10 @@ def cache_option(f: Callable) -> Callable:
 
 
 def history_options(f: Callable) -> Callable:
-    """--no-history (or EDGESPEC_NO_HISTORY=1), --decode-again and --context PATH: what calls copy
-    from beyond their own text (`engine/copy_sources.py`), and whether a greedy request asked
-    before is served its earlier reply again (`engine/same_reply.py`)."""
+    """--no-history (or EDGESPEC_NO_HISTORY=1), --decode-again, --live-timings and --context PATH:
+    what calls copy from beyond their own text (`engine/copy_sources.py`), whether a greedy request
+    asked before is served its earlier reply again (`engine/same_reply.py`), and whether auto's
+    passes follow the call's own timings (`engine.GenerateSettings.live_timings`)."""
     f = click.option(
         "--context",
         "context",
@@ -75,6 +76,15 @@ def history_options(f: Callable) -> Callable:
         help="Decode a greedy request asked before again, drafting from its earlier reply, instead of "
         "serving that reply again from the history (fast, but a near-tie may part them; or "
         "$EDGESPEC_DECODE_AGAIN=1).",
+    )(f)
+    f = click.option(
+        "--live-timings",
+        "live_timings",
+        is_flag=True,
+        envvar="EDGESPEC_LIVE_TIMINGS",
+        help="Let auto choose draft lengths from this call's own timings, not the measured speed alone "
+        "(follows a busy moment, but the same request may then get another reply; or "
+        "$EDGESPEC_LIVE_TIMINGS=1).",
     )(f)
     return click.option(
         "--no-history",
@@ -225,6 +235,7 @@ def _engine_options(flags: dict, **fixed) -> EngineOptions:
         cache=not flags.pop("no_cache", True),
         history=not flags.pop("no_history", True),
         decode_again=flags.pop("decode_again", False),
+        live_timings=flags.pop("live_timings", False),
         context=tuple(flags.pop("context", ())),
         **fixed,
     )

@@ -20,7 +20,7 @@ it; the policy measures:
   read every CHECK passes: load that left shows no rise, the fewer threads in use do not notice).
 
 The draft model follows the same count (the engine's `apply`), and the prompt is read at the count
-chosen at the start of the reply.
+chosen at the start of the reply. A reply that must repeat itself (`holding`) runs at `most` instead.
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ class ThreadPolicy:
         self._suggested = most
         self._passes = 0
         self._upward = False  # which neighbour the next probe tries
+        # Replies run at `most`, whatever the load and the timings, while this is set: for replies
+        # that must repeat themselves (`engine.GenerateSettings.live_timings` off). The count can
+        # move a logit (a reply parted where the probes came at other passes), and they follow timings.
+        self.holding = False
 
     def from_load(self, busy: float) -> int:
         """The count the cores left free by `busy` other cores suggest (a core counts when BUSY of it is)."""
@@ -86,7 +90,12 @@ class ThreadPolicy:
 
     def begin(self) -> int:
         """At the start of a reply: the count the load now suggests (what the last reply learnt
-        is kept while the load suggests the count it settled on). Applied; returned."""
+        is kept while the load suggests the count it settled on). Applied; returned. `most` while
+        `holding`."""
+        if self.holding:
+            self._apply(self.most)
+            self.count = self.best = self.most
+            return self.most
         start = self.from_load(self._load.sample())
         for _ in range(self.CONFIRM - 1):  # a blip (a process exiting) must not halve the prompt's reading
             if start == self.most:
@@ -104,6 +113,8 @@ class ThreadPolicy:
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         """A target pass over `n_tokens` took `seconds` at `count` threads."""
+        if self.holding:
+            return
         t = seconds / self._costs.shape(n_tokens)
         self._passes += 1
         if self._probing is not None:

@@ -36,6 +36,7 @@ from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import KSetting, Policy
+from edgespec.decoding.policy.steady_costs import SteadyCosts
 from edgespec.decoding.sampling import SamplingParams, sampling_from_flags
 from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.calibration import (
@@ -88,6 +89,10 @@ class GenerateSettings:
     # a greedy request asked before: decode it again (drafting from the earlier reply) rather than serve
     # that reply again from the history (`same_reply.py`)
     decode_again: bool = False
+    # auto prices passes from this call's own timings (the live curve) rather than the steady curve
+    # fixed between calibrations (`decoding/policy/steady_curve.py`): it follows a busy moment, but the
+    # same greedy request may then make other passes and part at a near-tie (docs/run.md)
+    live_timings: bool = False
 
     @classmethod
     def build(
@@ -100,6 +105,7 @@ class GenerateSettings:
         *,
         given: Sampled | None = None,
         decode_again: bool = False,
+        live_timings: bool = False,
     ) -> GenerateSettings:
         """The one place a reply's settings are made, from the flags (`EngineOptions.settings`), a
         server request's fields (`server/queued.py`) or a bench mode: its length in tokens, the
@@ -110,7 +116,7 @@ class GenerateSettings:
             sampling = sampling_from_flags(
                 sampling, given.temperature, given.top_p, given.top_k, given.min_p, given.seed
             )
-        return cls(max_tokens, sampling, draft, k, constraint, decode_again=decode_again)
+        return cls(max_tokens, sampling, draft, k, constraint, decode_again=decode_again, live_timings=live_timings)
 
 
 class NoDraftModel(SettingError):
@@ -202,7 +208,10 @@ class Engine:
         if settings.k.cost_aware:
             self._curve.before_reply()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
-        decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
+        steady = self._steady(settings, request)
+        if self.threads is not None:
+            self.threads.holding = steady
+        decoder = SpeculativeDecoder(self.target, self._policy(settings, steady), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
         events = self.read_ahead_kept.credit(self._remembered(prompt, events, copying, request))
         return self._keeping_costs(events if self.cache is None else self._cached(prompt, events, self.cache))
@@ -301,8 +310,23 @@ class Engine:
         between passes), and at least one, the engine's own thread, which runs the decode loop between passes."""
         return max([1] + [p.cpu_threads for p in self.placements().values()])
 
-    def _policy(self, settings: GenerateSettings) -> Policy:
-        """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
+    def _steady(self, settings: GenerateSettings, request: bytes | None) -> bool:
+        """Whether this call's passes follow its text alone (the steady curve, a fresh policy, the
+        models' own thread count), so that asking it again decodes the same reply: wherever the
+        history will not serve a repeat its earlier reply (no history, `decode_again`, sampling),
+        unless `live_timings` asks otherwise. Where the history serves the repeat, the passes
+        follow live timings: they are faster, and on a busy machine much faster (docs/run.md)."""
+        served_again = request is not None and settings.sampling.greedy and not settings.decode_again
+        return not settings.live_timings and not served_again
+
+    def _policy(self, settings: GenerateSettings, steady: bool) -> Policy:
+        """With `steady`, a fresh policy for each call, pricing passes from the steady curve
+        (`SteadyCosts`), so a call's passes follow its text alone: what a policy learnt in earlier
+        calls would change them. Else one policy per (drafter, K) setting, kept across calls so
+        what it learnt carries over, pricing from the live curve."""
+        if steady:
+            costs = SteadyCosts(self.cost_model()) if settings.k.cost_aware else self.costs
+            return make_policy(settings.k, settings.draft, costs)
         key = (settings.draft, settings.k)
         if key not in self._policies:
             costs = self.cost_model() if settings.k.cost_aware else self.costs

@@ -57,6 +57,7 @@ class EngineOptions:
     cache_memory_entries: int = 0
     history: bool = False
     decode_again: bool = False  # a greedy request asked before decodes again, not served from the history
+    live_timings: bool = False  # auto prices passes from each call's own timings (`GenerateSettings`)
     context: tuple[Path, ...] = ()
     repository: bool = False
 
@@ -81,6 +82,7 @@ class EngineOptions:
             self.constraint,
             given=self,
             decode_again=self.decode_again,
+            live_timings=self.live_timings,
         )
 
 

@@ -2,8 +2,8 @@
 
 Greedy decoding repeats itself only for the same passes: llama.cpp's CPU kernels give a token's
 logits up to ~1 apart between a pass alone and a row of a longer pass, and the passes follow the
-drafts and the draft lengths the controller chooses from this machine's measured speed, so a
-near-tie can part two calls of one request (docs/run.md). What makes "temperature 0" mean "the same
+drafts, so a near-tie can part two calls of one request whose drafts differ (a retry drafts from
+the earlier reply) or, with `live_timings`, whose timings do (docs/run.md). What makes "temperature 0" mean "the same
 answer" is to answer a request asked before with the reply it got: when the history holds a whole
 reply to exactly these prompt ids under the same request, its tokens are emitted again
 (`Source.REPEATED`) and the Summary says `served_again`; no pass runs and nothing is recorded again.

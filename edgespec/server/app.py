@@ -183,7 +183,9 @@ async def answer(
     job = Job(
         checked_request.tokens,
         checked_request.param,
-        request_settings(defaults, body, checked_request.constraint, body.edgespec.decode_again),
+        request_settings(
+            defaults, body, checked_request.constraint, body.edgespec.decode_again, body.edgespec.live_timings
+        ),
         body.max_tokens,
     )
     started = await start(request, job, worker)

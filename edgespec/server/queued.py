@@ -19,13 +19,18 @@ from edgespec.server.replies import Reply
 
 
 def request_settings(
-    defaults: GenerateSettings, body: Sampled, constraint: ConstraintSpec | None = None, decode_again: bool = False
+    defaults: GenerateSettings,
+    body: Sampled,
+    constraint: ConstraintSpec | None = None,
+    decode_again: bool = False,
+    live_timings: bool = False,
 ) -> Callable[[int], GenerateSettings]:
     """A request's decoding settings for a reply of `max_tokens` tokens (known once the engine has
     read the prompt, where the request gives none: `Job`): the command line's `defaults` (the drafter,
     K and sampling) with the request's sampling fields (OpenAI's bodies and llama.cpp's alike) laid
     over them; `decode_again`: the request asks to decode a greedy request asked before again (as
-    --decode-again)."""
+    --decode-again); `live_timings`: it asks auto to choose draft lengths from its own timings (as
+    --live-timings)."""
     again = defaults.decode_again or decode_again
     return partial(
         GenerateSettings.build,
@@ -35,6 +40,7 @@ def request_settings(
         constraint=constraint,
         given=body,
         decode_again=again,
+        live_timings=defaults.live_timings or live_timings,
     )
 
 

@@ -109,10 +109,12 @@ class EdgespecOptions(_Strict):
     """The extension field `"edgespec": {"sources": true}`: every chunk (or the whole reply) also
     lists its tokens with their origin: draft, correction, bonus, target, or repeated (the same greedy
     request's earlier reply, served again from the history). `"decode_again": true` decodes a greedy
-    request asked before again instead (`engine/same_reply.py`)."""
+    request asked before again instead (`engine/same_reply.py`). `"live_timings": true` lets auto
+    choose draft lengths from the request's own timings (`engine.GenerateSettings.live_timings`)."""
 
     sources: bool = False
     decode_again: bool = False
+    live_timings: bool = False
 
 
 Stop = Annotated[str, Field(min_length=1), BeforeValidator(_valid_unicode)]  # Unicode first, then the length

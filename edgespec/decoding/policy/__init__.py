@@ -10,6 +10,8 @@ The decoder asks a `Policy` for a `Plan` before every target pass and tells it w
   turns a `KSetting` into a policy.
 - `costs.py`: what a round costs (`CostModel`: the target's verify curve and the draft step,
   calibrated and then learnt from every pass) and the K that maximises tokens per second.
+- `steady_curve.py`, `steady_costs.py`: the curve fixed between calibrations, and the costs that
+  price a call's passes from it alone (the same passes for the same request).
 - `measuring.py`: how a calibration times the models: which passes, in which order, when it stops.
 - `plausible.py`: whether measured pass timings could be the machine's, judged against each other.
 - `quiet_cost.py`: what an operation costs on a quiet machine, kept between runs.

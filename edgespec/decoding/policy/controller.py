@@ -4,7 +4,9 @@
 `AutoK` keeps
   * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
     near-linear on a small CPU), and per draft-model step, calibrated at load and then updated
-    from every real pass (the decoder feeds it, whatever the policy);
+    from every real pass (the decoder feeds it, whatever the policy); or a steady one
+    (`steady_costs.py`), fixed for the call, whose choices then follow the text and token counts
+    alone, never the call's seconds, so a greedy request makes the same passes every time;
   * acceptance estimates with forgetting (`acceptance.py`): for the draft model per draft
     position and per confidence bin, for each copying source (the text itself, earlier replies to
     this prompt, history, the repository) per match-length bucket and position, each apart, so a
@@ -260,7 +262,7 @@ class AutoK:
             return plain
         kind = max(candidates, key=lambda c: options[c][1])
         longest = min(len(copies[kind].first_branch().ids), self._copy_reach(ctx.max_k))
-        k = self._exploration.length(longest, self.costs.verify(1))
+        k = self._exploration.length(longest, self._one_pass())
         if not k:
             return plain
         return kind, k, (ctx.forced + 1) / self._cost(kind, ctx.forced)(k)
@@ -284,11 +286,13 @@ class AutoK:
     def observe(self, step: Step, draft: Draft) -> None:
         """Learn from a round. Its timings are already in the cost curve (the decoder feeds it
         every pass, whatever the policy). The live rate counts every token the pass gave, forced
-        ones too (what decoding gets without the draft model); the drafter's scores learn from
-        the part it drafted (`draft` is that part)."""
+        ones too (what decoding gets without the draft model), over the pass's seconds (on a
+        steady curve, over the seconds the curve gives it: `_priced`); the drafter's scores learn
+        from the part it drafted (`draft` is that part)."""
         tokens = step.accepted + 1
-        seconds = step.draft_s + step.verify_s
-        self._exploration.observe(seconds, tokens, self.costs.verify(1), self._exploring)
+        seconds = self._priced(step) if self.costs.steady else step.draft_s + step.verify_s
+        spent = step.k + 1 if self.costs.steady else seconds  # as `_one_pass` counts
+        self._exploration.observe(spent, tokens, self._one_pass(), self._exploring)
         self._measured = (
             tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
         )
@@ -300,6 +304,17 @@ class AutoK:
             return
         self._check_surprise(step)
         self._model.learn(parents, path, draft.confidence)
+
+    def _one_pass(self) -> float:
+        """What exploration counts a one-token pass as: its seconds now, or on a steady curve
+        (`costs.steady`) 1, each pass counted as the tokens it verifies (the most it can cost in
+        one-token passes), so that the explorations of a call follow its tokens, not its seconds."""
+        return 1.0 if self.costs.steady else self.costs.verify(1)
+
+    def _priced(self, step: Step) -> float:
+        """The seconds the curve gives a round like `step` (a steady curve's stand-in for its timing)."""
+        kind = DrafterKind(step.drafter) if step.drafter is not None else DrafterKind.NGRAM  # plain: a lookup
+        return self._cost(kind, step.forced)(step.k - step.forced)
 
     def _check_surprise(self, step: Step) -> None:
         """After fully accepted probes in a row: was that unlikely under the estimates? Then forget them."""

@@ -11,6 +11,7 @@ from edgespec.decoding.events import Step
 from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED, time_passes
 from edgespec.decoding.policy.plausible import implausible
 from edgespec.decoding.policy.quiet_cost import QuietCost
+from edgespec.decoding.policy.steady_curve import SteadyCurve
 
 # A catch-up of this many tokens or fewer (the rounds since the draft model last drafted) is part
 # of a draft step; a longer one is a read, timed and priced on its own.
@@ -43,6 +44,7 @@ class CostModel:
     """
 
     SMOOTH = 0.15
+    steady = False  # prices from a curve fixed for the call (`steady_costs.SteadyCosts`); here, live
     # The quiet curve is contradicted when live passes put it this much lower, since it was last
     # measured or restored, at SEVERAL sizes or more: the measurement ran on a busy machine. Or FAR
     # times lower at any one size: a short reply may try only one, and no noise makes a pass twice
@@ -70,6 +72,9 @@ class CostModel:
         # the curve advises against (`exploration.Exploration`), so that its errors show in live
         # passes; a calibration that is not provisional ends it.
         self.provisional = False
+        # the quiet curve as the last calibration left it, saved and restored as it is: what steady
+        # decisions price from (`steady_curve.py`); None before any calibration or restore
+        self.steady_curve: SteadyCurve | None = None
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.SMOOTH * (new - old)
@@ -201,31 +206,35 @@ class CostModel:
 
     def to_dict(self) -> dict:
         """The quiet curve, as `restore` takes it: per size, and for the draft step and a token the
-        draft model reads, the recent sessions' figures in seconds, oldest first."""
+        draft model reads, the recent sessions' figures in seconds, oldest first; and the steady curve."""
         verify = {str(n): self._quiet_verify[n].to_list() for n in sorted(self.quiet_curve())}
         return {
             "verify": verify,
             "draft_step": self._quiet_draft.to_list() or None,
             "read_per_token": self._quiet_read.to_list() or None,
             "provisional": self.provisional,
+            "steady": (self.steady_curve or self._fix()).to_dict(),
         }
 
     def restore(self, d: dict) -> None:
         """Take a quiet curve saved by `to_dict` (earlier runs on the same machine and models), and
         start the live estimates from it. Raises ValueError, changing nothing, if `d` is not one.
         It is provisional if it was saved so, or (a curve saved before the mark, or edited) if its
-        sizes contradict each other."""
+        sizes contradict each other. Its steady curve is the one saved with it, or (a curve saved
+        before there was one) the quiet curve as restored."""
         try:
             verify = {int(n): QuietCost.from_list(v) for n, v in d["verify"].items()}
             draft, read = (
                 QuietCost() if d.get(key) is None else QuietCost.from_list(d[key])
                 for key in ("draft_step", "read_per_token")
             )
+            steady = SteadyCurve.from_dict(d["steady"]) if "steady" in d else None
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a saved cost curve: {e}") from e
         self._quiet_verify, self._quiet_draft, self._quiet_read = verify, draft, read
         self._start_from_quiet()
         self.provisional = d.get("provisional") is True or bool(implausible(self.quiet_curve()))
+        self.steady_curve = steady if steady is not None else self._fix()
 
     def _start_from_quiet(self) -> None:
         """Live estimates and the contradiction check start from the quiet curve as it is now."""
@@ -238,6 +247,17 @@ class CostModel:
         self._draft_step, self._read_per_token = (
             None if q.seconds is None else (q.seconds, 1.0) for q in (self._quiet_draft, self._quiet_read)
         )
+
+    def _fix(self) -> SteadyCurve:
+        """The quiet curve as it is now, and whether it is provisional, as a steady curve."""
+        draft, read = self._quiet_draft.seconds, self._quiet_read.seconds
+        return SteadyCurve.of(self.quiet_curve(), draft, read, self.provisional)
+
+    def fixed_curve(self) -> SteadyCurve:
+        """The steady curve; taken from the quiet curve now if no calibration or restore left one."""
+        if self.steady_curve is None:
+            self.steady_curve = self._fix()
+        return self.steady_curve
 
     def verify(self, n: int) -> float:
         """Seconds for a target pass over n tokens (the controller asks this dozens of times a round)."""
@@ -298,6 +318,7 @@ class CostModel:
             (quiet or self._quiet_verify.setdefault(n, QuietCost())).add_session(seconds)
         self._start_from_quiet()
         self.provisional = timer.cut or bool(implausible(self.quiet_curve()))
+        self.steady_curve = self._fix()
         return Calibration(len(timer.verified()), wanted, timer.cut, timer.spent, self.provisional)
 
 
