@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
+from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, guidance_tokenizer
 from edgespec.decoding.backend import Backend, Placement, ThreadedBackend
 from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.copying.source_copy import SourceCopy
@@ -211,8 +211,9 @@ class Engine:
 
     def constraint(self, spec: ConstraintSpec) -> GuidanceMatcher:
         """A fresh matcher of `spec` over the target's vocabulary (ConstraintError when it cannot be
-        enforced). The vocabulary's tokenizer is built at the first constraint and kept."""
-        grammar = grammar_of(spec)
+        enforced), compiled from the grammar its check built (`ConstraintSpec.grammar`). The
+        vocabulary's tokenizer is built at the first constraint and kept."""
+        grammar = spec.grammar
         if self._tokenizer is None:
             self._tokenizer = guidance_tokenizer(self.target)
         return GuidanceMatcher(self._tokenizer, grammar)
