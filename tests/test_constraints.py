@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.constraints import guidance
 from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, check
+from edgespec.constraints.response_format import ResponseFormat, format_constraint
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.copying.ngram import NgramDrafter
@@ -365,6 +367,32 @@ def test_a_constraint_that_cannot_be_enforced_is_a_usage_error_naming_why(spec, 
         check(spec)
     assert named in str(e.value) and "\n" not in str(e.value)
     assert e.value.exit_code == 2
+
+
+def test_a_requests_schema_is_read_and_its_grammar_built_once_at_its_check(tiny_engine, monkeypatch):
+    """A request's schema (parsed with its body) is not parsed back from its text, and the grammar its
+    check built is the one every reply under it compiles its matcher from; a bad one still fails
+    each time it is used."""
+    counted = {"parse_schema": 0, "grammar_of": 0}
+    for name in counted:
+        monkeypatch.setattr(guidance, name, counting(getattr(guidance, name), counted, name))
+    body = {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET}}
+    spec = format_constraint(ResponseFormat.model_validate(body))
+    for prompt in PROMPTS[:2]:
+        generate(tiny_engine, tiny_engine.target.tokenize(prompt), GenerateSettings(40, constraint=spec))
+    assert counted == {"parse_schema": 0, "grammar_of": 1}
+    bad = ConstraintSpec.json_schema({"not": {"type": "string"}})
+    for _ in range(2):
+        with pytest.raises(ConstraintError, match='"not"'):
+            tiny_engine.constraint(bad)
+
+
+def counting(function, counted: dict[str, int], name: str):
+    def counted_call(*args, **kwargs):
+        counted[name] += 1
+        return function(*args, **kwargs)
+
+    return counted_call
 
 
 # -- run --json / --json-schema -----------------------------------------------------------------------

@@ -18,7 +18,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import llguidance
@@ -54,13 +54,19 @@ class ConstraintError(UsageError):
     error, never a constraint silently dropped."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ConstraintSpec:
     """What the reply must match: `kind` and its `text` (a JSON schema as JSON text, a regular
-    expression, a Lark or GBNF grammar; nothing for "json_object", any JSON object)."""
+    expression, a Lark or GBNF grammar; nothing for "json_object", any JSON object).
+
+    Its llguidance grammar (`grammar`) is built once, at the check where the constraint is taken
+    (`check`: before a model loads, or a request is queued), and kept: every reply decoded under
+    it compiles its matcher from that grammar, never reading the schema again. A schema given
+    parsed (a request's) is kept as given (`parsed`), so its text is never parsed back."""
 
     kind: Kind
     text: str = ""
+    parsed: dict | bool | None = field(default=None, compare=False, repr=False)  # `text`, parsed
 
     @classmethod
     def json_schema(cls, schema: dict | bool | str) -> ConstraintSpec:
@@ -72,19 +78,25 @@ class ConstraintSpec:
             check_depth(schema)
         except SchemaError as e:
             raise ConstraintError(f"the JSON schema cannot be read: {e}") from None
-        return cls("json_schema", json.dumps(schema))
+        return cls("json_schema", json.dumps(schema), schema)
+
+    @functools.cached_property
+    def grammar(self) -> str:
+        """The llguidance grammar of this spec (`grammar_of`), built at its first use and kept (a
+        ConstraintError is not kept: it is raised again at the next use)."""
+        return grammar_of(self)
 
 
 def grammar_of(spec: ConstraintSpec) -> str:
     """The llguidance grammar of `spec`, before the grammar engine builds it: ConstraintError for a
     schema that is too deep, not JSON, or satisfied by no finite document (`json_schemas`), or
-    that llguidance cannot read."""
+    that llguidance cannot read. `spec.grammar` keeps it."""
     if spec.kind not in KINDS:
         raise ConstraintError(f"unknown constraint kind {spec.kind!r} (one of {', '.join(KINDS)})")
     what = _WHAT[spec.kind]
     try:
         if spec.kind == "json_schema":
-            schema = parse_schema(spec.text)
+            schema = parse_schema(spec.text) if spec.parsed is None else spec.parsed
             problem = finite_problem(schema)
             if problem:
                 raise ConstraintError(f"no finite document satisfies the JSON schema: {problem}")
@@ -109,7 +121,7 @@ def check(spec: ConstraintSpec) -> None:
     properties takes seconds here, and is refused here rather than after loading. The text the
     constraint forces at the start (an object's `{"key": `) is followed too, as far as
     `FORCED_STEPS`: a recursion that leads nowhere often shows only after it."""
-    matcher = GuidanceMatcher(_byte_tokenizer(), grammar_of(spec), _WHAT[spec.kind])
+    matcher = GuidanceMatcher(_byte_tokenizer(), spec.grammar, _WHAT[spec.kind])
     matcher.allowed()
     for _ in range(FORCED_STEPS):
         forced = [] if matcher.done() else matcher.forced()

@@ -4,6 +4,7 @@ costs, and the event stream every front end reads.
 - `options.py`: the one door, what a front end asks for (`EngineOptions`), checked, then opened.
 - `loading.py`: the door's loader: a checked pair's files checked, each model on its runtime.
 - `engine.py`: the loaded pair (`Engine`) and the settings of one reply (`GenerateSettings`).
+- `call_figures.py`: what a call does around the decoder, gathered as it happens, for its one Summary.
 - `calibration.py`: the cost curve and the noise floor, kept in files between runs.
 - `curve_keeper.py`: the cost curve's life: restored or measured, refined, measured again when in doubt.
 - `engine_thread.py`: the one thread that loads an engine and runs every generation of it.

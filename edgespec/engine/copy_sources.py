@@ -44,7 +44,6 @@ class DraftSources:
     history: ReplyHistory | None = None
     repository: Corpus | None = None
     say: Callable[[str], None] = field(default=lambda line: print(f"edgespec: {line}", file=sys.stderr))
-    append_s: float = 0.0  # the last reply's append to the history
 
     def drafters(
         self, prompt: Sequence[int], kinds: Collection[DrafterKind], replaced: Sequence[int] = ()
@@ -75,18 +74,19 @@ class DraftSources:
         self.history.refresh()  # cleared by another process since: nothing of it is served again
         return self.history.same_reply(prompt, request)
 
-    def record(self, prompt: Sequence[int], reply: Sequence[int], request: bytes = NO_REQUEST) -> None:
+    def record(self, prompt: Sequence[int], reply: Sequence[int], request: bytes = NO_REQUEST) -> float:
         """Add a call to the history (`request`: the digest its whole reply answers, NO_REQUEST for
-        one never served again); a store that cannot be written is turned off, said once."""
+        one never served again); a store that cannot be written is turned off, said once. The
+        seconds the append took (0: nothing was appended), for the call's Summary."""
         if self.history is None or not reply:
-            return
+            return 0.0
         start = time.perf_counter()
         try:
             self.history.append(prompt, reply, request)
         except OSError as e:
             self.say(f"history turned off for this process: cannot write {self.history.folder} ({e.strerror or e})")
             self.history = None
-        self.append_s = time.perf_counter() - start
+        return time.perf_counter() - start
 
 
 def tokenizer_id(backend: Backend) -> str:

@@ -24,9 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, grammar_of, guidance_tokenizer
+from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Tokenizer, guidance_tokenizer
 from edgespec.decoding.backend import Backend, Placement, ThreadedBackend
-from edgespec.decoding.copying.corpus import CorpusDrafter
 from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.copying.source_copy import SourceCopy
 from edgespec.decoding.decoder import SpeculativeDecoder
@@ -46,6 +45,7 @@ from edgespec.engine.calibration import (
     runtime_key,
     save_noise_floor,
 )
+from edgespec.engine.call_figures import CallFigures
 from edgespec.engine.copy_sources import DraftSources
 from edgespec.engine.curve_keeper import CurveKeeper
 from edgespec.engine.prompt_cache import PromptCache
@@ -213,8 +213,7 @@ class Engine:
             self.threads.holding = steady
         decoder = SpeculativeDecoder(self.target, self._policy(settings, steady), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
-        events = self.read_ahead_kept.credit(self._remembered(prompt, events, copying, request))
-        return self._keeping_costs(events if self.cache is None else self._cached(prompt, events, self.cache))
+        return self._generation(prompt, events, CallFigures(copying), request)
 
     def _request(self, settings: GenerateSettings) -> bytes | None:
         """The digest of the request (`same_reply.request_digest`), with a history to keep it in."""
@@ -224,39 +223,52 @@ class Engine:
             self._model_identity = model_identity(self.pair, self._loaded_placements, self.target)
         return request_digest(self._model_identity, self.n_ctx, settings)
 
-    def _remembered(
-        self, prompt: list[int], events: Iterator[Event], copying: Sequence[CorpusDrafter], request: bytes | None
+    def _generation(
+        self, prompt: list[int], events: Iterator[Event], figures: CallFigures, request: bytes | None
     ) -> Iterator[Event]:
-        """`events`, with the reply added to the history once its Summary is out (a reply cut short
-        too: the user saw it; a whole one to `request` is served again), and the Summary holding what
-        `copying`'s lookups and the append cost."""
-        reply: list[int] = []
-        for event in events:
-            if isinstance(event, Token):
-                reply.append(event.id)
-            elif isinstance(event, Summary):
-                self.sources.record(prompt, reply, kept_request(request, event))
-                event.history_append_s = self.sources.append_s
-                for d in copying:
-                    event.lookups[d.kind.value] = d.lookups
-                    event.lookup_s[d.kind.value] = d.busy_s
-            yield event
+        """The call's events: the decoder's (`events`, which start once the target is warmed from
+        the prompt cache), its Summary built once with what the call did around it (`figures`).
+        The reply is added to the history before its Summary goes out (a reply cut short too: the
+        user saw it; a whole one to `request` is served again); the models' states are saved to
+        the prompt cache after it (the reply is complete on screen while they are written); what
+        the passes taught the cost curve is saved last, also when the caller stops early or the
+        reply fails (the passes it made were real)."""
+        try:
+            figures.warm_s = self._warm(prompt)
+            figures.read_ahead = self.read_ahead_kept.take()
+            reply: list[int] = []
+            for event in events:
+                if isinstance(event, Token):
+                    reply.append(event.id)
+                elif isinstance(event, Summary):
+                    figures.history_append_s = self.sources.record(prompt, reply, kept_request(request, event))
+                    event = figures.summary(event)
+                yield event
+            if self.cache is not None:
+                for backend in (self.target, self.draft):
+                    if backend is not None:
+                        self.cache.save(backend)
+        finally:
+            self.keep_costs()
+
+    def _warm(self, prompt: list[int]) -> float:
+        """Seconds spent loading the longest saved prefix of `prompt` into the target from the prompt
+        cache (0 without one); a state it loads replaces what the target read ahead."""
+        if self.cache is None:
+            return 0.0
+        start = time.perf_counter()
+        if self.read_hook(self.target, prompt):
+            self.read_ahead_kept.forget()
+        return time.perf_counter() - start
 
     def constraint(self, spec: ConstraintSpec) -> GuidanceMatcher:
         """A fresh matcher of `spec` over the target's vocabulary (ConstraintError when it cannot be
-        enforced). The vocabulary's tokenizer is built at the first constraint and kept."""
-        grammar = grammar_of(spec)
+        enforced), compiled from the grammar its check built (`ConstraintSpec.grammar`). The
+        vocabulary's tokenizer is built at the first constraint and kept."""
+        grammar = spec.grammar
         if self._tokenizer is None:
             self._tokenizer = guidance_tokenizer(self.target)
         return GuidanceMatcher(self._tokenizer, grammar)
-
-    def _keeping_costs(self, events: Iterator[Event]) -> Iterator[Event]:
-        """`events`, then what their passes taught the cost curve is saved (also when the caller
-        stops early or the reply fails: the passes it made were real)."""
-        try:
-            yield from events
-        finally:
-            self.keep_costs()
 
     def read_hook(self, backend: Backend, tokens: Sequence[int]) -> int:
         """Called before a model reads `tokens` (the target here, the draft model from its drafter):
@@ -273,23 +285,6 @@ class Engine:
         if save and reading.read and self.cache is not None:
             self.cache.save(self.target)
         return reading
-
-    def _cached(self, prompt: list[int], events: Iterator[Event], cache: PromptCache) -> Iterator[Event]:
-        """`events`, with the target warmed from the prompt cache first (the time it takes counts
-        in the Summary's target reading and time to first token) and the models' states saved once
-        the Summary is out (the reply is complete on screen while they are written)."""
-        start = time.perf_counter()
-        if self.read_hook(self.target, prompt):
-            self.read_ahead_kept.forget()  # a saved state replaced what the target read ahead
-        warm_s = time.perf_counter() - start
-        for event in events:
-            if isinstance(event, Summary):
-                event.target_read_s += warm_s
-                event.ttft_s += warm_s
-            yield event
-        for backend in (self.target, self.draft):
-            if backend is not None:
-                cache.save(backend)
 
     def empty_caches(self) -> None:
         """Forget what the target and the draft model have read, so the next generation reads its whole prompt: a

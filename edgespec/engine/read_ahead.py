@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgespec.decoding.backend import Backend, ContextOverflow, chunk_start, common_prefix, exact_prefix
-from edgespec.decoding.events import Event, Summary
 
 
 @dataclass(frozen=True)
@@ -93,12 +92,9 @@ class ReadAheadCredit:
         """What the target read ahead is gone (its cache emptied or replaced)."""
         self.span = None
 
-    def credit(self, events: Iterator[Event]) -> Iterator[Event]:
-        """`events` of a generation, its Summary with `prompt_read_ahead`: the prompt tokens it
-        kept from the target's cache that read aheads read. The span is taken (and cleared) when
-        the generation starts, after the prompt cache's warming."""
+    def take(self) -> tuple[int, int] | None:
+        """The span, cleared: a generation takes it when it starts, after the prompt cache's warming,
+        and its Summary's `prompt_read_ahead` counts the prompt tokens it kept from that span
+        (`call_figures.CallFigures`)."""
         span, self.span = self.span, None
-        for event in events:
-            if isinstance(event, Summary) and span is not None:
-                event.prompt_read_ahead = max(0, min(event.prompt_cached, span[1]) - span[0])
-            yield event
+        return span
