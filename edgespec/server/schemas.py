@@ -124,9 +124,8 @@ class GenerationRequest(_Strict):
     """What chat and text completions share: length, sampling, stop strings, streaming."""
 
     model: str
-    # the reply's length in tokens (None: up to the context; 0, an extension: only read the prompt
-    # into the cache, for a later request, docs/serve.md); `max_completion_tokens`, OpenAI's current
-    # name for it, is taken into it as the body is read (`_one_length`)
+    # the reply's length (None: up to the context; 0, an extension: only read the prompt, docs/serve.md);
+    # `max_completion_tokens`, OpenAI's current name for it, is taken into it (`_one_length`)
     max_tokens: Annotated[int, Field(ge=0)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=0)] | None = None
     temperature: Annotated[float, sampling_rule("temperature")] | None = None
