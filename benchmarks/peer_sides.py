@@ -147,11 +147,11 @@ def timed(tokens: Iterable[int]) -> dict:
 def edgespec_call(engine, case: Case, draft: str) -> dict:
     """One cold reply of edgespec's engine."""
     from edgespec.decoding.events import Token
-    from edgespec.decoding.policy.plan import KSetting
+    from edgespec.decoding.policy.plan import PolicyChoice
     from edgespec.engine.engine import GenerateSettings
 
-    k = KSetting("fixed", 0) if draft == "none" else KSetting("auto")
-    settings = GenerateSettings(max_tokens=case.max_tokens, draft=draft, k=k)  # greedy
+    choice = PolicyChoice("fixed", 0) if draft == "none" else PolicyChoice("auto")
+    settings = GenerateSettings(max_tokens=case.max_tokens, draft=draft, policy=choice)  # greedy
     engine.empty_caches()
     events = engine.generate_tokens(case.ids, settings)
     return timed(e.id for e in events if isinstance(e, Token))

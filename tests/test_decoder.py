@@ -315,14 +315,14 @@ def test_an_engine_drafts_with_its_pairs_window(window, read):
     from dataclasses import replace
 
     from edgespec.decoding.drafters import DraftChoice
-    from edgespec.decoding.policy.plan import KSetting
+    from edgespec.decoding.policy.plan import PolicyChoice
     from edgespec.engine.engine import Engine, GenerateSettings
     from tests.fakes import fake_engine
 
     fake = fake_engine()
     engine = Engine(replace(fake.pair, draft_window=window), fake.target, fake.draft)
     prompt = long_prompt(300, seed=3)
-    list(engine.generate_tokens(prompt, GenerateSettings(8, GREEDY, DraftChoice.MODEL, KSetting("fixed", 2))))
+    list(engine.generate_tokens(prompt, GenerateSettings(8, GREEDY, DraftChoice.MODEL, PolicyChoice("fixed", 2))))
     assert fake.draft.evals[0] == read  # its view of the prompt, and the first token
 
 

@@ -21,7 +21,7 @@ from edgespec.bench.suites import BenchPrompt
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.controller import DENSE_LENGTHS, make_policy
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig
 
@@ -57,7 +57,7 @@ class ShiftedReply(ceiling.ReplyDrafter):
 
 
 def test_every_oracle_drafts_its_own_reply_and_changes_nothing(engine):
-    policy = make_policy(KSetting("auto"), DraftChoice.NGRAM, engine.costs)
+    policy = make_policy(PolicyChoice("auto"), DraftChoice.NGRAM, engine.costs)
     assert ceiling.fix_threads(engine, 2) == 2 and engine.threads is None
     rows = []
     for prompt in PROMPTS:

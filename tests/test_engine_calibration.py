@@ -12,7 +12,7 @@ import pytest
 from edgespec.decoding.policy.controller import DENSE_LENGTHS
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.measuring import ends_first
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.policy.quiet_cost import SESSIONS
 from edgespec.engine import curve_keeper
 from edgespec.engine.calibration import CALIBRATION_BUDGET_S
@@ -223,7 +223,7 @@ def test_a_reply_without_the_cost_model_leaves_the_file_alone(own_calibration_fi
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     prompt = engine.target.tokenize("def add(a, b):\n")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, k=KSetting.parse("4"))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, policy=PolicyChoice.parse("4"))))
     engine.close()
     assert not own_calibration_file.exists()
 
@@ -239,7 +239,7 @@ def test_every_policys_passes_refine_the_curve_and_are_saved(own_calibration_fil
     engine.cost_model()  # as an earlier auto reply in this process would have
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=60, k=KSetting.parse(k))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=60, policy=PolicyChoice.parse(k))))
     used = [n for n, count in Counter(engine.target.evals).items() if count >= 3]
     assert used
     _, entry = saved_entry(own_calibration_file)
@@ -259,7 +259,7 @@ def test_another_policys_passes_before_the_curve_is_loaded_do_not_stand_in_for_i
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=40, k=KSetting.parse("4"))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=40, policy=PolicyChoice.parse("4"))))
     assert engine.costs.calibrated  # live passes at two sizes or more
     assert own_calibration_file.read_text() == saved
     engine.cost_model()
@@ -274,7 +274,7 @@ def test_every_cost_aware_policy_starts_from_the_measured_curve(own_calibration_
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, k=KSetting.parse(k))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, policy=PolicyChoice.parse(k))))
     assert engine.costs.calibrated
     assert engine.costs.verify(3) == pytest.approx(cpu_like(3), rel=0.5)
 

@@ -1,4 +1,4 @@
-"""The --k flag (`KSetting`) and the baseline policies (`decoding/policy/simple_policies.py`)."""
+"""The --k flag (`PolicyChoice`) and the baseline policies (`decoding/policy/simple_policies.py`)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,27 @@ from edgespec.decoding.drafters import LOOKUPS, Draft
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.policy.controller import AutoK, make_policy
 from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.plan import KSetting, RoundContext
+from edgespec.decoding.policy.plan import PolicyChoice, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.util.errors import SettingError
 
 
 def test_k_setting_parses_the_k_flag_and_names_its_policy():
     costs = CostModel()
-    assert KSetting.parse("auto") == KSetting("auto") and str(KSetting.parse(" 4 ")) == "4"
-    assert isinstance(make_policy(KSetting.parse("auto"), "auto", costs), AutoK)
-    assert make_policy(KSetting.parse("auto"), "ngram", costs).costs is costs
-    assert isinstance(make_policy(KSetting.parse("heuristic"), "model", costs), HeuristicK)
-    fixed = make_policy(KSetting.parse("4"), "ngram", costs)
+    assert PolicyChoice.parse("auto") == PolicyChoice("auto") and str(PolicyChoice.parse(" 4 ")) == "4"
+    assert isinstance(make_policy(PolicyChoice.parse("auto"), "auto", costs), AutoK)
+    assert make_policy(PolicyChoice.parse("auto"), "ngram", costs).costs is costs
+    assert isinstance(make_policy(PolicyChoice.parse("heuristic"), "model", costs), HeuristicK)
+    fixed = make_policy(PolicyChoice.parse("4"), "ngram", costs)
     assert isinstance(fixed, FixedK) and fixed.k == 4 and fixed.max_k == 4 and fixed.allowed == LOOKUPS
-    assert make_policy(KSetting.parse("0"), "none", costs).k == 0
-    assert KSetting.parse("64").k == KSetting.MAX
+    assert make_policy(PolicyChoice.parse("0"), "none", costs).k == 0
+    assert PolicyChoice.parse("64").fixed_len == PolicyChoice.LONGEST_FIXED
 
 
 @pytest.mark.parametrize("flag", ["x", "-1", "65", "", "2.5", "Auto"])
 def test_k_setting_refuses_bad_values_with_a_one_line_setting_error(flag):
     with pytest.raises(SettingError) as e:
-        KSetting.parse(flag)
+        PolicyChoice.parse(flag)
     assert "\n" not in str(e.value) and "--k" not in str(e.value)  # the core does not know the flag
 
 

@@ -23,7 +23,7 @@ from edgespec.bench.report import summarize
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.policy.controller import DENSE_LENGTHS
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine
 from edgespec.models import layouts
@@ -34,7 +34,7 @@ from edgespec.quality.perplexity import Quality
 from edgespec.util.errors import EdgespecError
 from edgespec.util.paths import private_folder
 
-AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
+AUTO = Mode("auto", DraftChoice.AUTO, PolicyChoice("auto"))
 READ_PROBE = 512  # tokens read in one batch to time prompt reading (llama.cpp's batch size here)
 RETIME_ROUNDS = 2  # rounds of timing every layout again, in turn (`Tuner.retime`)
 

@@ -23,7 +23,7 @@ import click
 from edgespec.constraints import guidance
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import sampling_problem
 from edgespec.engine.options import EngineOptions
 from edgespec.util import interrupts
@@ -152,16 +152,16 @@ def sampling_option(flag: str, kind: type, help: str | None = None, default=None
     )
 
 
-class KSettingParam(click.ParamType):
-    """--k as a typed KSetting, so a bad value is refused while the flags are parsed."""
+class PolicyChoiceParam(click.ParamType):
+    """--k as a typed PolicyChoice, so a bad value is refused while the flags are parsed."""
 
     name = "auto|auto-chain|heuristic|N"
 
-    def convert(self, value, param, ctx) -> KSetting:
-        if isinstance(value, KSetting):
+    def convert(self, value, param, ctx) -> PolicyChoice:
+        if isinstance(value, PolicyChoice):
             return value
         try:
-            return KSetting.parse(value)
+            return PolicyChoice.parse(value)
         except SettingError as e:
             self.fail(str(e), param, ctx)
 
@@ -180,7 +180,7 @@ def decoding_options(f: Callable) -> Callable:
         click.option(
             "--k",
             "k",
-            type=KSettingParam(),
+            type=PolicyChoiceParam(),
             default="auto",
             show_default=True,
             help="Draft length: auto (cost-aware controller, trees where they pay), auto-chain (chains "
@@ -220,6 +220,8 @@ def opens_engine(**fixed) -> Callable[[Callable], Callable]:
 def _engine_options(flags: dict, **fixed) -> EngineOptions:
     """The EngineOptions of a command's parsed flags, taken out of `flags`."""
     given = {name: flags.pop(name) for name in ENGINE_FLAGS if name in flags}
+    if "k" in given:
+        given["policy"] = given.pop("k")
     return EngineOptions(
         **given,
         cache=not flags.pop("no_cache", True),

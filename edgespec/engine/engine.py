@@ -35,7 +35,7 @@ from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.plan import KSetting, Policy
+from edgespec.decoding.policy.plan import Policy, PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.calibration import (
@@ -62,7 +62,7 @@ class GenerateSettings:
     max_tokens: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft: DraftChoice = DraftChoice.AUTO
-    k: KSetting = KSetting("auto")
+    policy: PolicyChoice = PolicyChoice("auto")
     constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
     earlier_reply: str | None = None  # the reply this one replaces (a regenerate): drafted from, DrafterKind.REPLACED
     # a greedy request asked before: decode it again (drafting from the earlier reply) rather than serve
@@ -105,7 +105,7 @@ class Engine:
         self._drafters: list[Drafter] = [NgramDrafter(source_copy=SourceCopy(target))]
         if draft is not None:
             self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
-        self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
+        self._policies: dict[tuple[DraftChoice, PolicyChoice], Policy] = {}
         self.costs = CostModel()  # shared by every policy, and every pass refines it: the hardware does not change
         # where each model ran at load: what measurements are keyed by, while the thread count moves
         self._loaded_placements = self.placements()
@@ -156,7 +156,7 @@ class Engine:
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         replaced = self.target.tokenize(settings.earlier_reply, special=False) if settings.earlier_reply else []
         copying = self.sources.drafters(prompt, draft.kinds, replaced)
-        if settings.k.cost_aware:
+        if settings.policy.cost_aware:
             self._curve.before_reply()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
         decoder = SpeculativeDecoder(self.target, self._policy(settings), [*drafters, *copying], self.threads)
@@ -260,10 +260,10 @@ class Engine:
 
     def _policy(self, settings: GenerateSettings) -> Policy:
         """One policy per (drafter, K) setting, kept across calls so what it learnt carries over."""
-        key = (settings.draft, settings.k)
+        key = (settings.draft, settings.policy)
         if key not in self._policies:
-            costs = self.cost_model() if settings.k.cost_aware else self.costs
-            self._policies[key] = make_policy(settings.k, settings.draft, costs)
+            costs = self.cost_model() if settings.policy.cost_aware else self.costs
+            self._policies[key] = make_policy(settings.policy, settings.draft, costs)
         return self._policies[key]
 
     def cost_model(self, stop: threading.Event | None = None, quiet: bool = False) -> CostModel:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import sampling_from_flags
 from edgespec.engine import loading
 from edgespec.engine.copy_sources import open_sources
@@ -43,7 +43,7 @@ class EngineOptions:
     pair: str | None = None
     config: Path | None = None
     draft: DraftChoice = DraftChoice.AUTO
-    k: KSetting = KSetting("auto")
+    policy: PolicyChoice = PolicyChoice("auto")  # --k
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -73,7 +73,7 @@ class EngineOptions:
         """Each reply's settings on `pair`: its default sampling with the values given laid over it."""
         sampling = sampling_from_flags(pair.sampling, self.temperature, self.top_p, self.top_k, self.min_p, self.seed)
         return GenerateSettings(
-            self.max_tokens, sampling, self.draft, self.k, self.constraint, decode_again=self.decode_again
+            self.max_tokens, sampling, self.draft, self.policy, self.constraint, decode_again=self.decode_again
         )
 
 

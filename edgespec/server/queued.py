@@ -41,7 +41,7 @@ def request_settings(
     )
     again = defaults.decode_again or decode_again
     return GenerateSettings(
-        sampling=sampling, draft=defaults.draft, k=defaults.k, constraint=constraint, decode_again=again
+        sampling=sampling, draft=defaults.draft, policy=defaults.policy, constraint=constraint, decode_again=again
     )
 
 

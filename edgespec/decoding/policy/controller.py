@@ -1,5 +1,5 @@
 """The cost-aware K policy (`auto`, and `auto-chain`), and `make_policy`, which turns the user's
-`KSetting` into a policy: this one, or a baseline of `simple_policies.py`.
+`PolicyChoice` into a policy: this one, or a baseline of `simple_policies.py`.
 
 `AutoK` keeps
   * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
@@ -40,7 +40,7 @@ from edgespec.decoding.policy.acceptance import COPY_PRIORS, ModelScores, NgramS
 from edgespec.decoding.policy.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
 from edgespec.decoding.policy.exploration import Exploration, Probe, TreeGate
 from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED
-from edgespec.decoding.policy.plan import KSetting, Plan, Policy, RoundContext
+from edgespec.decoding.policy.plan import Plan, Policy, PolicyChoice, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, depths, ranks
 
@@ -346,10 +346,10 @@ class _ModelRound:
         return self._pays(self._reach[position] * self._model.calibrated(confidence), nodes)
 
 
-def make_policy(k: KSetting, drafter: DraftChoice, costs: CostModel) -> Policy:
-    """The policy a K setting names."""
-    if k.cost_aware:
-        return AutoK(drafter, costs, trees=k.policy == "auto")
-    if k.policy == "heuristic":
+def make_policy(choice: PolicyChoice, drafter: DraftChoice, costs: CostModel) -> Policy:
+    """The policy the user's choice names."""
+    if choice.cost_aware:
+        return AutoK(drafter, costs, trees=choice.policy == "auto")
+    if choice.policy == "heuristic":
         return HeuristicK(drafter, costs=costs)
-    return FixedK(k.k, drafter, costs)
+    return FixedK(choice.fixed_len, drafter, costs)

@@ -2,7 +2,7 @@
 
 The decoder builds a `RoundContext` before each target pass (what the free drafters propose, which
 drafters are loaded, how many tokens are left), asks the policy for a `Plan`, feeds the pass's
-timings into the policy's cost curve, and reports the outcome back with `observe`. `KSetting` is
+timings into the policy's cost curve, and reports the outcome back with `observe`. `PolicyChoice` is
 the user's choice of policy, parsed once at the edge.
 """
 
@@ -90,16 +90,16 @@ class Policy(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class KSetting:
+class PolicyChoice:
     """How the draft length is chosen: the cost-aware controller ("auto", drafting trees where
     they pay; "auto-chain", chains only), transformers' +2/-1 schedule ("heuristic"), or a fixed K
     ("fixed", K = 0 is plain decoding). Parsed once, where
     the user's text comes in (`parse`)."""
 
     policy: Literal["auto", "auto-chain", "heuristic", "fixed"]
-    k: int = 0
+    fixed_len: int = 0  # the "fixed" policy's draft length (0: plain decoding)
 
-    MAX = 64  # a longer fixed draft only wastes verification
+    LONGEST_FIXED = 64  # a longer fixed draft only wastes verification
     # the controller's policies: they need the measured cost curve
     COST_AWARE: ClassVar[tuple[Literal["auto", "auto-chain"], ...]] = ("auto", "auto-chain")
 
@@ -108,8 +108,8 @@ class KSetting:
         return self.policy in self.COST_AWARE
 
     @classmethod
-    def parse(cls, text: str) -> KSetting:
-        """ "auto", "auto-chain", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
+    def parse(cls, text: str) -> PolicyChoice:
+        """ "auto", "auto-chain", "heuristic" or a whole number 0..LONGEST_FIXED; anything else is a SettingError."""
         text = text.strip()
         if text in cls.COST_AWARE:
             return cls(text)
@@ -119,9 +119,9 @@ class KSetting:
             n = int(text)
         except ValueError:
             raise SettingError(f"{text!r} is not auto, auto-chain, heuristic or a whole number") from None
-        if not 0 <= n <= cls.MAX:
-            raise SettingError(f"{n} is outside 0..{cls.MAX}")
+        if not 0 <= n <= cls.LONGEST_FIXED:
+            raise SettingError(f"{n} is outside 0..{cls.LONGEST_FIXED}")
         return cls("fixed", n)
 
     def __str__(self) -> str:
-        return str(self.k) if self.policy == "fixed" else self.policy
+        return str(self.fixed_len) if self.policy == "fixed" else self.policy
