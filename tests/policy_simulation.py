@@ -143,7 +143,7 @@ class Sim:
             ids = [TRUTH + t + i if i < right else -1 - i for i in range(proposal.length)]
             offered = Draft(ids, [None] * proposal.length, [1.0] * proposal.length, proposal.match_len)
         plan: Plan = policy.plan(RoundContext(offered, self.model is not None, self.max_k, self.context))
-        k = max(0, min(plan.k, self.max_k))
+        k = max(0, min(plan.draft_len, self.max_k))
         draft, draft_s, accepted = Draft(), 0.0, 0
         if k and plan.drafter == "model":
             draft, fates, evals = self._draft_model(self.model(r), k, plan.stop)

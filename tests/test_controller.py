@@ -62,7 +62,7 @@ def test_the_stop_rule_drafts_through_a_dip_and_alternatives_do_not_take_its_fre
     assert costs.verify_at_least(3, 17) == pytest.approx(REPACKED.verify(4))
     assert costs.verify_at_least(5, 17) == costs.verify(5)
     plan = AutoK("model", costs).plan(RoundContext(None, True, 64))
-    assert plan.drafter == "model" and plan.k == 3
+    assert plan.drafter == "model" and plan.draft_len == 3
     assert [plan.stop(j, 0.6) for j in range(3)] == [False, False, False]
     assert plan.branch(0.3, 0, 2) is True and plan.branch(0.3, 0, 3) is False
 
@@ -78,8 +78,8 @@ def test_a_draft_after_forced_text_is_weighed_at_what_it_adds_to_that_pass():
     policy = AutoK("ngram", costs)
     copy = Draft([5], [None], [1.0], match_len=4)  # the 4-token matches' prior: 0.7 at the first position
     assert policy._ngram.rates_for(copy.match_len)[0].mean == pytest.approx(0.7)
-    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3])).k == 1
-    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3], forced=6)).k == 0
+    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3])).draft_len == 1
+    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3], forced=6)).draft_len == 0
 
 
 # -- AutoK on simulated hardware --------------------------------------------------------------
@@ -288,7 +288,7 @@ def test_controller_state_on_a_gpu_predicts_the_measured_speedup():
     sim = Sim(GPU, model=constant(0.8), seed=5).run(auto(GPU), 600)
     states = [r.state for r in sim.records[300:]]
     assert all(s.policy == "auto" for s in states)
-    assert all(s.k == r.k and s.drafter == r.drafter for s, r in zip(states, sim.records[300:], strict=False))
+    assert all(s.draft_len == r.k and s.drafter == r.drafter for s, r in zip(states, sim.records[300:], strict=False))
     realised = sim.speedup(300)
     predicted = statistics.mean(s.predicted_speedup for s in states)
     measured = statistics.mean(s.measured_speedup for s in states)
@@ -302,11 +302,11 @@ def test_controller_state_on_a_cpu_says_plain():
     sim = Sim(CPU, model=constant(0.7), seed=6).run(auto(CPU), 300)
     plain = [r.state for r in sim.records[WARM_UP:] if r.k == 0]
     assert len(plain) > 240
-    assert all(s.drafter is None and s.k == 0 and s.acceptance == 0.0 for s in plain)
+    assert all(s.drafter is None and s.draft_len == 0 and s.acceptance == 0.0 for s in plain)
     assert all(s.predicted_speedup == pytest.approx(1.0) for s in plain)
     assert plain[-1].measured_speedup == pytest.approx(1.0, abs=0.05)
     probes = [r.state for r in sim.records if r.k > 0]  # (a controller may also never probe here)
-    assert all(s.drafter == "model" and 0 < s.acceptance < 1 and s.k <= 2 for s in probes)
+    assert all(s.drafter == "model" and 0 < s.acceptance < 1 and s.draft_len <= 2 for s in probes)
 
 
 def test_stop_rule_ends_a_draft_at_a_low_confidence_token_when_verifying_costs():
@@ -315,7 +315,7 @@ def test_stop_rule_ends_a_draft_at_a_low_confidence_token_when_verifying_costs()
     hw = Hardware("linear", curve({1: 0.010, 17: 0.058}), 0.0002)
     policy = auto(hw)
     plan = policy.plan(RoundContext(None, True, 100))
-    assert plan.drafter == "model" and plan.k >= 2 and plan.stop is not None
+    assert plan.drafter == "model" and plan.draft_len >= 2 and plan.stop is not None
     assert plan.stop(1, 0.01) is True
     plan = policy.plan(RoundContext(None, True, 100))
     assert plan.stop(1, 0.995) is False and plan.stop(2, 0.995) is False

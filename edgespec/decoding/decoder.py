@@ -343,7 +343,7 @@ class SpeculativeDecoder:
         plan: Plan = self.policy.plan(
             RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted, len(forced))
         )
-        k = max(0, min(plan.k, max_k))
+        k = max(0, min(plan.draft_len, max_k))
         drafter = self.drafters.get(plan.drafter) if k and plan.drafter is not None else None
         if drafter is None:
             draft = Draft()

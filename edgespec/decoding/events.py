@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
+from typing import ClassVar
 
 from edgespec.decoding.tree import ROOT, chain, leaves, path_to
 
@@ -38,11 +39,14 @@ class ControllerState:
     """What the K controller believed when it chose this round's plan (for the UI and the bench)."""
 
     policy: str  # "fixed", "heuristic", "auto"
-    k: int  # draft length chosen for the round (0 = plain decoding)
-    drafter: str | None  # "model", "ngram" or None when k == 0
+    draft_len: int  # the plan's draft length (`Plan.draft_len`; 0 = plain decoding)
+    drafter: str | None  # "model", "ngram" or None when draft_len == 0
     acceptance: float  # estimated per-token acceptance of that drafter
     predicted_speedup: float  # cost model's tokens/s for this plan over plain decoding
     measured_speedup: float  # live tokens/s over the measured plain-decoding rate
+
+    # Fields saved under another name than the code's: files written before the rename say "k".
+    SAVED_NAMES: ClassVar[dict[str, str]] = {"draft_len": "k"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +253,8 @@ class Summary(Tally, WholeReply):
     def to_dict(self) -> dict:
         """JSON-ready: the fields, plus the derived rates for readers of the file."""
         d = asdict(self)
+        if self.controller is not None:
+            d["controller"] = {ControllerState.SAVED_NAMES.get(k, k): v for k, v in d["controller"].items()}
         d["k_histogram"] = {str(k): v for k, v in sorted(self.k_histogram.items())}
         d["threads"] = {str(n): v for n, v in sorted(self.threads.items())}
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
@@ -266,10 +272,12 @@ class Summary(Tally, WholeReply):
         counts, times and rates must be finite and not negative, whatever wrote the file."""
         values = _typed_fields(cls, d)
         if isinstance(values.get("controller"), dict):
-            state = _typed_fields(ControllerState, values["controller"])
+            state = _typed_fields(ControllerState, values["controller"], ControllerState.SAVED_NAMES)
             missing = [f.name for f in fields(ControllerState) if f.name not in state]
             if missing:
-                raise TypeError(f"controller has no {', '.join(missing)}")
+                raise TypeError(
+                    f"controller has no {', '.join(ControllerState.SAVED_NAMES.get(n, n) for n in missing)}"
+                )
             values["controller"] = ControllerState(**state)
         for histogram in ("k_histogram", "threads"):
             if histogram in values:
@@ -277,20 +285,22 @@ class Summary(Tally, WholeReply):
         return cls(**values)
 
 
-def _typed_fields(cls, d: dict) -> dict:
-    """The entries of `d` that name fields of the dataclass `cls`, each checked against the field's
-    annotation (a string, as annotations are postponed here)."""
+def _typed_fields(cls, d: dict, saved_names: dict[str, str] | None = None) -> dict:
+    """The entries of `d` that name fields of the dataclass `cls` (by their `saved_names`, where a
+    field is saved under another name), each checked against the field's annotation (a string, as
+    annotations are postponed here), keyed by the field's name."""
     if not isinstance(d, dict):
         raise TypeError(f"{cls.__name__} is not an object")
-    kinds = {f.name: f.type for f in fields(cls)}
+    saved = saved_names or {}
+    kinds = {saved.get(f.name, f.name): (f.name, f.type) for f in fields(cls)}
     out = {}
     for name, value in d.items():
-        kind = kinds.get(name)
-        if kind is None:
+        if name not in kinds:
             continue
+        field_name, kind = kinds[name]
         if not (value is None and kind.endswith("| None")) and not _fits(value, kind.removesuffix(" | None"), name):
             raise TypeError(f"{name} is not {_KIND_NAMES.get(kind.removesuffix(' | None'), kind)}")
-        out[name] = value
+        out[field_name] = value
     return out
 
 

@@ -24,7 +24,7 @@ class Plan:
     branches, and which nodes of a free drafter's proposal are verified."""
 
     drafter: DrafterKind | None  # None: plain decoding
-    k: int  # tokens to verify at most (the nodes of a tree; a draft model's chain length)
+    draft_len: int  # tokens to verify at most (the nodes of a tree; a draft model's chain length)
     stop: StopRule | None = None
     state: ControllerState | None = None
     branch: BranchRule | None = None  # None: the draft model drafts a chain
