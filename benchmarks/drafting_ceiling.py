@@ -109,7 +109,7 @@ def _row(engine: Engine, prompt: suites.BenchPrompt, mode: str, events) -> tuple
         if isinstance(e, Token):
             tokens.append(e.id)
         elif isinstance(e, Step):
-            passes.append((e.k, e.accepted, e.forced))
+            passes.append((e.drafted, e.accepted, e.forced))
         elif isinstance(e, Summary):
             summary = e
     assert summary is not None

@@ -74,7 +74,7 @@ def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> di
         if isinstance(event, Token):
             ids.append(event.id)
         elif isinstance(event, Step):
-            longest = max(longest, event.k + 1)
+            longest = max(longest, event.drafted + 1)
         elif isinstance(event, Summary):
             summary = event
     assert summary is not None

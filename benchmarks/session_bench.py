@@ -73,7 +73,7 @@ def run_sequence(engine: Engine, session: Session, mode: str, folder: Path, prom
                 rounds.append(Round(len(ids), event.drafted_ids, *map(tuple, event.tree()), event.drafter))
                 if event.drafter:
                     part = event.drafted_part()
-                    by_source[event.drafter][0] += part.k
+                    by_source[event.drafter][0] += part.drafted
                     by_source[event.drafter][1] += part.accepted
             elif isinstance(event, Summary):
                 summary = event

@@ -65,7 +65,7 @@ def simulated(hw: Hardware, policy: AutoK, rounds: int, **sim) -> list[str]:
     """Each round's plan and its outcome in `Sim`."""
     recorded = Recorded(policy)
     records = Sim(hw, **sim).run(recorded, rounds).records
-    return [f"{line} -> k={r.k} accepted={r.accepted}" for line, r in zip(recorded.lines, records, strict=True)]
+    return [f"{line} -> k={r.drafted} accepted={r.accepted}" for line, r in zip(recorded.lines, records, strict=True)]
 
 
 def simulated_runs() -> dict[str, list[str]]:

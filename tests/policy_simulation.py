@@ -101,7 +101,7 @@ TRUTH = 1_000_000  # simulated token ids of the committed text start here
 
 @dataclass
 class Record:
-    k: int
+    drafted: int  # as Step.drafted
     drafter: str | None
     accepted: int
     seconds: float
@@ -198,7 +198,7 @@ class Sim:
         return self.rate(start, stop) / self.hw.plain_rate
 
     def ks(self, start: int = 0, stop: int | None = None) -> list[int]:
-        return [r.k for r in self.records[start:stop]]
+        return [r.drafted for r in self.records[start:stop]]
 
     def share(self, pred: Callable[[Record], bool], start: int = 0, stop: int | None = None) -> float:
         recs = self.records[start:stop]

@@ -185,8 +185,8 @@ def test_a_round_drafts_after_the_forced_text_in_the_same_pass(tiny_engine):
     for event in events:
         if isinstance(event, Step):
             forced = replay.forced()
-            joined += bool(forced) and event.drafter == "model" and len(forced) < event.k
-            assert list(event.drafted_ids[: len(forced)]) == forced[: event.k]
+            joined += bool(forced) and event.drafter == "model" and len(forced) < event.drafted
+            assert list(event.drafted_ids[: len(forced)]) == forced[: event.drafted]
         elif isinstance(event, Token):
             replay.advance(event.id)
     assert joined >= 1
@@ -285,7 +285,7 @@ def test_forced_tokens_are_no_draft_steps_for_the_cost_curve_nor_drafts_for_the_
     costs.observe_round(step, after_forced([7, 8, 9], own))
     assert costs.draft_step == pytest.approx(0.01)
     part = step.drafted_part()
-    assert (part.k, part.accepted, part.drafted_ids, part.tree()) == (2, 2, (1, 2), ([-1, 0], [0, 1]))
+    assert (part.drafted, part.accepted, part.drafted_ids, part.tree()) == (2, 2, (1, 2), ([-1, 0], [0, 1]))
     policy = AutoK("model", costs)
     policy.observe(step, own)
     assert policy._measured == pytest.approx(6 / 0.12)

@@ -90,7 +90,7 @@ def test_cpu_draft_model_at_0_7_settles_on_plain_decoding(seed):
     # On the 2-core CPU a draft step costs 55% of a target step and verifying grows with n:
     # K=1 gives 1.7 tokens in 61 ms (27.9/s) against 35.7/s plain. Only bounded probes remain.
     sim = Sim(CPU, model=constant(0.7), seed=seed).run(auto(CPU), 1500)
-    assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.98
+    assert sim.share(lambda r: r.drafted == 0, WARM_UP) >= 0.98
     assert sum(k > 0 for k in sim.ks()) <= 15  # probes back off
     assert max(sim.ks()) <= 2  # a probe is short
     assert sim.speedup() >= 0.98
@@ -105,14 +105,14 @@ def test_useless_drafters_cost_at_most_three_percent(hw, drafter):
     assert sim.speedup() >= 0.97
     assert sim.share(lambda r: r.drafter != "model", WARM_UP) >= 0.97
     if hw is CPU:  # elsewhere verifying a few more tokens is (nearly) free, so trying a copy is no loss
-        assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.97
+        assert sim.share(lambda r: r.drafted == 0, WARM_UP) >= 0.97
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_gpu_draft_model_at_0_8_drafts_several_tokens(seed):
     # flat verification and a cheap draft: speculation wins big (the best fixed K is 4-5)
     sim = Sim(GPU, model=constant(0.8), seed=seed).run(auto(GPU), 1500)
-    assert sim.share(lambda r: r.k >= 2, WARM_UP) >= 0.95
+    assert sim.share(lambda r: r.drafted >= 2, WARM_UP) >= 0.95
     assert sim.speedup(WARM_UP) >= 1.6
 
 
@@ -125,7 +125,7 @@ def test_gpu_draft_model_at_0_8_settles_on_a_long_draft():
 def test_torch_bf16_draft_model_at_0_7_drafts_one_to_three(seed):
     # a near-flat curve but a draft step costing 36% of a target step: K=1-2 is best (1.24x)
     sim = Sim(BF16, model=constant(0.7), seed=seed).run(auto(BF16), 1000)
-    assert sim.share(lambda r: 1 <= r.k <= 3, WARM_UP) >= 0.9
+    assert sim.share(lambda r: 1 <= r.drafted <= 3, WARM_UP) >= 0.9
     assert sim.speedup() >= 1.15
 
 
@@ -168,14 +168,14 @@ SHORT_GUESS = Proposal(6, 1, 0.1)  # a one-token match in prose
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ngram_long_likely_copies_are_drafted_on_a_cpu(seed):
     sim = Sim(CPU, ngram=constant(LONG_COPY), seed=seed).run(auto(CPU, "ngram"), 600)
-    assert sim.share(lambda r: r.drafter == "ngram" and r.k >= 2, WARM_UP) >= 0.95
+    assert sim.share(lambda r: r.drafter == "ngram" and r.drafted >= 2, WARM_UP) >= 0.95
     assert sim.speedup() >= 1.3
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ngram_short_unlikely_matches_are_not_drafted_on_a_cpu(seed):
     sim = Sim(CPU, ngram=constant(SHORT_GUESS), seed=seed).run(auto(CPU, "ngram"), 600)
-    assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.97
+    assert sim.share(lambda r: r.drafted == 0, WARM_UP) >= 0.97
     assert sim.speedup() >= 0.98
 
 
@@ -187,7 +187,7 @@ def test_hybrid_drafts_copies_and_decodes_plainly_in_between_on_a_cpu():
     copy_rounds = [rec for i, rec in enumerate(sim.records) if i >= 100 and i // 5 % 2 == 0]
     other_rounds = [rec for i, rec in enumerate(sim.records) if i >= 100 and i // 5 % 2 == 1]
     assert sum(r.drafter == "ngram" for r in copy_rounds) / len(copy_rounds) >= 0.95
-    assert sum(r.k == 0 for r in other_rounds) / len(other_rounds) >= 0.97
+    assert sum(r.drafted == 0 for r in other_rounds) / len(other_rounds) >= 0.97
     assert sim.speedup() >= 1.1
 
 
@@ -247,14 +247,14 @@ def test_gpu_acceptance_drop_from_0_9_to_0_1_is_followed(seed):
     assert statistics.median(sim.ks(100, 300)) >= 3
     lag = sim.rounds_to(300, lambda k: k == 0)
     assert lag is not None and lag <= DROP_BOUND, lag
-    assert sim.share(lambda r: r.k == 0, 300 + DROP_BOUND + 10) >= 0.9
+    assert sim.share(lambda r: r.drafted == 0, 300 + DROP_BOUND + 10) >= 0.9
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_cpu_ngram_acceptance_drop_is_followed(seed):
     sim = Sim(CPU, ngram=lambda r: Proposal(16, 12, 0.95 if r < 300 else 0.1), seed=seed)
     sim.run(auto(CPU, "ngram"), 500)
-    assert sim.share(lambda r: r.k > 0, 100, 300) >= 0.95
+    assert sim.share(lambda r: r.drafted > 0, 100, 300) >= 0.95
     lag = sim.rounds_to(300, lambda k: k == 0)
     assert lag is not None and lag <= DROP_BOUND, lag
 
@@ -268,7 +268,7 @@ RISE_BOUND_CPU_NGRAM = 300
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_gpu_acceptance_rise_from_0_1_to_0_9_is_followed(seed):
     sim = Sim(GPU, model=switch(0.1, 0.9, 600), seed=seed).run(auto(GPU), 600 + 2 * RISE_BOUND_GPU)
-    assert sim.share(lambda r: r.k == 0, 100, 600) >= 0.9
+    assert sim.share(lambda r: r.drafted == 0, 100, 600) >= 0.9
     lag = sim.rounds_to(600, lambda k: k >= 2)
     assert lag is not None and lag <= RISE_BOUND_GPU, lag
 
@@ -288,7 +288,9 @@ def test_controller_state_on_a_gpu_predicts_the_measured_speedup():
     sim = Sim(GPU, model=constant(0.8), seed=5).run(auto(GPU), 600)
     states = [r.state for r in sim.records[300:]]
     assert all(s.policy == "auto" for s in states)
-    assert all(s.draft_len == r.k and s.drafter == r.drafter for s, r in zip(states, sim.records[300:], strict=False))
+    assert all(
+        s.draft_len == r.drafted and s.drafter == r.drafter for s, r in zip(states, sim.records[300:], strict=False)
+    )
     realised = sim.speedup(300)
     predicted = statistics.mean(s.predicted_speedup for s in states)
     measured = statistics.mean(s.measured_speedup for s in states)
@@ -300,12 +302,12 @@ def test_controller_state_on_a_gpu_predicts_the_measured_speedup():
 
 def test_controller_state_on_a_cpu_says_plain():
     sim = Sim(CPU, model=constant(0.7), seed=6).run(auto(CPU), 300)
-    plain = [r.state for r in sim.records[WARM_UP:] if r.k == 0]
+    plain = [r.state for r in sim.records[WARM_UP:] if r.drafted == 0]
     assert len(plain) > 240
     assert all(s.drafter is None and s.draft_len == 0 and s.acceptance == 0.0 for s in plain)
     assert all(s.predicted_speedup == pytest.approx(1.0) for s in plain)
     assert plain[-1].measured_speedup == pytest.approx(1.0, abs=0.05)
-    probes = [r.state for r in sim.records if r.k > 0]  # (a controller may also never probe here)
+    probes = [r.state for r in sim.records if r.drafted > 0]  # (a controller may also never probe here)
     assert all(s.drafter == "model" and 0 < s.acceptance < 1 and s.draft_len <= 2 for s in probes)
 
 

@@ -61,12 +61,12 @@ def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
     assert [t.id for t in tokens] == reference
     assert summary.tokens == 40 and summary.stop_reason == "length"
     if drafter == "wrong":
-        assert summary.accepted == 0 and steps[0].k == k and max(s.k for s in steps) == k
+        assert summary.accepted == 0 and steps[0].drafted == k and max(s.drafted for s in steps) == k
         assert all(t.source in (Source.TARGET, Source.CORRECTION) for t in tokens)
     if drafter == "good":
         assert summary.accepted > 0  # the noisy copy agrees often: the test exercises acceptance
     if drafter == "history":  # the copy is the reply itself: every draft is taken
-        assert summary.accepted == summary.drafted > 0 and {s.drafter for s in steps if s.k} == {"history"}
+        assert summary.accepted == summary.drafted > 0 and {s.drafter for s in steps if s.drafted} == {"history"}
         assert f"accepted from history {summary.accepted}," in stats_line(summary)
 
 
@@ -83,7 +83,7 @@ def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_
         truth = plain_greedy(target, before, step.accepted + 1)
         assert list(step.drafted_ids[: step.accepted]) == truth[: step.accepted]
         assert new_ids == truth  # accepted prefix + the target's own token
-        if step.accepted < step.k:
+        if step.accepted < step.drafted:
             seen_partial = True
             assert step.drafted_ids[step.accepted] != truth[step.accepted]
             assert step.rejected_ids == step.drafted_ids[step.accepted :]

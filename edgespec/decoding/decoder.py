@@ -239,7 +239,7 @@ class SpeculativeDecoder:
                 reply.constraint.advance(token_id)
         on_path = set(path)
         step = Step(
-            k=len(draft.ids),
+            drafted=len(draft.ids),
             accepted=accepted,
             drafted_ids=tuple(draft.ids),
             rejected_ids=tuple(t for node, t in enumerate(draft.ids) if node not in on_path),
@@ -301,7 +301,7 @@ class SpeculativeDecoder:
         own_threads = self.threads is None or step.threads == self.threads.most
         self.policy.costs.observe_round(step, draft, whole_rows=whole_rows, own_threads=own_threads)
         if self.threads is not None and whole_rows:  # timings comparable with the verify curve's
-            self.threads.observe(step.k + 1, step.verify_s)
+            self.threads.observe(step.drafted + 1, step.verify_s)
         if step.accepted >= step.forced:  # else the drafted part was never verified
             self.policy.observe(step, own)
 

@@ -59,8 +59,8 @@ class Step:
     lists the accepted nodes from the root down. A chain (parents None) accepted its first
     `accepted` tokens."""
 
-    k: int  # tokens drafted this round: the tree's nodes (0 = plain decoding)
-    accepted: int  # drafted tokens the target accepted: the path's length (0..k)
+    drafted: int  # tokens drafted this round, forced ones included: the tree's nodes (0 = plain decoding)
+    accepted: int  # drafted tokens the target accepted: the path's length (0..drafted)
     drafted_ids: tuple[int, ...]
     rejected_ids: tuple[int, ...]  # drafted tokens thrown away (every node off the path, in order)
     draft_s: float
@@ -79,20 +79,20 @@ class Step:
         from. The timings stay the whole pass's."""
         if not self.forced:
             return self
-        k, accepted = self.k - self.forced, self.accepted - self.forced
+        drafted, accepted = self.drafted - self.forced, self.accepted - self.forced
         return replace(
             self,
-            k=k,
+            drafted=drafted,
             accepted=accepted,
             drafted_ids=self.drafted_ids[self.forced :],
-            parents=tuple(chain(k)),
+            parents=tuple(chain(drafted)),
             path=tuple(range(accepted)),
             forced=0,
         )
 
     def tree(self) -> tuple[list[int], list[int]]:
         """(parents, path), a chain's spelled out."""
-        parents = chain(self.k) if self.parents is None else list(self.parents)
+        parents = chain(self.drafted) if self.parents is None else list(self.parents)
         return parents, list(range(self.accepted)) if self.path is None else list(self.path)
 
     def rejected_branches(self) -> list[tuple[int, ...]]:
@@ -112,7 +112,7 @@ class Step:
         a bonus after a leaf (nothing was left to try), else a correction."""
         parents, path = self.tree()
         last = path[-1] if path else ROOT
-        if self.k == 0:
+        if self.drafted == 0:
             end = Source.TARGET
         else:
             end = Source.CORRECTION if last in parents else Source.BONUS
@@ -148,20 +148,20 @@ class Tally:
             self.sources[event.source.value] = self.sources.get(event.source.value, 0) + 1
             return
         self.target_passes += 1
-        self.drafted += event.k
+        self.drafted += event.drafted
         self.accepted += event.accepted
         self.draft_s += event.draft_s
         self.verify_s += event.verify_s
         self.draft_read_s += event.read_s
-        self.k_histogram[event.k] = self.k_histogram.get(event.k, 0) + 1
-        self.k_series.append(event.k)
+        self.k_histogram[event.drafted] = self.k_histogram.get(event.drafted, 0) + 1
+        self.k_series.append(event.drafted)
         if event.threads:
             self.threads[event.threads] = self.threads.get(event.threads, 0) + 1
         if event.drafter:
             taken = event.drafted_part().accepted
             self.accepted_by[event.drafter] = self.accepted_by.get(event.drafter, 0) + taken
-        if event.k:
-            self.acceptance_series.append(event.accepted / event.k)
+        if event.drafted:
+            self.acceptance_series.append(event.accepted / event.drafted)
         else:
             self.plain_passes += 1
             self.plain_s += event.draft_s + event.verify_s

@@ -297,10 +297,10 @@ class AutoK:
 
     def _check_surprise(self, step: Step) -> None:
         """After fully accepted probes in a row: was that unlikely under the estimates? Then forget them."""
-        if not self._probing or step.accepted < step.k:
+        if not self._probing or step.accepted < step.drafted:
             self._streak = 1.0
             return
-        for r in self._model.positions[: step.k]:
+        for r in self._model.positions[: step.drafted]:
             self._streak *= r.mean
         if self._streak < self.SURPRISE:
             self._streak = 1.0

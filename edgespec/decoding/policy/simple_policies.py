@@ -71,8 +71,8 @@ class HeuristicK:
 
     def observe(self, step: Step, draft: Draft) -> None:
         step = step.drafted_part()  # forced tokens say nothing of how long a draft survives
-        if step.k:
-            all_accepted = step.accepted == step.k
+        if step.drafted:
+            all_accepted = step.accepted == step.drafted
             self.draft_len = min(self.max_k, self.draft_len + 2) if all_accepted else max(1, self.draft_len - 1)
 
     def may_use(self, kind: DrafterKind) -> bool:
