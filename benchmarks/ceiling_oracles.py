@@ -113,7 +113,7 @@ class LongestRun:
 
     def plan(self, ctx: RoundContext) -> Plan:
         proposal = ctx.ngram if ctx.ngram is not None else Draft()
-        k = max(0, min(len(first_branch(proposal.parent_list())), ctx.max_k, self.max_k - ctx.forced))
+        k = max(0, min(len(first_branch(proposal.parent_list())), ctx.draft_room, self.max_k - ctx.forced))
         return Plan(DrafterKind.NGRAM if k else None, k)
 
     def observe(self, step: Step, draft: Draft) -> None:

@@ -32,15 +32,15 @@ def test_k_setting_refuses_bad_values_with_a_one_line_setting_error(flag):
     assert "\n" not in str(e.value) and "--k" not in str(e.value)  # the core does not know the flag
 
 
-def ngram_ctx(n: int, match_len: int = 3, has_model: bool = False, max_k: int = 100) -> RoundContext:
-    return RoundContext(Draft(list(range(n)), [None] * n, [1.0] * n, match_len), has_model, max_k)
+def ngram_ctx(n: int, match_len: int = 3, has_model: bool = False, draft_room: int = 100) -> RoundContext:
+    return RoundContext(Draft(list(range(n)), [None] * n, [1.0] * n, match_len), has_model, draft_room)
 
 
 def test_fixed_k_caps_by_budget_and_ngram_length():
     assert FixedK(8, "model").plan(RoundContext(None, True, 3)).draft_len == 3  # max_tokens left
     plan = FixedK(8, "ngram").plan(ngram_ctx(2))
     assert (plan.drafter, plan.draft_len) == ("ngram", 2)  # the copy found is shorter
-    assert FixedK(8, "ngram").plan(ngram_ctx(20, max_k=5)).draft_len == 5
+    assert FixedK(8, "ngram").plan(ngram_ctx(20, draft_room=5)).draft_len == 5
     plan = FixedK(4, "ngram").plan(RoundContext(Draft(), False, 100))  # no match: a plain step
     assert (plan.drafter, plan.draft_len) == (None, 0)
     plan = FixedK(4, "model").plan(RoundContext(None, False, 100))  # no draft model loaded

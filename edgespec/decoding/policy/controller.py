@@ -113,13 +113,13 @@ class AutoK:
         return lambda k: k * d + c.verify(forced + k + 1) + c.ngram_lookup
 
     def _model_option(self, ctx: RoundContext, forced: int = 0) -> tuple[int, float]:
-        acc = [r.mean for r in self._model.positions[: min(self.max_k_model, ctx.max_k)]]
+        acc = [r.mean for r in self._model.positions[: min(self.max_k_model, ctx.draft_room)]]
         return best_k(acc, self._cost(DrafterKind.MODEL, forced), base=forced + 1)
 
     def _copy_option(
-        self, kind: DrafterKind, proposal: Draft, max_k: int, trees: bool, forced: int = 0
+        self, kind: DrafterKind, proposal: Draft, draft_room: int, trees: bool, forced: int = 0
     ) -> tuple[int, float, tuple[int, ...] | None]:
-        """(nodes to verify, at most `max_k`; tokens per second; which nodes of the copying drafter
+        """(nodes to verify, at most `draft_room`; tokens per second; which nodes of the copying drafter
         `kind`'s `proposal`, None for the first ones of its first branch). Each node's chance is its
         parent's times its own: by position for a first child, by rank for a later one, after the
         siblings before it missed (`best_tree`)."""
@@ -135,14 +135,14 @@ class AutoK:
             before = missed.get(parent, 1.0)
             values.append((1.0 if parent == ROOT else values[parent]) * before * a)
             missed[parent] = before * (1.0 - a)
-        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: self._copy_reach(max_k)]
+        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: self._copy_reach(draft_room)]
         m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM, forced), base=forced + 1)
         return m, rate, tuple(sorted(order[:m])) if trees else None
 
-    def _copy_reach(self, max_k: int) -> int:
-        """The most tokens a copy may draft this round: within `max_k`, the controller's cap, and the
+    def _copy_reach(self, longest: int) -> int:
+        """The most tokens a copy may draft this round: within `longest`, the controller's cap, and the
         passes the curve has timed (every length up to DENSE_LENGTHS + 1 is, once calibrated)."""
-        return min(max_k, self.max_k_ngram, max(self.costs.reach(), DENSE_LENGTHS + 1) - 1)
+        return min(longest, self.max_k_ngram, max(self.costs.reach(), DENSE_LENGTHS + 1) - 1)
 
     def _trees_now(self, kind: DrafterKind) -> bool:
         """Whether this round's `kind` draft may be a tree (asked once per round)."""
@@ -182,7 +182,7 @@ class AutoK:
             return True
         without = max(1.0 / (self.costs.verify(1) + self.costs.ngram_lookup), self._measured)
         saved = 1.0 / without - 1.0 / model_rate  # seconds per token
-        rest = min(ctx.max_k + 1, max(ctx.emitted, self.HORIZON))
+        rest = min(ctx.draft_room + 1, max(ctx.emitted, self.HORIZON))
         return saved > 0 and self.costs.read(ctx.model_behind) <= saved * rest
 
     def plan(self, ctx: RoundContext) -> Plan:
@@ -201,7 +201,7 @@ class AutoK:
             options[DrafterKind.MODEL] = (k if self._catch_up_pays(ctx, alone) else 0, rate, None)
         for kind, proposal in copies.items():
             if proposal.ids:
-                options[kind] = self._copy_option(kind, proposal, ctx.max_k, self._trees_now(kind), ctx.forced)
+                options[kind] = self._copy_option(kind, proposal, ctx.draft_room, self._trees_now(kind), ctx.forced)
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate, nodes = options[which]
@@ -210,19 +210,19 @@ class AutoK:
             which = None
             if (
                 DrafterKind.MODEL in options
-                and ctx.max_k > 0
+                and ctx.draft_room > 0
                 and self._probe.due(self._probe_cap())
                 and self._model_could_pay()
                 and self._catch_up_pays(ctx, self._best_case_rate())
             ):
-                which, k, self._probing = DrafterKind.MODEL, min(2, ctx.max_k), True
+                which, k, self._probing = DrafterKind.MODEL, min(2, ctx.draft_room), True
             elif self.costs.provisional:
                 which, k, rate = self._explore(copies, options, ctx)
                 self._exploring = k > 0
         elif which == DrafterKind.MODEL:
             self._model_rounds += 1
             if self._model_rounds % self.STRETCH == 0:
-                k = min(k + 1, self.max_k_model, ctx.max_k)
+                k = min(k + 1, self.max_k_model, ctx.draft_room)
         if which == DrafterKind.MODEL:
             self._probe.used(self._probing)
         state = ControllerState(
@@ -253,7 +253,7 @@ class AutoK:
         if not candidates:
             return plain
         kind = max(candidates, key=lambda c: options[c][1])
-        longest = min(len(copies[kind].first_branch().ids), self._copy_reach(ctx.max_k))
+        longest = min(len(copies[kind].first_branch().ids), self._copy_reach(ctx.draft_room))
         k = self._exploration.length(longest, self.costs.verify(1))
         if not k:
             return plain

@@ -39,7 +39,7 @@ class RoundContext:
 
     ngram: Draft | None  # None when the n-gram drafter is off
     has_model: bool  # a draft model is loaded and allowed
-    max_k: int  # drafts beyond this would overrun max_tokens or the context
+    draft_room: int  # the most tokens this round may draft: more would overrun max_tokens or the context
     context: Sequence[int] = ()
     model_behind: int = 0  # tokens the draft model must read before its next draft (its catch-up)
     emitted: int = 0  # tokens this reply has emitted so far
@@ -52,7 +52,7 @@ class RoundContext:
         cls,
         free: Mapping[DrafterKind, Draft],
         loaded: Collection[DrafterKind],
-        max_k: int,
+        draft_room: int,
         context: Sequence[int],
         model_behind: int = 0,
         emitted: int = 0,
@@ -62,7 +62,7 @@ class RoundContext:
         behind the text the draft model is."""
         ngram = free.get(DrafterKind.NGRAM, Draft()) if DrafterKind.NGRAM in loaded else None
         lookups = {kind: free.get(kind, Draft()) for kind in LOOKUPS - {DrafterKind.NGRAM} if kind in loaded}
-        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context, model_behind, emitted, forced, lookups)
+        return cls(ngram, DrafterKind.MODEL in loaded, draft_room, context, model_behind, emitted, forced, lookups)
 
     def proposals(self) -> dict[DrafterKind, Draft]:
         """Every loaded copying drafter's proposal (possibly empty), by kind."""

@@ -28,7 +28,7 @@ def _chain_len(proposal: Draft) -> int:
 
 
 def _capped(drafter: DrafterKind | None, k: int, ctx: RoundContext) -> int:
-    k = min(k, ctx.max_k)
+    k = min(k, ctx.draft_room)
     proposal = ctx.proposals().get(drafter) if drafter is not None else None
     if proposal is not None:
         return min(k, _chain_len(proposal))  # these policies draft chains
