@@ -98,7 +98,7 @@ def oracle_run(engine: Engine, prompt: suites.BenchPrompt, mode: str, drafter, p
     events = decoder.generate(ids, prompt.max_tokens, SamplingParams(), None, constraint)
     row, passes = _row(engine, prompt, mode, events)
     if isinstance(policy, LongestRun):
-        row["ideal_passes"] = ideal_passes(passes, policy.max_k)
+        row["ideal_passes"] = ideal_passes(passes, policy.longest_draft)
     return row
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.policy.controller import DENSE_LENGTHS
+from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.measuring import ends_first
 from edgespec.decoding.policy.plan import PolicyChoice
@@ -297,17 +297,17 @@ def test_a_calibration_on_a_machine_too_busy_stops_at_its_budget_and_says_what_i
     lines = told(engine, clock)
     with simulated_time(clock):
         engine.cost_model()
-    assert clock.now <= CALIBRATION_BUDGET_S + busy(1) + busy(DENSE_LENGTHS + 1)  # warm-up, and the last pass
+    assert clock.now <= CALIBRATION_BUDGET_S + busy(1) + busy(LONGEST_DENSE_DRAFT + 1)  # warm-up, and the last pass
     _, entry = saved_entry(own_calibration_file)
     timed = sorted(map(int, entry["verify"]))
-    assert 1 in timed and DENSE_LENGTHS + 1 in timed and 2 <= len(timed) < DENSE_LENGTHS + 1
-    untimed = next(n for n in range(2, DENSE_LENGTHS + 1) if n not in timed)
+    assert 1 in timed and LONGEST_DENSE_DRAFT + 1 in timed and 2 <= len(timed) < LONGEST_DENSE_DRAFT + 1
+    untimed = next(n for n in range(2, LONGEST_DENSE_DRAFT + 1) if n not in timed)
     assert engine.costs.verify(untimed) == pytest.approx(busy(untimed))
     assert [message.split(" (")[0] for _, message in lines] == [
         "measuring this machine's speed with 'fake'",
         f"speed measurement stopped at its {CALIBRATION_BUDGET_S:g} s limit",
     ]
-    assert f"{len(timed)} of {DENSE_LENGTHS + 1} sizes timed" in lines[1][1]
+    assert f"{len(timed)} of {LONGEST_DENSE_DRAFT + 1} sizes timed" in lines[1][1]
 
 
 def test_a_calibration_the_user_waits_for_is_said_while_it_runs_and_when_it_ends(own_calibration_file):

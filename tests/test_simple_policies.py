@@ -20,7 +20,7 @@ def test_k_setting_parses_the_k_flag_and_names_its_policy():
     assert make_policy(PolicyChoice.parse("auto"), "ngram", costs).costs is costs
     assert isinstance(make_policy(PolicyChoice.parse("heuristic"), "model", costs), HeuristicK)
     fixed = make_policy(PolicyChoice.parse("4"), "ngram", costs)
-    assert isinstance(fixed, FixedK) and fixed.draft_len == 4 and fixed.max_k == 4 and fixed.allowed == LOOKUPS
+    assert isinstance(fixed, FixedK) and fixed.draft_len == 4 and fixed.longest_draft == 4 and fixed.allowed == LOOKUPS
     assert make_policy(PolicyChoice.parse("0"), "none", costs).draft_len == 0
     assert PolicyChoice.parse("64").fixed_len == PolicyChoice.LONGEST_FIXED
 

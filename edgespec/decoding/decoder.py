@@ -335,7 +335,7 @@ class SpeculativeDecoder:
         context = reply.context + list(forced) if forced else reply.context
         params, rng, constraint = reply.params, reply.rng, reply.constraint
         free = {
-            kind: d.propose(context, min(draft_room, self.policy.max_k), params, rng, constraint=constraint)
+            kind: d.propose(context, min(draft_room, self.policy.longest_draft), params, rng, constraint=constraint)
             for kind, d in self.drafters.items()
             if d.free and draft_room > 0
         }

@@ -47,7 +47,7 @@ from edgespec.decoding.tree import ROOT, depths, ranks
 # Calibration times every pass length up to one token more than this, and longer passes sparsely
 # (`measuring.py`). A copy drafts longer only as far as the curve has been timed (`CostModel.reach`):
 # beyond the timed sizes the curve is extrapolated, and a guessed slope must not buy a long pass.
-DENSE_LENGTHS = 16
+LONGEST_DENSE_DRAFT = 16
 # The longest copy auto may draft: one token short of the longest pass a calibration times. Each
 # length is priced by its source's acceptance over that length (`acceptance.NgramScores`), so only
 # a copy likely to hold that far (a greedy retry, an unchanged stretch of a file) gets a long pass.
@@ -61,8 +61,8 @@ class AutoK:
 
     drafter: DraftChoice | str
     costs: CostModel
-    max_k_model: int = 8
-    max_k_ngram: int = LONGEST_COPY
+    longest_model_draft: int = 8
+    longest_copy: int = LONGEST_COPY
     trees: bool = True  # draft trees where they pay; False: chains only (auto-chain)
     _model: ModelScores = field(init=False)
     _copies: dict[DrafterKind, NgramScores] = field(init=False)
@@ -95,9 +95,9 @@ class AutoK:
 
     def __post_init__(self):
         self.allowed = DraftChoice(self.drafter).kinds
-        self.max_k = max(self.max_k_model, self.max_k_ngram)
-        self._model = ModelScores(self.max_k_model)
-        self._copies = {kind: NgramScores(self.max_k_ngram, COPY_PRIORS[kind]) for kind in LOOKUPS}
+        self.longest_draft = max(self.longest_model_draft, self.longest_copy)
+        self._model = ModelScores(self.longest_model_draft)
+        self._copies = {kind: NgramScores(self.longest_copy, COPY_PRIORS[kind]) for kind in LOOKUPS}
         self._ngram = self._copies[DrafterKind.NGRAM]
         self._gates = {kind: TreeGate() for kind in DrafterKind}
 
@@ -113,7 +113,7 @@ class AutoK:
         return lambda k: k * d + c.verify(forced + k + 1) + c.ngram_lookup
 
     def _model_option(self, ctx: RoundContext, forced: int = 0) -> tuple[int, float]:
-        acc = [r.mean for r in self._model.positions[: min(self.max_k_model, ctx.draft_room)]]
+        acc = [r.mean for r in self._model.positions[: min(self.longest_model_draft, ctx.draft_room)]]
         return best_k(acc, self._cost(DrafterKind.MODEL, forced), base=forced + 1)
 
     def _copy_option(
@@ -141,8 +141,8 @@ class AutoK:
 
     def _copy_reach(self, longest: int) -> int:
         """The most tokens a copy may draft this round: within `longest`, the controller's cap, and the
-        passes the curve has timed (every length up to DENSE_LENGTHS + 1 is, once calibrated)."""
-        return min(longest, self.max_k_ngram, max(self.costs.reach(), DENSE_LENGTHS + 1) - 1)
+        passes the curve has timed (every length up to LONGEST_DENSE_DRAFT + 1 is, once calibrated)."""
+        return min(longest, self.longest_copy, max(self.costs.reach(), LONGEST_DENSE_DRAFT + 1) - 1)
 
     def _trees_now(self, kind: DrafterKind) -> bool:
         """Whether this round's `kind` draft may be a tree (asked once per round)."""
@@ -154,8 +154,8 @@ class AutoK:
         (vLLM's `num_speculative_tokens`); for n-gram lookup, after a match of `match_len` tokens.
         0 when drafting with `kind` does not pay here."""
         if kind == DrafterKind.MODEL:
-            return self._model_option(RoundContext(None, True, self.max_k_model))[0]
-        longest = self._copy_reach(self.max_k_ngram)
+            return self._model_option(RoundContext(None, True, self.longest_model_draft))[0]
+        longest = self._copy_reach(self.longest_copy)
         proposal = Draft(ids=[0] * longest, match_len=match_len)  # a chain: only its length is read
         return self._copy_option(DrafterKind.NGRAM, proposal, longest, trees=False)[0]
 
@@ -165,10 +165,10 @@ class AutoK:
         return kind in self.allowed
 
     def _model_could_pay(self) -> bool:
-        return best_k([self.BEST_CASE] * self.max_k_model, self._cost(DrafterKind.MODEL))[0] > 0
+        return best_k([self.BEST_CASE] * self.longest_model_draft, self._cost(DrafterKind.MODEL))[0] > 0
 
     def _best_case_rate(self) -> float:
-        return best_k([self.BEST_CASE] * self.max_k_model, self._cost(DrafterKind.MODEL))[1]
+        return best_k([self.BEST_CASE] * self.longest_model_draft, self._cost(DrafterKind.MODEL))[1]
 
     def _catch_up_pays(self, ctx: RoundContext, model_rate: float) -> bool:
         """Whether the draft model's catch-up (reading the text it has not seen, at first the
@@ -222,7 +222,7 @@ class AutoK:
         elif which == DrafterKind.MODEL:
             self._model_rounds += 1
             if self._model_rounds % self.STRETCH == 0:
-                k = min(k + 1, self.max_k_model, ctx.draft_room)
+                k = min(k + 1, self.longest_model_draft, ctx.draft_room)
         if which == DrafterKind.MODEL:
             self._probe.used(self._probing)
         state = ControllerState(
@@ -331,7 +331,7 @@ class _ModelRound:
 
     def _pays(self, value: float, nodes: int) -> bool:
         verify = self._costs.verify_at_least
-        longest = DENSE_LENGTHS + 1
+        longest = LONGEST_DENSE_DRAFT + 1
         return value >= self._rate * (verify(nodes + 2, longest) - verify(nodes + 1, longest))
 
     def stop(self, j: int, confidence: float) -> bool:

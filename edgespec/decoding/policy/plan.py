@@ -73,7 +73,7 @@ class RoundContext:
 
 
 class Policy(Protocol):
-    max_k: int  # the longest draft this policy may ask for (bounds the n-gram lookup)
+    longest_draft: int  # the longest draft this policy may ask for (bounds the n-gram lookup)
     costs: CostModel  # the cost curve: the decoder feeds it every pass's timings, whether the policy reads it or not
 
     def plan(self, ctx: RoundContext) -> Plan: ...

@@ -40,7 +40,7 @@ class FixedK:
     the curve its passes refine (it reads none; by default one of its own)."""
 
     def __init__(self, draft_len: int, drafter: DraftChoice | str, costs: CostModel | None = None):
-        self.draft_len = self.max_k = draft_len
+        self.draft_len = self.longest_draft = draft_len
         self.allowed = DraftChoice(drafter).kinds
         self.costs = costs if costs is not None else CostModel()
 
@@ -61,7 +61,7 @@ class HeuristicK:
     K -= 1 (at least 1). It starts at 5 and is capped at 16 here. `costs` as for FixedK."""
 
     def __init__(self, drafter: DraftChoice | str, start: int = 5, cap: int = 16, costs: CostModel | None = None):
-        self.draft_len, self.max_k, self.allowed = start, cap, DraftChoice(drafter).kinds
+        self.draft_len, self.longest_draft, self.allowed = start, cap, DraftChoice(drafter).kinds
         self.costs = costs if costs is not None else CostModel()
 
     def plan(self, ctx: RoundContext) -> Plan:
@@ -73,7 +73,7 @@ class HeuristicK:
         step = step.drafted_part()  # forced tokens say nothing of how long a draft survives
         if step.drafted:
             all_accepted = step.accepted == step.drafted
-            self.draft_len = min(self.max_k, self.draft_len + 2) if all_accepted else max(1, self.draft_len - 1)
+            self.draft_len = min(self.longest_draft, self.draft_len + 2) if all_accepted else max(1, self.draft_len - 1)
 
     def may_use(self, kind: DrafterKind) -> bool:
         return kind in self.allowed
