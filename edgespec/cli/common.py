@@ -17,6 +17,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -31,6 +32,8 @@ from edgespec.util.errors import EdgespecError, SettingError, UsageError
 from edgespec.util.stdout import PipeClosed
 from edgespec.util.text_check import context_bytes
 from edgespec.util.user_files import read_user_file
+
+T = TypeVar("T")
 
 
 def config_option(f: Callable) -> Callable:
@@ -179,7 +182,7 @@ def decoding_options(f: Callable) -> Callable:
         ),
         click.option(
             "--k",
-            "k",
+            "k",  # EngineOptions.policy (`_engine_options`)
             type=PolicyChoiceParam(),
             default="auto",
             show_default=True,
@@ -195,10 +198,6 @@ def decoding_options(f: Callable) -> Callable:
     for opt in reversed(opts):
         f = opt(f)
     return f
-
-
-# The flags `opens_engine` gathers under their EngineOptions names (besides the cache and history switches).
-ENGINE_FLAGS = ("pair", "config", "draft", "k", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens")
 
 
 def opens_engine(**fixed) -> Callable[[Callable], Callable]:
@@ -217,17 +216,30 @@ def opens_engine(**fixed) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def _engine_options(flags: dict, **fixed) -> EngineOptions:
-    """The EngineOptions of a command's parsed flags, taken out of `flags`."""
-    given = {name: flags.pop(name) for name in ENGINE_FLAGS if name in flags}
-    if "k" in given:
-        given["policy"] = given.pop("k")
+def _engine_options(flags: dict[str, Any], **fixed: Any) -> EngineOptions:
+    """The EngineOptions of a command's parsed flags, taken out of `flags`: each flag, by the name
+    click gives its value, to the field it sets (mypy checks the fields and that each value has
+    the field's type, the type of the default it falls back to where the command lacks the flag)."""
+    default = EngineOptions()
+
+    def given(name: str, otherwise: T) -> T:
+        return flags.pop(name, otherwise)
+
     return EngineOptions(
-        **given,
-        cache=not flags.pop("no_cache", True),
-        history=not flags.pop("no_history", True),
-        decode_again=flags.pop("decode_again", False),
-        context=tuple(flags.pop("context", ())),
+        pair=given("pair", default.pair),
+        config=given("config", default.config),
+        draft=given("draft", default.draft),
+        policy=given("k", default.policy),  # --k: the user's choice of policy
+        temperature=given("temperature", default.temperature),
+        top_p=given("top_p", default.top_p),
+        top_k=given("top_k", default.top_k),
+        min_p=given("min_p", default.min_p),
+        seed=given("seed", default.seed),
+        max_tokens=given("max_tokens", default.max_tokens),
+        cache=not given("no_cache", True),
+        history=not given("no_history", True),
+        decode_again=given("decode_again", False),
+        context=tuple(given("context", ())),
         **fixed,
     )
 
