@@ -13,7 +13,7 @@ from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.drafters import DrafterKind
-from edgespec.decoding.events import Source, Step, Summary, Token
+from edgespec.decoding.events import ControllerState, Source, Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.costs import CostModel
@@ -374,6 +374,25 @@ def test_the_summary_keeps_its_split_through_json_and_reads_older_files():
     assert back.total_s == pytest.approx(1.4) and back.target_read_s == back.draft_read_s == 0.0
     with pytest.raises(TypeError, match="target_read_s"):
         Summary.from_dict({**d, "target_read_s": -1.0})
+
+
+def test_the_controllers_draft_length_is_saved_as_k_as_files_already_hold_it():
+    """`ControllerState.draft_len` is "k" in a saved summary (chat files, history records, bench
+    results written before it was renamed), in the same place among the keys, and reads back."""
+    state = ControllerState("auto", 3, "model", 0.5, 1.25, 1.5)
+    saved = json.loads(json.dumps(Summary(tokens=4, controller=state).to_dict()))
+    assert list(saved["controller"]) == [
+        "policy",
+        "k",
+        "drafter",
+        "acceptance",
+        "predicted_speedup",
+        "measured_speedup",
+    ]
+    assert saved["controller"]["k"] == 3
+    assert Summary.from_dict(saved).controller == state
+    with pytest.raises(TypeError, match="^k is not"):
+        Summary.from_dict({**saved, "controller": {**saved["controller"], "k": "3"}})
 
 
 def test_auto_prices_each_copying_source_apart_and_the_output_stays_the_targets():
