@@ -443,17 +443,19 @@ def test_ctrl_c_flushes_partial_output_and_exits_130(env, monkeypatch):
     assert "interrupted" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("name", ["run", "chat", "serve"])
-def test_every_engine_flag_reaches_its_engine_option_and_the_rest_reach_the_command(name):
-    """`_engine_options` maps each flag to its EngineOptions field by name (--k to `policy`); what
-    it leaves is exactly what the command's function takes besides `options`."""
+@pytest.mark.parametrize(
+    "name, extra, max_tokens", [("run", ["--max-tokens", "7", "hi"], 7), ("chat", [], 512), ("serve", [], 512)]
+)
+def test_every_engine_flag_reaches_its_engine_option_and_the_rest_reach_the_command(name, extra, max_tokens):
+    """`_engine_options` maps each flag to its EngineOptions field by name (--k to `policy`); a flag
+    the command lacks (serve's --max-tokens) keeps the default; what it leaves is exactly what the
+    command's function takes besides `options`."""
     command = cli.main.commands[name]
-    args = ["--k", "3", "--max-tokens", "7", "--no-cache", "--draft", "ngram", "--top-k", "5"]
-    ctx = command.make_context(name, args + (["hi"] if name == "run" else []))
-    flags = dict(ctx.params)
+    args = ["--k", "3", "--no-cache", "--draft", "ngram", "--top-k", "5", *extra]
+    flags = dict(command.make_context(name, args).params)
     options = _engine_options(flags, repository=True)
     assert options.policy == PolicyChoice("fixed", 3) and options.draft == DraftChoice.NGRAM
-    assert (options.max_tokens, options.top_k, options.cache, options.repository) == (7, 5, False, True)
+    assert (options.max_tokens, options.top_k, options.cache, options.repository) == (max_tokens, 5, False, True)
     assert options.pair is None and options.temperature is None and not options.decode_again
     taken = set(inspect.signature(command.callback).parameters) - {"options"}
     assert set(flags) == taken
