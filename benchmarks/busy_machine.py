@@ -28,7 +28,7 @@ from pathlib import Path
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.options import EngineOptions
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from result_file import write_result  # noqa: E402
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
-MODES = {"ar": (DraftChoice.NONE, KSetting("fixed", 0)), "auto": (DraftChoice.AUTO, KSetting("auto"))}
+MODES = {"ar": (DraftChoice.NONE, PolicyChoice("fixed", 0)), "auto": (DraftChoice.AUTO, PolicyChoice("auto"))}
 LLAMA = "llama.cpp"
 SETUPS = [f"{mode}-{threads}" for mode in MODES for threads in ("adaptive", "fixed")] + [LLAMA]
 QUIET, BUSY = "quiet", "busy"
@@ -64,7 +64,7 @@ def busy_cores(n: int, limit_s: float) -> Iterator[list[subprocess.Popen]]:
 def measure_engine(engine: Engine, setup: str, prompt: list[int], tokens: int) -> dict:
     """One cold reply in an edgespec setup: ms per decoded token and the passes per thread count."""
     mode, threads = setup.rsplit("-", 1)
-    draft, k = MODES[mode]
+    draft, choice = MODES[mode]
     policy = engine.threads
     if threads == "fixed":
         engine.threads = None  # the models keep the count set here: one per core, as before
@@ -73,7 +73,7 @@ def measure_engine(engine: Engine, setup: str, prompt: list[int], tokens: int) -
                 backend.set_threads(physical_cores())
     try:
         engine.empty_caches()
-        settings = GenerateSettings.build(tokens, SamplingParams(), draft, k)  # greedy
+        settings = GenerateSettings.build(tokens, SamplingParams(), draft, choice)  # greedy
         summary = [e for e in engine.generate_tokens(prompt, settings) if isinstance(e, Summary)][0]
     finally:
         engine.threads = policy

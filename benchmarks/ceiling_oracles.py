@@ -101,19 +101,19 @@ def _sure(ids: list[int]) -> Draft:
 class LongestRun:
     """A policy with a fixed plan and no controller: every pass drafts the whole of the copying
     drafter's proposal, as far as the reply's room and `longest` tokens (forced text included)
-    allow. The decoder bounds proposals by a policy's own `max_k` alone; auto's caps are its
+    allow. The decoder bounds proposals by a policy's own `longest_draft` alone; auto's caps are its
     controller's, so this policy's passes run as long as the backend verifies.
 
     Its timings go to a curve of its own (`costs`), not the engine's: passes hundreds of tokens
     long are this harness's, and must not reach the curve the engine saves for `auto`."""
 
     def __init__(self, longest: int = LONGEST_PASS):
-        self.max_k = longest
+        self.longest_draft = longest
         self.costs = CostModel()
 
     def plan(self, ctx: RoundContext) -> Plan:
         proposal = ctx.ngram if ctx.ngram is not None else Draft()
-        k = max(0, min(len(first_branch(proposal.parent_list())), ctx.max_k, self.max_k - ctx.forced))
+        k = max(0, min(len(first_branch(proposal.parent_list())), ctx.draft_room, self.longest_draft - ctx.forced))
         return Plan(DrafterKind.NGRAM if k else None, k)
 
     def observe(self, step: Step, draft: Draft) -> None:

@@ -26,7 +26,7 @@ from edgespec.bench import modes, suites
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.options import EngineOptions
@@ -39,7 +39,7 @@ from whole_call import read_case  # noqa: E402
 
 def reply_ids(engine, prompt: list[int], max_tokens: int) -> list[int]:
     """The target's greedy reply (n-gram drafting only: the same tokens, sooner)."""
-    settings = GenerateSettings.build(max_tokens, SamplingParams(), DraftChoice.NGRAM, KSetting("auto"))
+    settings = GenerateSettings.build(max_tokens, SamplingParams(), DraftChoice.NGRAM, PolicyChoice("auto"))
     return [e.id for e in engine.generate_tokens(prompt, settings) if isinstance(e, Token)]
 
 

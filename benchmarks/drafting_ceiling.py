@@ -46,7 +46,7 @@ from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402
 from edgespec.decoding.drafters import DraftChoice  # noqa: E402
 from edgespec.decoding.events import Step, Summary, Token  # noqa: E402
 from edgespec.decoding.policy.controller import make_policy  # noqa: E402
-from edgespec.decoding.policy.plan import KSetting, Policy  # noqa: E402
+from edgespec.decoding.policy.plan import Policy, PolicyChoice  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.engine.engine import Engine, GenerateSettings  # noqa: E402
 from edgespec.engine.options import EngineOptions  # noqa: E402
@@ -84,7 +84,7 @@ def run(engine: Engine, prompt: suites.BenchPrompt, mode: str, reply: list[int] 
     ids = modes.prompt_ids(engine, prompt)
     engine.empty_caches()
     (m,) = [m for m in modes.parse_modes(mode, DraftChoice.NGRAM) if m.name == mode]
-    settings = GenerateSettings.build(prompt.max_tokens, SamplingParams(), m.draft, m.k, prompt.constraint)
+    settings = GenerateSettings.build(prompt.max_tokens, SamplingParams(), m.draft, m.policy, prompt.constraint)
     return _row(engine, prompt, mode, engine.generate_tokens(ids, settings))[0]
 
 
@@ -98,7 +98,7 @@ def oracle_run(engine: Engine, prompt: suites.BenchPrompt, mode: str, drafter, p
     events = decoder.generate(ids, prompt.max_tokens, SamplingParams(), None, constraint)
     row, passes = _row(engine, prompt, mode, events)
     if isinstance(policy, LongestRun):
-        row["ideal_passes"] = ideal_passes(passes, policy.max_k)
+        row["ideal_passes"] = ideal_passes(passes, policy.longest_draft)
     return row
 
 
@@ -109,7 +109,7 @@ def _row(engine: Engine, prompt: suites.BenchPrompt, mode: str, events) -> tuple
         if isinstance(e, Token):
             tokens.append(e.id)
         elif isinstance(e, Step):
-            passes.append((e.k, e.accepted, e.forced))
+            passes.append((e.drafted, e.accepted, e.forced))
         elif isinstance(e, Summary):
             summary = e
     assert summary is not None
@@ -140,7 +140,7 @@ def measure(engine: Engine, prompt: suites.BenchPrompt, mode: str, sources: dict
 def rounds(engine: Engine, prompts: list[suites.BenchPrompt], repeats: int, most: int) -> list[dict]:
     """Every mode on every prompt, `repeats` times, in interleaved orders (ar first the first time:
     its reply is every oracle's first source)."""
-    policy = make_policy(KSetting("auto"), DraftChoice.NGRAM, engine.costs)  # kept across prompts, as auto's is
+    policy = make_policy(PolicyChoice("auto"), DraftChoice.NGRAM, engine.costs)  # kept across prompts, as auto's is
     rows: list[dict] = []
     sources: dict[tuple[str, str], list[int]] = {}
     for repeat in range(repeats):

@@ -30,7 +30,7 @@ import click
 from edgespec.decoding.backend import common_prefix, kept_from_saved
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.infill import ORDERS, FimMarks, Infill, Order, fim_marks, infill_prompt
@@ -80,7 +80,7 @@ def suggestion(engine: Engine, marks: FimMarks, lines: list[str], y: int, order:
     line = lines[y]
     indent = line[: len(line) - len(line.lstrip())]
     prompt = infill_prompt(engine.target, marks, context(lines, y, indent), ROOM, order).tokens
-    settings = GenerateSettings.build(48, SamplingParams(), DraftChoice.AUTO, KSetting("auto"))  # greedy
+    settings = GenerateSettings.build(48, SamplingParams(), DraftChoice.AUTO, PolicyChoice("auto"))  # greedy
     events = list(engine.generate_tokens(prompt, settings))
     text = "".join(e.text for e in events if isinstance(e, Token))
     first = (indent + text).split("\n")[0]

@@ -51,7 +51,7 @@ def measure_side(side: Side, plan: CheckPlan, prompt: list[int], oracle, deadlin
         draft = side.draft_for(a)
         fixed = {k: run_decode(side.target, draft, prompt, plan.tokens, f"k={k}", oracle, costs) for k in plan.fixed_k}
         auto = run_decode(side.target, draft, prompt, plan.tokens, "auto", oracle, costs)
-        k_star, predicted = best_k([a] * AutoK.max_k_model, round_seconds(measured, auto.host_ms))
+        k_star, predicted = best_k([a] * AutoK.longest_model_draft, round_seconds(measured, auto.host_ms))
         drafting = list(fixed.values()) or [auto]  # fixed K always drafts: its acceptance is the draft's
         accepted = sum(r.accepted for r in drafting)
         tried = accepted + sum(r.rejecting_passes for r in drafting)

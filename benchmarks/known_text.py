@@ -33,7 +33,7 @@ from pathlib import Path
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.copy_sources import DraftSources
 from edgespec.engine.engine import Engine, GenerateSettings
@@ -58,8 +58,8 @@ RETRY_PROMPTS = (
 FILES = ("sched.py", "fnmatch.py", "netrc.py")
 FILE_INSTRUCTION = "Add type hints to every function of this file. Return the whole file and nothing else."
 MODES = {
-    "ar": (DraftChoice.NONE, KSetting("fixed", 0)),
-    "auto": (DraftChoice.AUTO, KSetting("auto")),
+    "ar": (DraftChoice.NONE, PolicyChoice("fixed", 0)),
+    "auto": (DraftChoice.AUTO, PolicyChoice("auto")),
 }
 
 
@@ -74,7 +74,7 @@ def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> di
         if isinstance(event, Token):
             ids.append(event.id)
         elif isinstance(event, Step):
-            longest = max(longest, event.k + 1)
+            longest = max(longest, event.drafted + 1)
         elif isinstance(event, Summary):
             summary = event
     assert summary is not None

@@ -148,11 +148,11 @@ def edgespec_call(engine, case: Case, draft: str) -> dict:
     """One cold reply of edgespec's engine."""
     from edgespec.decoding.drafters import DraftChoice
     from edgespec.decoding.events import Token
-    from edgespec.decoding.policy.plan import KSetting
+    from edgespec.decoding.policy.plan import PolicyChoice
     from edgespec.decoding.sampling import SamplingParams
     from edgespec.engine.engine import GenerateSettings
 
-    k = KSetting("fixed", 0) if draft == "none" else KSetting("auto")
+    k = PolicyChoice("fixed", 0) if draft == "none" else PolicyChoice("auto")
     settings = GenerateSettings.build(case.max_tokens, SamplingParams(), DraftChoice(draft), k)  # greedy
     engine.empty_caches()
     events = engine.generate_tokens(case.ids, settings)

@@ -33,7 +33,7 @@ from pathlib import Path
 from edgespec.bench.sessions import SESSION_SUITE, Session, load_sessions
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.copy_sources import DraftSources
 from edgespec.engine.engine import Engine, GenerateSettings
@@ -46,7 +46,7 @@ from edgespec.util.provenance import provenance
 sys.path.insert(0, str(Path(__file__).parent))
 from result_file import write_result  # noqa: E402
 
-MODES = {"ar": (DraftChoice.NONE, KSetting("fixed", 0)), "auto": (DraftChoice.AUTO, KSetting("auto"))}
+MODES = {"ar": (DraftChoice.NONE, PolicyChoice("fixed", 0)), "auto": (DraftChoice.AUTO, PolicyChoice("auto"))}
 GREEDY = SamplingParams(temperature=0.0)
 
 
@@ -73,7 +73,7 @@ def run_sequence(engine: Engine, session: Session, mode: str, folder: Path, prom
                 rounds.append(Round(len(ids), event.drafted_ids, *map(tuple, event.tree()), event.drafter))
                 if event.drafter:
                     part = event.drafted_part()
-                    by_source[event.drafter][0] += part.k
+                    by_source[event.drafter][0] += part.drafted
                     by_source[event.drafter][1] += part.accepted
             elif isinstance(event, Summary):
                 summary = event

@@ -24,7 +24,7 @@ from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.engine.engine import GenerateSettings
@@ -63,7 +63,7 @@ def main() -> None:
     engine, _ = EngineOptions(draft=DraftChoice.NONE).check().open()
     threads = engine.pair.threads or __import__("edgespec.backends.llamacpp_runtime", fromlist=["x"]).default_threads()
     theirs, llm = llama_cpp_python_rate(engine.target.path, args.tokens, threads)
-    settings = GenerateSettings.build(args.tokens, SamplingParams(), DraftChoice.NONE, KSetting("fixed", 0))
+    settings = GenerateSettings.build(args.tokens, SamplingParams(), DraftChoice.NONE, PolicyChoice("fixed", 0))
     messages = [{"role": "user", "content": PROMPT}]
 
     def ours() -> float:

@@ -23,7 +23,7 @@ from pathlib import Path
 from edgespec.bench.modes import AR, Mode, measure
 from edgespec.bench.suites import DEV_SET, load_suite, select
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.copy_sources import DraftSources, open_sources
 from edgespec.engine.options import EngineOptions
@@ -32,7 +32,7 @@ from edgespec.util.provenance import input_name, provenance
 sys.path.insert(0, str(Path(__file__).parent))
 from result_file import write_result  # noqa: E402
 
-AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
+AUTO = Mode("auto", DraftChoice.AUTO, PolicyChoice("auto"))
 CORPUS = "auto+corpus"
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from edgespec.bench.suites import load_suite
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.options import EngineOptions
@@ -46,7 +46,11 @@ def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> di
     if mode == "live-fresh":
         engine._policies.clear()  # what a new process starts from: no policy learnt yet
     settings = GenerateSettings.build(
-        max_tokens, SamplingParams(temperature=0.0), DraftChoice.AUTO, KSetting("auto"), live_timings=mode != "steady"
+        max_tokens,
+        SamplingParams(temperature=0.0),
+        DraftChoice.AUTO,
+        PolicyChoice("auto"),
+        live_timings=mode != "steady",
     )
     ids: list[int] = []
     ks: list[int] = []
@@ -55,7 +59,7 @@ def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> di
         if isinstance(event, Token):
             ids.append(event.id)
         elif isinstance(event, Step):
-            ks.append(event.k)
+            ks.append(event.drafted)
         elif isinstance(event, Summary):
             summary = event
     assert summary is not None

@@ -110,7 +110,7 @@ def rounds(engine: Engine, engine_thread, settings: GenerateSettings, prompt: st
             )
 
         click.echo(
-            f"pair {engine.pair.name}, draft {settings.draft}, k {settings.k}, max {settings.max_tokens} tokens, "
+            f"pair {engine.pair.name}, draft {settings.draft}, k {settings.policy}, max {settings.max_tokens} tokens, "
             f"{reps} rounds after a warm-up",
             err=True,
         )

@@ -41,8 +41,8 @@ def describe(plan: Plan) -> str:
     s = plan.state
     assert s is not None, "the auto policy explains every plan"
     rules = f"stop={int(plan.stop is not None)} branch={int(plan.branch is not None)}"
-    state = f"{s.policy} {s.k} {s.drafter} {s.acceptance!r} {s.predicted_speedup!r} {s.measured_speedup!r}"
-    return f"{plan.drafter} k={plan.k} nodes={plan.nodes} {rules} [{state}]"
+    state = f"{s.policy} {s.draft_len} {s.drafter} {s.acceptance!r} {s.predicted_speedup!r} {s.measured_speedup!r}"
+    return f"{plan.drafter} k={plan.draft_len} nodes={plan.nodes} {rules} [{state}]"
 
 
 class Recorded:
@@ -65,7 +65,7 @@ def simulated(hw: Hardware, policy: AutoK, rounds: int, **sim) -> list[str]:
     """Each round's plan and its outcome in `Sim`."""
     recorded = Recorded(policy)
     records = Sim(hw, **sim).run(recorded, rounds).records
-    return [f"{line} -> k={r.k} accepted={r.accepted}" for line, r in zip(recorded.lines, records, strict=True)]
+    return [f"{line} -> k={r.drafted} accepted={r.accepted}" for line, r in zip(recorded.lines, records, strict=True)]
 
 
 def simulated_runs() -> dict[str, list[str]]:

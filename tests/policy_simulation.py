@@ -101,7 +101,7 @@ TRUTH = 1_000_000  # simulated token ids of the committed text start here
 
 @dataclass
 class Record:
-    k: int
+    drafted: int  # as Step.drafted
     drafter: str | None
     accepted: int
     seconds: float
@@ -117,7 +117,7 @@ class Sim:
     model: Callable[[int], float] | None = None
     ngram: Callable[[int], Proposal | None] | None = None
     seed: int = 0
-    max_k: int = 10_000  # the budget (max_tokens / context) never binds unless a test says so
+    draft_room: int = 10_000  # the budget (max_tokens / context) never binds unless a test says so
     records: list[Record] = field(default_factory=list)
 
     def __post_init__(self):
@@ -142,8 +142,8 @@ class Sim:
             right = next((i for i, ok in enumerate(fates) if not ok), proposal.length)
             ids = [TRUTH + t + i if i < right else -1 - i for i in range(proposal.length)]
             offered = Draft(ids, [None] * proposal.length, [1.0] * proposal.length, proposal.match_len)
-        plan: Plan = policy.plan(RoundContext(offered, self.model is not None, self.max_k, self.context))
-        k = max(0, min(plan.k, self.max_k))
+        plan: Plan = policy.plan(RoundContext(offered, self.model is not None, self.draft_room, self.context))
+        k = max(0, min(plan.draft_len, self.draft_room))
         draft, draft_s, accepted = Draft(), 0.0, 0
         if k and plan.drafter == "model":
             draft, fates, evals = self._draft_model(self.model(r), k, plan.stop)
@@ -198,7 +198,7 @@ class Sim:
         return self.rate(start, stop) / self.hw.plain_rate
 
     def ks(self, start: int = 0, stop: int | None = None) -> list[int]:
-        return [r.k for r in self.records[start:stop]]
+        return [r.drafted for r in self.records[start:stop]]
 
     def share(self, pred: Callable[[Record], bool], start: int = 0, stop: int | None = None) -> float:
         recs = self.records[start:stop]

@@ -116,7 +116,7 @@ def repeat_round(
         step, new_ids = decoder._round(reply, 16)
         if rewinding is not None:
             rewinding.rewind()
-        assert step.k > 0 and target.last is not None  # a drafted round, not a plain step
+        assert step.drafted > 0 and target.last is not None  # a drafted round, not a plain step
         first[new_ids[0]] += 1
         accepted[step.accepted] += 1
         rows[id(target.last)] = target.last[0]  # the verify pass's row for the round's first token

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.decoding.policy.controller import DENSE_LENGTHS
+from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
 from tests.bench_schema import ROW_KEYS, SUMMARY_KEYS
 
 
@@ -75,7 +75,7 @@ def test_bench_command_writes_json_and_plot(cli_env):
     assert {"command", "version", "machine", "date"} <= set(doc["meta"]) and doc["meta"]["machine"]["cpus"] >= 1
     # and what a verify pass cost there, by its length: auto measured it (every size it may draft)
     (curve,) = doc["meta"]["verify_ms"].values()
-    short = {str(n) for n in range(1, DENSE_LENGTHS + 2)}  # and longer passes, while they cost less a token
+    short = {str(n) for n in range(1, LONGEST_DENSE_DRAFT + 2)}  # and longer passes, while they cost less a token
     assert short <= set(curve) and all(ms > 0 for ms in curve.values())
     assert all(int(n) in (32, 64, 128, 256) for n in set(curve) - short)
     checkout = Path(cli.__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from edgespec.bench.report import summarize, to_json  # noqa: E402
 from edgespec.bench.suites import BenchPrompt  # noqa: E402
 from edgespec.bench.tables import table  # noqa: E402
 from edgespec.decoding.events import Token  # noqa: E402
-from edgespec.decoding.policy.plan import KSetting  # noqa: E402
+from edgespec.decoding.policy.plan import PolicyChoice  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.engine.engine import Engine, GenerateSettings  # noqa: E402
 from edgespec.models.registry import ModelSpec, PairConfig  # noqa: E402
@@ -117,7 +117,7 @@ def test_assisted_generate_stops_at_an_end_token_like_the_engine(hf_engine):
         run = assisted_generate(target, draft, prompt, 24)
         engine_ids = [
             e.id
-            for e in hf_engine.generate_tokens(prompt, GenerateSettings(24, GREEDY, "none", KSetting("fixed", 0)))
+            for e in hf_engine.generate_tokens(prompt, GenerateSettings(24, GREEDY, "none", PolicyChoice("fixed", 0)))
             if isinstance(e, Token)
         ]
     finally:

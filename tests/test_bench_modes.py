@@ -18,7 +18,7 @@ from edgespec.bench.modes import Mode, parse_modes, run_bench
 from edgespec.bench.report import summarize, to_json
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.util.errors import UsageError
 from tests.bench_schema import ROW_KEYS, SUMMARY_KEYS
@@ -33,16 +33,16 @@ GREEDY = SamplingParams()
 def test_parse_modes_reads_every_kind():
     modes = parse_modes("ar,k2,ngram-k4,model-k8,heuristic,auto", "model")
     assert modes == [
-        Mode("ar", "none", KSetting("fixed", 0)),
-        Mode("k2", "model", KSetting("fixed", 2)),
-        Mode("ngram-k4", "ngram", KSetting("fixed", 4)),
-        Mode("model-k8", "model", KSetting("fixed", 8)),
-        Mode("heuristic", "model", KSetting("heuristic")),
-        Mode("auto", "auto", KSetting("auto")),
+        Mode("ar", "none", PolicyChoice("fixed", 0)),
+        Mode("k2", "model", PolicyChoice("fixed", 2)),
+        Mode("ngram-k4", "ngram", PolicyChoice("fixed", 4)),
+        Mode("model-k8", "model", PolicyChoice("fixed", 8)),
+        Mode("heuristic", "model", PolicyChoice("heuristic")),
+        Mode("auto", "auto", PolicyChoice("auto")),
     ]
     assert parse_modes(" ar , k3 ", "ngram") == [
-        Mode("ar", "none", KSetting("fixed", 0)),
-        Mode("k3", "ngram", KSetting("fixed", 3)),
+        Mode("ar", "none", PolicyChoice("fixed", 0)),
+        Mode("k3", "ngram", PolicyChoice("fixed", 3)),
     ]
 
 
@@ -75,8 +75,8 @@ def test_parse_modes_rejects_an_empty_list(spec):
 
 def test_auto_chain_is_a_bench_mode():
     assert parse_modes("auto-chain,auto", "model")[1:] == [
-        Mode("auto-chain", DraftChoice.AUTO, KSetting("auto-chain")),
-        Mode("auto", DraftChoice.AUTO, KSetting("auto")),
+        Mode("auto-chain", DraftChoice.AUTO, PolicyChoice("auto-chain")),
+        Mode("auto", DraftChoice.AUTO, PolicyChoice("auto")),
     ]
 
 

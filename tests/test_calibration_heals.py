@@ -144,7 +144,7 @@ def busy_costs() -> CostModel:
 
 def explorations(sim: Sim) -> list:
     """The rounds that verified a copy the curve priced below plain decoding."""
-    return [r for r in sim.records if r.k and r.state.predicted_speedup < 1]
+    return [r for r in sim.records if r.drafted and r.state.predicted_speedup < 1]
 
 
 def test_from_the_busy_curve_copies_are_explored_and_drafting_resumes():
@@ -154,9 +154,9 @@ def test_from_the_busy_curve_copies_are_explored_and_drafting_resumes():
     policy = AutoK("ngram", busy_costs())
     sim = Sim(QUIET, ngram=constant(Proposal(16, 12, 0.95))).run(policy, 400)
     assert explorations(sim)
-    chosen = [r for r in sim.records[200:] if r.k and r.state.predicted_speedup > 1]
+    chosen = [r for r in sim.records[200:] if r.drafted and r.state.predicted_speedup > 1]
     assert len(chosen) > 50
-    assert 16 in {r.k for r in explorations(sim)}  # passes grew as the copies paid for them
+    assert 16 in {r.drafted for r in explorations(sim)}  # passes grew as the copies paid for them
     assert policy.costs.verify(17) == pytest.approx(QUIET.verify(17), rel=0.05)
     assert sim.speedup(200) > 1.5
 
@@ -196,7 +196,7 @@ def test_a_run_from_the_busy_curve_drafts_again_and_corrects_it_on_a_tiny_gguf(o
     try:
         for _ in range(4):
             steps = [e for e in engine.generate_tokens(prompt, settings) if isinstance(e, Step)]
-            multi_token += [s for s in steps if s.k]
+            multi_token += [s for s in steps if s.drafted]
             engine.empty_caches()
             figures = {int(n): min(v) for n, v in saved(own_calibration_file)["verify"].items()}
             corrected = {n for n in figures if n > 1 and figures[n] < BUSY[n] / 10}

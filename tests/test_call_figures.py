@@ -12,13 +12,13 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.copy_sources import DraftSources
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.reply_history import ReplyHistory
 from edgespec.models.registry import ModelSpec, PairConfig
 
-SETTINGS = GenerateSettings(24, draft=DraftChoice.NGRAM, k=KSetting.parse("3"))
+SETTINGS = GenerateSettings(24, draft=DraftChoice.NGRAM, policy=PolicyChoice.parse("3"))
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ errors, exit codes 0 / 1 / 2 / 130, and every bad input is one line, never a tra
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 
@@ -12,8 +13,10 @@ from click.testing import CliRunner
 
 from edgespec.bench import modes as bench_module
 from edgespec.cli import main as cli
-from edgespec.cli.common import read_stdin
+from edgespec.cli.common import _engine_options, read_stdin
 from edgespec.cli.run import compose_message
+from edgespec.decoding.drafters import DraftChoice
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import Engine
 from edgespec.testing.tiny_gguf import FOREIGN_TOKENS, write_tiny_gguf
 from edgespec.util.errors import UsageError
@@ -438,3 +441,21 @@ def test_ctrl_c_flushes_partial_output_and_exits_130(env, monkeypatch):
     assert r.exit_code == 130
     assert r.stdout.strip()  # what was generated before the interrupt is kept
     assert "interrupted" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "name, extra, max_tokens", [("run", ["--max-tokens", "7", "hi"], 7), ("chat", [], 512), ("serve", [], 512)]
+)
+def test_every_engine_flag_reaches_its_engine_option_and_the_rest_reach_the_command(name, extra, max_tokens):
+    """`_engine_options` maps each flag to its EngineOptions field by name (--k to `policy`); a flag
+    the command lacks (serve's --max-tokens) keeps the default; what it leaves is exactly what the
+    command's function takes besides `options`."""
+    command = cli.main.commands[name]
+    args = ["--k", "3", "--no-cache", "--draft", "ngram", "--top-k", "5", *extra]
+    flags = dict(command.make_context(name, args).params)
+    options = _engine_options(flags, repository=True)
+    assert options.policy == PolicyChoice("fixed", 3) and options.draft == DraftChoice.NGRAM
+    assert (options.max_tokens, options.top_k, options.cache, options.repository) == (max_tokens, 5, False, True)
+    assert options.pair is None and options.temperature is None and not options.decode_again
+    taken = set(inspect.signature(command.callback).parameters) - {"options"}
+    assert set(flags) == taken

@@ -27,7 +27,7 @@ from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -52,7 +52,7 @@ PET = {
     "additionalProperties": False,
 }
 PROMPTS = ("hello there the", "in the", "on a real", "well then")
-SPECULATIVE = [("auto", KSetting("auto")), ("model", KSetting("fixed", 3)), ("ngram", KSetting("fixed", 4))]
+SPECULATIVE = [("auto", PolicyChoice("auto")), ("model", PolicyChoice("fixed", 3)), ("ngram", PolicyChoice("fixed", 4))]
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,10 @@ def test_greedy_under_a_constraint_equals_plain_decoding_token_for_token(tiny_en
     for text in PROMPTS:
         prompt = tiny_engine.target.tokenize(text, special=False)
         plain, _, _ = generate(tiny_engine, prompt, GenerateSettings(120, draft=DraftChoice.NONE, constraint=spec))
-        for draft, k in SPECULATIVE:
-            out, _, summary = generate(tiny_engine, prompt, GenerateSettings(120, draft=draft, k=k, constraint=spec))
+        for draft, choice in SPECULATIVE:
+            out, _, summary = generate(
+                tiny_engine, prompt, GenerateSettings(120, draft=draft, policy=choice, constraint=spec)
+            )
             assert out == plain, (text, draft)
             drafted += summary.accepted
     assert drafted > 0  # speculation took part, not only forced tokens and plain steps
@@ -91,8 +93,10 @@ def test_every_reply_under_a_schema_parses_and_validates(tiny_engine):
     spec = ConstraintSpec.json_schema(PET)
     for text in PROMPTS:
         prompt = tiny_engine.target.tokenize(text, special=False)
-        for draft, k in [("none", KSetting("auto")), *SPECULATIVE]:
-            _, reply, summary = generate(tiny_engine, prompt, GenerateSettings(200, draft=draft, k=k, constraint=spec))
+        for draft, choice in [("none", PolicyChoice("auto")), *SPECULATIVE]:
+            _, reply, summary = generate(
+                tiny_engine, prompt, GenerateSettings(200, draft=draft, policy=choice, constraint=spec)
+            )
             assert summary.stop_reason == "eos"
             jsonschema.validate(json.loads(reply), PET)
             assert summary.constraint_s > 0
@@ -177,14 +181,14 @@ def test_a_round_drafts_after_the_forced_text_in_the_same_pass(tiny_engine):
     pass for the forced text and another for the draft."""
     prompt = tiny_engine.target.tokenize(PROMPTS[1], special=False)
     spec = ConstraintSpec.json_schema(LONG_KEYS)
-    settings = GenerateSettings(48, draft=DraftChoice.MODEL, k=KSetting("fixed", 8), constraint=spec)
+    settings = GenerateSettings(48, draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 8), constraint=spec)
     events = list(tiny_engine.generate_tokens(prompt, settings))
     replay, joined = tiny_engine.constraint(spec), 0
     for event in events:
         if isinstance(event, Step):
             forced = replay.forced()
-            joined += bool(forced) and event.drafter == "model" and len(forced) < event.k
-            assert list(event.drafted_ids[: len(forced)]) == forced[: event.k]
+            joined += bool(forced) and event.drafter == "model" and len(forced) < event.drafted
+            assert list(event.drafted_ids[: len(forced)]) == forced[: event.drafted]
         elif isinstance(event, Token):
             replay.advance(event.id)
     assert joined >= 1
@@ -197,7 +201,7 @@ def test_rows_where_the_constraint_allows_one_token_are_verified_without_logits(
     spec = ConstraintSpec.json_schema(
         {**LONG_KEYS, "properties": {"ok": {"type": "boolean"}, **LONG_KEYS["properties"]}}
     )
-    plain = GenerateSettings(48, draft=DraftChoice.NONE, k=KSetting("fixed", 0), constraint=spec)
+    plain = GenerateSettings(48, draft=DraftChoice.NONE, policy=PolicyChoice("fixed", 0), constraint=spec)
     plain_ids = [e.id for e in tiny_engine.generate_tokens(prompt, plain) if isinstance(e, Token)]
     needs, eval_tree = [], tiny_engine.target.eval_tree
 
@@ -206,7 +210,7 @@ def test_rows_where_the_constraint_allows_one_token_are_verified_without_logits(
         return eval_tree(pending, ids, parents, need)
 
     monkeypatch.setattr(tiny_engine.target, "eval_tree", recording)
-    spec_settings = GenerateSettings(48, draft=DraftChoice.NGRAM, k=KSetting("fixed", 8), constraint=spec)
+    spec_settings = GenerateSettings(48, draft=DraftChoice.NGRAM, policy=PolicyChoice("fixed", 8), constraint=spec)
     assert [e.id for e in tiny_engine.generate_tokens(prompt, spec_settings) if isinstance(e, Token)] == plain_ids
     skipped = [need.count(False) for need in needs if need is not None]
     assert skipped and max(skipped) >= 10  # the 25-character key's tokens, each the only one allowed
@@ -220,7 +224,7 @@ def test_a_forced_tail_the_target_spelled_otherwise_is_not_offered_again(tiny_en
     refusals = 0
     for text in PROMPTS:
         prompt = tiny_engine.target.tokenize(text, special=False)
-        settings = GenerateSettings(64, draft=DraftChoice.NGRAM, k=KSetting("fixed", 4), constraint=spec)
+        settings = GenerateSettings(64, draft=DraftChoice.NGRAM, policy=PolicyChoice("fixed", 4), constraint=spec)
         events = list(tiny_engine.generate_tokens(prompt, settings))
         refused: set[int] = set()
         for step in (e for e in events if isinstance(e, Step)):
@@ -229,7 +233,7 @@ def test_a_forced_tail_the_target_spelled_otherwise_is_not_offered_again(tiny_en
             if step.accepted < step.forced:
                 refused.add(forced[step.accepted])
         refusals += len(refused)
-        plain = GenerateSettings(64, draft=DraftChoice.NONE, k=KSetting("fixed", 0), constraint=spec)
+        plain = GenerateSettings(64, draft=DraftChoice.NONE, policy=PolicyChoice("fixed", 0), constraint=spec)
         assert [e.id for e in events if isinstance(e, Token)] == [
             e.id for e in tiny_engine.generate_tokens(prompt, plain) if isinstance(e, Token)
         ]
@@ -283,7 +287,7 @@ def test_forced_tokens_are_no_draft_steps_for_the_cost_curve_nor_drafts_for_the_
     costs.observe_round(step, after_forced([7, 8, 9], own))
     assert costs.draft_step == pytest.approx(0.01)
     part = step.drafted_part()
-    assert (part.k, part.accepted, part.drafted_ids, part.tree()) == (2, 2, (1, 2), ([-1, 0], [0, 1]))
+    assert (part.drafted, part.accepted, part.drafted_ids, part.tree()) == (2, 2, (1, 2), ([-1, 0], [0, 1]))
     policy = AutoK("model", costs)
     policy.observe(step, own)
     assert policy._measured == pytest.approx(6 / 0.12)
@@ -321,7 +325,9 @@ def sampled_replies(engine: Engine, prompt: list[int], spec: ConstraintSpec, n: 
     """The replies of seeds 0..n-1; DEAD_END for one that ended where the matcher had not followed
     (verification without the mask emits tokens it refuses)."""
     settings = [
-        GenerateSettings(16, SamplingParams(temperature=1.0, seed=seed), DraftChoice.MODEL, KSetting("fixed", 3), spec)
+        GenerateSettings(
+            16, SamplingParams(temperature=1.0, seed=seed), DraftChoice.MODEL, PolicyChoice("fixed", 3), spec
+        )
         for seed in range(n)
     ]
     replies = []
@@ -467,10 +473,10 @@ def test_real_pair_greedy_under_a_schema_matches_plain_and_validates(real_engine
         assert summary.stop_reason == "eos"
         jsonschema.validate(json.loads(reply), PET)
         plain_rows = dict(recorder.rows)
-        for draft, k in (("auto", KSetting("auto")), ("model", KSetting("fixed", 3))):
+        for draft, choice in (("auto", PolicyChoice("auto")), ("model", PolicyChoice("fixed", 3))):
             recorder.rows.clear()
             real_target.truncate(0)
-            settings = GenerateSettings(96, draft=draft, k=k, constraint=spec)
+            settings = GenerateSettings(96, draft=draft, policy=choice, constraint=spec)
             out, reply, summary = generate(real_engine, prompt, settings)
             jsonschema.validate(json.loads(reply), PET)
             i = first_divergence(out, plain)

@@ -63,7 +63,7 @@ def test_the_stop_rule_drafts_through_a_dip_and_alternatives_do_not_take_its_fre
     assert costs.verify_at_least(3, 17) == pytest.approx(REPACKED.verify(4))
     assert costs.verify_at_least(5, 17) == costs.verify(5)
     plan = AutoK("model", costs).plan(RoundContext(None, True, 64))
-    assert plan.drafter == "model" and plan.k == 3
+    assert plan.drafter == "model" and plan.draft_len == 3
     assert [plan.stop(j, 0.6) for j in range(3)] == [False, False, False]
     assert plan.branch(0.3, 0, 2) is True and plan.branch(0.3, 0, 3) is False
 
@@ -79,8 +79,8 @@ def test_a_draft_after_forced_text_is_weighed_at_what_it_adds_to_that_pass():
     policy = AutoK("ngram", costs)
     copy = Draft([5], [None], [1.0], match_len=4)  # the 4-token matches' prior: 0.7 at the first position
     assert policy._ngram.rates_for(copy.match_len)[0].mean == pytest.approx(0.7)
-    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3])).k == 1
-    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3], forced=6)).k == 0
+    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3])).draft_len == 1
+    assert policy.plan(RoundContext(copy, False, 8, context=[1, 2, 3], forced=6)).draft_len == 0
 
 
 # -- AutoK on simulated hardware --------------------------------------------------------------
@@ -91,7 +91,7 @@ def test_cpu_draft_model_at_0_7_settles_on_plain_decoding(seed):
     # On the 2-core CPU a draft step costs 55% of a target step and verifying grows with n:
     # K=1 gives 1.7 tokens in 61 ms (27.9/s) against 35.7/s plain. Only bounded probes remain.
     sim = Sim(CPU, model=constant(0.7), seed=seed).run(auto(CPU), 1500)
-    assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.98
+    assert sim.share(lambda r: r.drafted == 0, WARM_UP) >= 0.98
     assert sum(k > 0 for k in sim.ks()) <= 15  # probes back off
     assert max(sim.ks()) <= 2  # a probe is short
     assert sim.speedup() >= 0.98
@@ -106,14 +106,14 @@ def test_useless_drafters_cost_at_most_three_percent(hw, drafter):
     assert sim.speedup() >= 0.97
     assert sim.share(lambda r: r.drafter != "model", WARM_UP) >= 0.97
     if hw is CPU:  # elsewhere verifying a few more tokens is (nearly) free, so trying a copy is no loss
-        assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.97
+        assert sim.share(lambda r: r.drafted == 0, WARM_UP) >= 0.97
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_gpu_draft_model_at_0_8_drafts_several_tokens(seed):
     # flat verification and a cheap draft: speculation wins big (the best fixed K is 4-5)
     sim = Sim(GPU, model=constant(0.8), seed=seed).run(auto(GPU), 1500)
-    assert sim.share(lambda r: r.k >= 2, WARM_UP) >= 0.95
+    assert sim.share(lambda r: r.drafted >= 2, WARM_UP) >= 0.95
     assert sim.speedup(WARM_UP) >= 1.6
 
 
@@ -126,7 +126,7 @@ def test_gpu_draft_model_at_0_8_settles_on_a_long_draft():
 def test_torch_bf16_draft_model_at_0_7_drafts_one_to_three(seed):
     # a near-flat curve but a draft step costing 36% of a target step: K=1-2 is best (1.24x)
     sim = Sim(BF16, model=constant(0.7), seed=seed).run(auto(BF16), 1000)
-    assert sim.share(lambda r: 1 <= r.k <= 3, WARM_UP) >= 0.9
+    assert sim.share(lambda r: 1 <= r.drafted <= 3, WARM_UP) >= 0.9
     assert sim.speedup() >= 1.15
 
 
@@ -169,14 +169,14 @@ SHORT_GUESS = Proposal(6, 1, 0.1)  # a one-token match in prose
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ngram_long_likely_copies_are_drafted_on_a_cpu(seed):
     sim = Sim(CPU, ngram=constant(LONG_COPY), seed=seed).run(auto(CPU, "ngram"), 600)
-    assert sim.share(lambda r: r.drafter == "ngram" and r.k >= 2, WARM_UP) >= 0.95
+    assert sim.share(lambda r: r.drafter == "ngram" and r.drafted >= 2, WARM_UP) >= 0.95
     assert sim.speedup() >= 1.3
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ngram_short_unlikely_matches_are_not_drafted_on_a_cpu(seed):
     sim = Sim(CPU, ngram=constant(SHORT_GUESS), seed=seed).run(auto(CPU, "ngram"), 600)
-    assert sim.share(lambda r: r.k == 0, WARM_UP) >= 0.97
+    assert sim.share(lambda r: r.drafted == 0, WARM_UP) >= 0.97
     assert sim.speedup() >= 0.98
 
 
@@ -188,7 +188,7 @@ def test_hybrid_drafts_copies_and_decodes_plainly_in_between_on_a_cpu():
     copy_rounds = [rec for i, rec in enumerate(sim.records) if i >= 100 and i // 5 % 2 == 0]
     other_rounds = [rec for i, rec in enumerate(sim.records) if i >= 100 and i // 5 % 2 == 1]
     assert sum(r.drafter == "ngram" for r in copy_rounds) / len(copy_rounds) >= 0.95
-    assert sum(r.k == 0 for r in other_rounds) / len(other_rounds) >= 0.97
+    assert sum(r.drafted == 0 for r in other_rounds) / len(other_rounds) >= 0.97
     assert sim.speedup() >= 1.1
 
 
@@ -271,14 +271,14 @@ def test_gpu_acceptance_drop_from_0_9_to_0_1_is_followed(seed):
     assert statistics.median(sim.ks(100, 300)) >= 3
     lag = sim.rounds_to(300, lambda k: k == 0)
     assert lag is not None and lag <= DROP_BOUND, lag
-    assert sim.share(lambda r: r.k == 0, 300 + DROP_BOUND + 10) >= 0.9
+    assert sim.share(lambda r: r.drafted == 0, 300 + DROP_BOUND + 10) >= 0.9
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_cpu_ngram_acceptance_drop_is_followed(seed):
     sim = Sim(CPU, ngram=lambda r: Proposal(16, 12, 0.95 if r < 300 else 0.1), seed=seed)
     sim.run(auto(CPU, "ngram"), 500)
-    assert sim.share(lambda r: r.k > 0, 100, 300) >= 0.95
+    assert sim.share(lambda r: r.drafted > 0, 100, 300) >= 0.95
     lag = sim.rounds_to(300, lambda k: k == 0)
     assert lag is not None and lag <= DROP_BOUND, lag
 
@@ -292,7 +292,7 @@ RISE_BOUND_CPU_NGRAM = 300
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_gpu_acceptance_rise_from_0_1_to_0_9_is_followed(seed):
     sim = Sim(GPU, model=switch(0.1, 0.9, 600), seed=seed).run(auto(GPU), 600 + 2 * RISE_BOUND_GPU)
-    assert sim.share(lambda r: r.k == 0, 100, 600) >= 0.9
+    assert sim.share(lambda r: r.drafted == 0, 100, 600) >= 0.9
     lag = sim.rounds_to(600, lambda k: k >= 2)
     assert lag is not None and lag <= RISE_BOUND_GPU, lag
 
@@ -312,7 +312,9 @@ def test_controller_state_on_a_gpu_predicts_the_measured_speedup():
     sim = Sim(GPU, model=constant(0.8), seed=5).run(auto(GPU), 600)
     states = [r.state for r in sim.records[300:]]
     assert all(s.policy == "auto" for s in states)
-    assert all(s.k == r.k and s.drafter == r.drafter for s, r in zip(states, sim.records[300:], strict=False))
+    assert all(
+        s.draft_len == r.drafted and s.drafter == r.drafter for s, r in zip(states, sim.records[300:], strict=False)
+    )
     realised = sim.speedup(300)
     predicted = statistics.mean(s.predicted_speedup for s in states)
     measured = statistics.mean(s.measured_speedup for s in states)
@@ -324,13 +326,13 @@ def test_controller_state_on_a_gpu_predicts_the_measured_speedup():
 
 def test_controller_state_on_a_cpu_says_plain():
     sim = Sim(CPU, model=constant(0.7), seed=6).run(auto(CPU), 300)
-    plain = [r.state for r in sim.records[WARM_UP:] if r.k == 0]
+    plain = [r.state for r in sim.records[WARM_UP:] if r.drafted == 0]
     assert len(plain) > 240
-    assert all(s.drafter is None and s.k == 0 and s.acceptance == 0.0 for s in plain)
+    assert all(s.drafter is None and s.draft_len == 0 and s.acceptance == 0.0 for s in plain)
     assert all(s.predicted_speedup == pytest.approx(1.0) for s in plain)
     assert plain[-1].measured_speedup == pytest.approx(1.0, abs=0.05)
-    probes = [r.state for r in sim.records if r.k > 0]  # (a controller may also never probe here)
-    assert all(s.drafter == "model" and 0 < s.acceptance < 1 and s.k <= 2 for s in probes)
+    probes = [r.state for r in sim.records if r.drafted > 0]  # (a controller may also never probe here)
+    assert all(s.drafter == "model" and 0 < s.acceptance < 1 and s.draft_len <= 2 for s in probes)
 
 
 def test_stop_rule_ends_a_draft_at_a_low_confidence_token_when_verifying_costs():
@@ -339,7 +341,7 @@ def test_stop_rule_ends_a_draft_at_a_low_confidence_token_when_verifying_costs()
     hw = Hardware("linear", curve({1: 0.010, 17: 0.058}), 0.0002)
     policy = auto(hw)
     plan = policy.plan(RoundContext(None, True, 100))
-    assert plan.drafter == "model" and plan.k >= 2 and plan.stop is not None
+    assert plan.drafter == "model" and plan.draft_len >= 2 and plan.stop is not None
     assert plan.stop(1, 0.01) is True
     plan = policy.plan(RoundContext(None, True, 100))
     assert plan.stop(1, 0.995) is False and plan.stop(2, 0.995) is False

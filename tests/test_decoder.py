@@ -13,7 +13,7 @@ from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.copying.suffix_index import SuffixIndex
 from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.drafters import DrafterKind
-from edgespec.decoding.events import Source, Step, Summary, Token
+from edgespec.decoding.events import ControllerState, Source, Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.policy.costs import CostModel
@@ -61,12 +61,12 @@ def test_greedy_speculative_equals_plain_for_any_drafter(k, drafter):
     assert [t.id for t in tokens] == reference
     assert summary.tokens == 40 and summary.stop_reason == "length"
     if drafter == "wrong":
-        assert summary.accepted == 0 and steps[0].k == k and max(s.k for s in steps) == k
+        assert summary.accepted == 0 and steps[0].drafted == k and max(s.drafted for s in steps) == k
         assert all(t.source in (Source.TARGET, Source.CORRECTION) for t in tokens)
     if drafter == "good":
         assert summary.accepted > 0  # the noisy copy agrees often: the test exercises acceptance
     if drafter == "history":  # the copy is the reply itself: every draft is taken
-        assert summary.accepted == summary.drafted > 0 and {s.drafter for s in steps if s.k} == {"history"}
+        assert summary.accepted == summary.drafted > 0 and {s.drafter for s in steps if s.drafted} == {"history"}
         assert f"accepted from history {summary.accepted}," in stats_line(summary)
 
 
@@ -83,7 +83,7 @@ def test_verification_keeps_prefix_replaces_first_rejection_and_rolls_back_both_
         truth = plain_greedy(target, before, step.accepted + 1)
         assert list(step.drafted_ids[: step.accepted]) == truth[: step.accepted]
         assert new_ids == truth  # accepted prefix + the target's own token
-        if step.accepted < step.k:
+        if step.accepted < step.drafted:
             seen_partial = True
             assert step.drafted_ids[step.accepted] != truth[step.accepted]
             assert step.rejected_ids == step.drafted_ids[step.accepted :]
@@ -315,14 +315,14 @@ def test_an_engine_drafts_with_its_pairs_window(window, read):
     from dataclasses import replace
 
     from edgespec.decoding.drafters import DraftChoice
-    from edgespec.decoding.policy.plan import KSetting
+    from edgespec.decoding.policy.plan import PolicyChoice
     from edgespec.engine.engine import Engine, GenerateSettings
     from tests.fakes import fake_engine
 
     fake = fake_engine()
     engine = Engine(replace(fake.pair, draft_window=window), fake.target, fake.draft)
     prompt = long_prompt(300, seed=3)
-    list(engine.generate_tokens(prompt, GenerateSettings(8, GREEDY, DraftChoice.MODEL, KSetting("fixed", 2))))
+    list(engine.generate_tokens(prompt, GenerateSettings(8, GREEDY, DraftChoice.MODEL, PolicyChoice("fixed", 2))))
     assert fake.draft.evals[0] == read  # its view of the prompt, and the first token
 
 
@@ -374,6 +374,25 @@ def test_the_summary_keeps_its_split_through_json_and_reads_older_files():
     assert back.total_s == pytest.approx(1.4) and back.target_read_s == back.draft_read_s == 0.0
     with pytest.raises(TypeError, match="target_read_s"):
         Summary.from_dict({**d, "target_read_s": -1.0})
+
+
+def test_the_controllers_draft_length_is_saved_as_k_as_files_already_hold_it():
+    """`ControllerState.draft_len` is "k" in a saved summary (chat files, history records, bench
+    results written before it was renamed), in the same place among the keys, and reads back."""
+    state = ControllerState("auto", 3, "model", 0.5, 1.25, 1.5)
+    saved = json.loads(json.dumps(Summary(tokens=4, controller=state).to_dict()))
+    assert list(saved["controller"]) == [
+        "policy",
+        "k",
+        "drafter",
+        "acceptance",
+        "predicted_speedup",
+        "measured_speedup",
+    ]
+    assert saved["controller"]["k"] == 3
+    assert Summary.from_dict(saved).controller == state
+    with pytest.raises(TypeError, match="^k is not"):
+        Summary.from_dict({**saved, "controller": {**saved["controller"], "k": "3"}})
 
 
 def test_auto_prices_each_copying_source_apart_and_the_output_stays_the_targets():

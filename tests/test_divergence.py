@@ -13,7 +13,7 @@ import edgespec.engine.engine
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench import modes, report, suites
 from edgespec.decoding import decoder
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -176,7 +176,7 @@ def test_the_replay_reproduces_the_verify_pass_of_llama_cpp(tiny_gguf, tiny_draf
         prompt_ids = modes.prompt_ids(engine, prompt)
         floor = measure_noise_floor(target, calibration_tokens(target)).max
         recorder = engine.target = ArgmaxRecorder(target)
-        _, ids, rounds = modes.generate(engine, prompt, GenerateSettings(40, GREEDY, "model", KSetting("fixed", 4)))
+        _, ids, rounds = modes.generate(engine, prompt, GenerateSettings(40, GREEDY, "model", PolicyChoice("fixed", 4)))
         engine.target = target
         ends = [r.start for r in rounds[1:]] + [len(ids)]
         inside = [i for r, end in zip(rounds, ends, strict=False) for i in range(r.start + 1, end)]

@@ -69,12 +69,12 @@ def test_the_ngram_trie_holds_every_earlier_match_with_the_latest_first():
 
 def test_the_controller_verifies_a_chain_on_a_steep_curve_and_a_tree_on_a_flat_one():
     proposal, steep = _trie_round(CPU)
-    assert steep.drafter == "ngram" and steep.k >= 1
+    assert steep.drafter == "ngram" and steep.draft_len >= 1
     assert set(steep.nodes) <= set(first_branch(proposal.parent_list()))  # a chain: the latest copy
     proposal, flat = _trie_round(GPU)
     kept = proposal.subtree(flat.nodes).parent_list()
     assert not is_chain(kept) and len(children(kept)[0]) == 3  # every copy is tried at the root
-    assert flat.k == len(flat.nodes) > steep.k
+    assert flat.draft_len == len(flat.nodes) > steep.draft_len
 
 
 def test_model_alternatives_are_added_where_verifying_is_flat_only():
@@ -83,7 +83,7 @@ def test_model_alternatives_are_added_where_verifying_is_flat_only():
     assert gpu.drafter == "model" and gpu.stop(0, 0.6) is False and gpu.branch(0.3, 0, 1) is True
     cheap_draft = Hardware("cpu, a draft step 14 times cheaper", CPU.verify, 0.002)  # drafting pays here
     plan = AutoK("model", calibrated(cheap_draft)).plan(RoundContext(None, True, 64))
-    assert plan.drafter == "model" and plan.k >= 1
+    assert plan.drafter == "model" and plan.draft_len >= 1
     assert plan.stop(0, 0.6) is False and plan.branch(0.3, 0, 1) is False
     chains = AutoK("model", calibrated(GPU), trees=False).plan(RoundContext(None, True, 64))
     assert chains.drafter == "model" and chains.branch is None
@@ -139,7 +139,7 @@ def test_ngram_tries_whose_other_copies_are_never_right_turn_to_chains():
     for _ in range(60):
         plan = ctl.plan(RoundContext(proposal, False, 64, text))
         assert plan.drafter == "ngram"
-        keep = plan.nodes if plan.nodes is not None else first_branch(proposal.parent_list())[: plan.k]
+        keep = plan.nodes if plan.nodes is not None else first_branch(proposal.parent_list())[: plan.draft_len]
         draft = proposal.subtree(keep)  # as the decoder cuts it
         parents = draft.parent_list()
         trees.append(not is_chain(parents))

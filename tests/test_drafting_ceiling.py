@@ -20,8 +20,8 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.suites import BenchPrompt
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.controller import DENSE_LENGTHS, make_policy
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT, make_policy
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig
 
@@ -57,7 +57,7 @@ class ShiftedReply(ceiling.ReplyDrafter):
 
 
 def test_every_oracle_drafts_its_own_reply_and_changes_nothing(engine):
-    policy = make_policy(KSetting("auto"), DraftChoice.NGRAM, engine.costs)
+    policy = make_policy(PolicyChoice("auto"), DraftChoice.NGRAM, engine.costs)
     assert ceiling.fix_threads(engine, 2) == 2 and engine.threads is None
     rows = []
     for prompt in PROMPTS:
@@ -68,9 +68,9 @@ def test_every_oracle_drafts_its_own_reply_and_changes_nothing(engine):
         assert all(r["threads"] == 2 for r in [ar, auto, *oracles.values()])  # one count, whoever ran before
         perfect, reply, copies = oracles[ceiling.PERFECT], oracles[ceiling.CEILING], oracles[ceiling.COPIES]
         assert ceiling.faults(perfect) == [] and perfect["target_passes"] == perfect["ideal_passes"] == 1
-        assert perfect["longest_pass"] > DENSE_LENGTHS  # the whole reply after the first token, in one pass
+        assert perfect["longest_pass"] > LONGEST_DENSE_DRAFT  # the whole reply after the first token, in one pass
         if prompt.constraint is None:  # auto's cap bounds what it drafts after any forced text: the passes timed
-            assert reply["longest_pass"] <= max(engine.costs.reach(), DENSE_LENGTHS + 1)
+            assert reply["longest_pass"] <= max(engine.costs.reach(), LONGEST_DENSE_DRAFT + 1)
         assert perfect["target_passes"] <= reply["target_passes"] < ar["target_passes"] / 2
         assert reply["target_passes"] <= copies["target_passes"] <= ar["target_passes"]
         rows += [ar, auto, *oracles.values()]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from tests.live_server import ngram_pair_toml, serving
@@ -34,7 +34,7 @@ def fim_gguf(tiny_gguf_factory) -> Path:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, fim_gguf):
     config = ngram_pair_toml(tmp_path_factory.mktemp("replay"), fim_gguf)
-    settings = GenerateSettings(draft=DraftChoice.NGRAM, k=KSetting("fixed", 3))
+    settings = GenerateSettings(draft=DraftChoice.NGRAM, policy=PolicyChoice("fixed", 3))
     with serving(load_registry(config).pair("tiny"), settings) as live:
         yield live
 

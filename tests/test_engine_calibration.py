@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.policy.controller import DENSE_LENGTHS
+from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
 from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.measuring import ends_first
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.policy.quiet_cost import SESSIONS
 from edgespec.engine import curve_keeper
 from edgespec.engine.calibration import CALIBRATION_BUDGET_S
@@ -223,7 +223,7 @@ def test_a_reply_without_the_cost_model_leaves_the_file_alone(own_calibration_fi
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     prompt = engine.target.tokenize("def add(a, b):\n")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, k=KSetting.parse("4"))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, policy=PolicyChoice.parse("4"))))
     engine.close()
     assert not own_calibration_file.exists()
 
@@ -239,7 +239,7 @@ def test_every_policys_passes_refine_the_curve_and_are_saved(own_calibration_fil
     engine.cost_model()  # as an earlier auto reply in this process would have
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=60, k=KSetting.parse(k))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=60, policy=PolicyChoice.parse(k))))
     used = [n for n, count in Counter(engine.target.evals).items() if count >= 3]
     assert used
     _, entry = saved_entry(own_calibration_file)
@@ -259,7 +259,7 @@ def test_another_policys_passes_before_the_curve_is_loaded_do_not_stand_in_for_i
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=40, k=KSetting.parse("4"))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=40, policy=PolicyChoice.parse("4"))))
     assert engine.costs.calibrated  # live passes at two sizes or more
     assert own_calibration_file.read_text() == saved
     engine.cost_model()
@@ -274,7 +274,7 @@ def test_every_cost_aware_policy_starts_from_the_measured_curve(own_calibration_
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     prompt = engine.target.tokenize("def add(a, b):\n    return a + b\n\ndef add(")
     with simulated_time(clock):
-        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, k=KSetting.parse(k))))
+        list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=8, policy=PolicyChoice.parse(k))))
     assert engine.costs.calibrated
     assert engine.costs.verify(3) == pytest.approx(cpu_like(3), rel=0.5)
 
@@ -297,17 +297,17 @@ def test_a_calibration_on_a_machine_too_busy_stops_at_its_budget_and_says_what_i
     lines = told(engine, clock)
     with simulated_time(clock):
         engine.cost_model()
-    assert clock.now <= CALIBRATION_BUDGET_S + busy(1) + busy(DENSE_LENGTHS + 1)  # warm-up, and the last pass
+    assert clock.now <= CALIBRATION_BUDGET_S + busy(1) + busy(LONGEST_DENSE_DRAFT + 1)  # warm-up, and the last pass
     _, entry = saved_entry(own_calibration_file)
     timed = sorted(map(int, entry["verify"]))
-    assert 1 in timed and DENSE_LENGTHS + 1 in timed and 2 <= len(timed) < DENSE_LENGTHS + 1
-    untimed = next(n for n in range(2, DENSE_LENGTHS + 1) if n not in timed)
+    assert 1 in timed and LONGEST_DENSE_DRAFT + 1 in timed and 2 <= len(timed) < LONGEST_DENSE_DRAFT + 1
+    untimed = next(n for n in range(2, LONGEST_DENSE_DRAFT + 1) if n not in timed)
     assert engine.costs.verify(untimed) == pytest.approx(busy(untimed))
     assert [message.split(" (")[0] for _, message in lines] == [
         "measuring this machine's speed with 'fake'",
         f"speed measurement stopped at its {CALIBRATION_BUDGET_S:g} s limit",
     ]
-    assert f"{len(timed)} of {DENSE_LENGTHS + 1} sizes timed" in lines[1][1]
+    assert f"{len(timed)} of {LONGEST_DENSE_DRAFT + 1} sizes timed" in lines[1][1]
 
 
 def test_a_calibration_the_user_waits_for_is_said_while_it_runs_and_when_it_ends(own_calibration_file):

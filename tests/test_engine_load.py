@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgespec.decoding.events import Summary
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.options import EngineOptions
 from tests.fakes import fake_engine
@@ -36,7 +36,9 @@ def test_opening_a_pair_times_each_part_of_the_load(config, draft, parts):
 def summary_of(engine, prompt, draft="model") -> Summary:
     """A short reply's summary; a fixed K, so the draft model drafts (and reads the prompt) whatever
     the controller would make of the fake's timings."""
-    return list(engine.generate_tokens(prompt, GenerateSettings(max_tokens=6, draft=draft, k=KSetting("fixed", 2))))[-1]
+    return list(
+        engine.generate_tokens(prompt, GenerateSettings(max_tokens=6, draft=draft, policy=PolicyChoice("fixed", 2)))
+    )[-1]
 
 
 def test_empty_caches_makes_the_next_generation_read_its_whole_prompt():

@@ -346,7 +346,7 @@ def test_greedy_speculative_equals_transformers_generate(tiny_dirs, tmp_path, ar
     got = [e.id for e in events if isinstance(e, Token)]
     steps = [e for e in events if isinstance(e, Step)]
     assert got == ref
-    assert 0 < sum(s.accepted for s in steps) < sum(s.k for s in steps)  # both outcomes exercised
+    assert 0 < sum(s.accepted for s in steps) < sum(s.drafted for s in steps)  # both outcomes exercised
     assert target.cached == (prompt + got)[: len(target.cached)]
 
 
@@ -376,7 +376,7 @@ def test_same_event_stream_as_llama_cpp_for_the_same_gguf_pair(tiny_gguf_factory
                 draft.close()
         return (
             [(e.id, e.text, e.source) for e in events if isinstance(e, Token)],
-            [(e.k, e.accepted, e.drafted_ids) for e in events if isinstance(e, Step)],
+            [(e.drafted, e.accepted, e.drafted_ids) for e in events if isinstance(e, Step)],
         )
 
     gguf = lambda f: ModelSpec(name=f.stem, format="gguf", dtype="fp32")  # noqa: E731

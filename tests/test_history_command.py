@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from edgespec.cli import main as cli
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.copy_sources import open_sources
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.options import EngineOptions
@@ -138,7 +138,7 @@ def test_a_clear_under_a_live_serve_is_noticed_and_recording_goes_on(home, tmp_p
     engine.sources = open_sources(engine.target, 100_000)
     kept = engine.sources.history
     assert kept is not None
-    settings = GenerateSettings(max_tokens=16, draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
+    settings = GenerateSettings(max_tokens=16, draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))
     asked = engine.target.tokenize(engine.target.chat_prompt(HELLO), special=True)
     other = [{"role": "user", "content": "something else entirely"}]
     try:

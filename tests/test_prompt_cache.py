@@ -20,7 +20,7 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.backend import BackendError, exact_end
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.prompt_cache import MIN_TOKENS, PromptCache
 from edgespec.engine.prompt_cache_files import MAGIC, digest, read_entry
@@ -28,7 +28,7 @@ from edgespec.models.registry import ModelSpec, PairConfig
 from tests.cached_prompts import FILE, LONGER, load
 from tests.fakes import fake_engine
 
-SETTINGS = GenerateSettings(max_tokens=24, draft=DraftChoice.MODEL, k=KSetting.parse("3"))
+SETTINGS = GenerateSettings(max_tokens=24, draft=DraftChoice.MODEL, policy=PolicyChoice.parse("3"))
 
 
 @pytest.fixture

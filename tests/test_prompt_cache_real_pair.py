@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from edgespec.cli import main as cli
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.events import Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache_files import read_entry
@@ -62,7 +62,7 @@ def test_a_warm_read_computes_the_cold_reads_logits_bit_for_bit(real_engine, tmp
 
 def test_a_warm_reply_of_the_real_pair_equals_the_cold_one(real_engine, tmp_path):
     cache = real_engine.cache = PromptCache(tmp_path / "cache")
-    settings = GenerateSettings(max_tokens=16, draft="model", k=KSetting("fixed", 3))
+    settings = GenerateSettings(max_tokens=16, draft="model", policy=PolicyChoice("fixed", 3))
 
     def reply(instruction: str):
         for backend in (real_engine.target, real_engine.draft):
@@ -86,7 +86,7 @@ def test_a_warm_reply_of_the_real_pair_equals_the_cold_one(real_engine, tmp_path
 def test_a_chats_next_turn_replies_alike_kept_resumed_and_cold(real_engine, tmp_path):
     """`chat`'s next turn reuses what the process read; `chat --resume` in a new process loads the
     prompt cache; a cold process reads it all. The three replies are one."""
-    settings = GenerateSettings(max_tokens=24, draft="model", k=KSetting("fixed", 3))
+    settings = GenerateSettings(max_tokens=24, draft="model", policy=PolicyChoice("fixed", 3))
     real_engine.cache = PromptCache(tmp_path / "cache")
     messages = [{"role": "user", "content": f"{SMALL}\n\nWhat does this do?"}]
     first = [e for e in real_engine.chat(messages, settings) if isinstance(e, Token)]

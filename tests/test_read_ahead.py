@@ -12,13 +12,13 @@ import pytest
 from edgespec.decoding.backend import ContextOverflow
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.models.registry import ModelSpec, PairConfig
 from tests.cached_prompts import FILE, LONGER, load
 
-SETTINGS = GenerateSettings(max_tokens=16, draft=DraftChoice.NGRAM, k=KSetting.parse("3"))
+SETTINGS = GenerateSettings(max_tokens=16, draft=DraftChoice.NGRAM, policy=PolicyChoice.parse("3"))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 
 from edgespec.bench import modes, suites
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.quality.divergence import TIE, explain_parting, verdict
@@ -44,13 +44,19 @@ def test_greedy_speculation_is_the_targets_argmax_and_matches_plain(real_engine,
     recorder = ArgmaxRecorder(real_target)
     real_engine.target = recorder
     try:
-        plain, _ = generate(real_engine, ids, GenerateSettings(max_tokens=48, draft="none", k=KSetting("fixed", 0)))
+        plain, _ = generate(
+            real_engine, ids, GenerateSettings(max_tokens=48, draft="none", policy=PolicyChoice("fixed", 0))
+        )
         plain_rows = dict(recorder.rows)  # the single steps plain decoding chose from
-        for draft, k in (("model", KSetting("fixed", 3)), ("ngram", KSetting("fixed", 6)), ("auto", KSetting("auto"))):
+        for draft, choice in (
+            ("model", PolicyChoice("fixed", 3)),
+            ("ngram", PolicyChoice("fixed", 6)),
+            ("auto", PolicyChoice("auto")),
+        ):
             recorder.argmax_after.clear()
             recorder.rows.clear()
             real_target.truncate(0)  # every position is evaluated (and recorded) afresh
-            out, summary = generate(real_engine, ids, GenerateSettings(max_tokens=48, draft=draft, k=k))
+            out, summary = generate(real_engine, ids, GenerateSettings(max_tokens=48, draft=draft, policy=choice))
             recorder.check_greedy(len(ids), out)
             if draft == "model":
                 assert summary.drafted > 0 and summary.accepted > 0
@@ -73,7 +79,7 @@ def test_the_bench_replays_the_verify_pass_bit_for_bit(real_engine, floor):
     real_target = real_engine.target
     recorder = real_engine.target = ArgmaxRecorder(real_target)
     try:
-        settings = GenerateSettings(max_tokens=32, draft="model", k=KSetting("fixed", 5))
+        settings = GenerateSettings(max_tokens=32, draft="model", policy=PolicyChoice("fixed", 5))
         _, out, rounds = modes.generate(real_engine, replace(prompt, max_tokens=32), settings)
     finally:
         real_engine.target = real_target
@@ -94,7 +100,7 @@ def test_sampled_output_is_reproducible_with_a_seed(real_engine):
     settings = GenerateSettings(
         max_tokens=40,
         draft="model",
-        k=KSetting("fixed", 3),
+        policy=PolicyChoice("fixed", 3),
         sampling=SamplingParams(temperature=0.7, top_k=20, top_p=0.8, seed=7),
     )
     ids = real_engine.chat_tokens([{"role": "user", "content": "Name three sorting algorithms."}])

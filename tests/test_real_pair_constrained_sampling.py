@@ -33,7 +33,7 @@ from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import Dist, SamplingParams, warp
 from edgespec.engine.engine import Engine, GenerateSettings
 from tests.sampled_rounds import chi_square_p, repeat_round, total_variation
@@ -101,7 +101,9 @@ def positions(real_pair_engine) -> list[Position]:
             backend.truncate(0)  # as in a new process: text cached earlier would change the batches
         prompt = engine.chat_tokens([{"role": "user", "content": text}])
         # greedy; the n-gram drafter present lets a round verify the schema's forced text at once
-        settings = GenerateSettings(max_tokens=64, draft=DraftChoice.NGRAM, k=KSetting("fixed", 4), constraint=SPEC)
+        settings = GenerateSettings(
+            max_tokens=64, draft=DraftChoice.NGRAM, policy=PolicyChoice("fixed", 4), constraint=SPEC
+        )
         seq = prompt + [e.id for e in engine.generate_tokens(prompt, settings) if isinstance(e, Token)]
         rows = {}
         for name, backend in (("p", engine.target), ("q", engine.draft)):

@@ -21,7 +21,7 @@ import pytest
 from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.engine.engine import GenerateSettings
 from tests.sampled_rounds import chi_square_p, repeat_round, total_variation
@@ -42,7 +42,7 @@ def text(real_pair_engine):
     for backend in (real_pair_engine.target, real_pair_engine.draft):
         backend.truncate(0)  # as in a new process: text an earlier module left cached would change the batches
     prompt = real_pair_engine.chat_tokens([{"role": "user", "content": PROMPT}])
-    settings = GenerateSettings(max_tokens=48, draft="none", k=KSetting("fixed", 0))
+    settings = GenerateSettings(max_tokens=48, draft="none", policy=PolicyChoice("fixed", 0))
     seq = prompt + [e.id for e in real_pair_engine.generate_tokens(prompt, settings) if isinstance(e, Token)]
     dists = {}
     for name, backend in (("p", real_pair_engine.target), ("q", real_pair_engine.draft)):

@@ -15,7 +15,7 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -40,9 +40,11 @@ def reply(engine: Engine, events: Iterator) -> tuple[tuple[int, ...], str, Summa
     return tuple(t.id for t in tokens), "".join(t.text for t in tokens), events[-1]
 
 
-@pytest.mark.parametrize("draft, k", [(DraftChoice.NGRAM, KSetting("fixed", 4)), (DraftChoice.AUTO, KSetting("auto"))])
-def test_a_greedy_regenerate_drafts_from_the_reply_it_replaces_and_equals_it(tiny_pair, draft, k):
-    settings = GenerateSettings(60, draft=draft, k=k)
+@pytest.mark.parametrize(
+    "draft, choice", [(DraftChoice.NGRAM, PolicyChoice("fixed", 4)), (DraftChoice.AUTO, PolicyChoice("auto"))]
+)
+def test_a_greedy_regenerate_drafts_from_the_reply_it_replaces_and_equals_it(tiny_pair, draft, choice):
+    settings = GenerateSettings(60, draft=draft, policy=choice)
     first_ids, first, summary = reply(tiny_pair, tiny_pair.chat(MESSAGES, settings))
     assert "replaced" not in summary.lookups and not summary.sampled
     again_ids, _, again = reply(tiny_pair, tiny_pair.chat(MESSAGES, replace(settings, earlier_reply=first)))
@@ -84,7 +86,7 @@ def sampled(engine: Engine, prompt: list[int], n: int, earlier: str | None) -> t
     replies, taken = [], 0
     for seed in range(n):
         settings = GenerateSettings(
-            N, replace(SAMPLING, seed=seed), DraftChoice.NGRAM, KSetting("fixed", 3), earlier_reply=earlier
+            N, replace(SAMPLING, seed=seed), DraftChoice.NGRAM, PolicyChoice("fixed", 3), earlier_reply=earlier
         )
         ids, _, summary = reply(engine, engine.generate_tokens(list(prompt), settings))
         replies.append(ids)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.options import EngineOptions
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -41,8 +41,8 @@ sampling_values = st.fixed_dictionaries(
 
 @given(values=sampling_values, max_tokens=st.integers(1, 4096), draft=st.sampled_from(["ngram", "none"]))
 def test_a_request_and_the_same_flags_make_the_same_settings(values, max_tokens, draft):
-    flags = EngineOptions(draft=DraftChoice(draft), k=KSetting("fixed", 2), max_tokens=max_tokens, **values)
-    defaults = EngineOptions(draft=DraftChoice(draft), k=KSetting("fixed", 2)).settings(PAIR)
+    flags = EngineOptions(draft=DraftChoice(draft), policy=PolicyChoice("fixed", 2), max_tokens=max_tokens, **values)
+    defaults = EngineOptions(draft=DraftChoice(draft), policy=PolicyChoice("fixed", 2)).settings(PAIR)
     openai = ChatCompletionRequest.model_validate({"model": "p", "messages": MESSAGES, **values})
     native = NativeCompletionRequest.model_validate({"prompt": "hi", **values})
     for body in (openai, native):

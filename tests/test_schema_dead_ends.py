@@ -20,7 +20,7 @@ from edgespec.constraints.guidance import ConstraintError, ConstraintSpec, Guida
 from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
@@ -120,7 +120,7 @@ DEEP_OBJECT = {
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
     pair = tiny_tool_pair(tmp_path_factory.mktemp("nowhere"), tiny_gguf, tiny_draft_gguf, context=256)
-    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))) as live:
+    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))) as live:
         yield live
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.server.app import MAX_BODY_BYTES, create_app
@@ -37,7 +37,7 @@ def config(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
     return tiny_models_toml(tmp_path_factory.mktemp("serve"), tiny_gguf, tiny_draft_gguf)
 
 
-SETTINGS = GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
+SETTINGS = GenerateSettings(draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pydantic
 import pytest
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from tests.live_server import serving, serving_engine, tiny_tool_pair
 
@@ -46,7 +46,7 @@ def schema_format(schema: dict, strict: bool | None = True, name: str = "pet") -
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
     pair = tiny_tool_pair(tmp_path_factory.mktemp("serve-format"), tiny_gguf, tiny_draft_gguf, context=256)
-    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))) as live:
+    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))) as live:
         yield live
 
 
@@ -215,7 +215,7 @@ class City(pydantic.BaseModel):
 def real_client(real_pair_engine):
     # a fixed K, as tests/test_serve_real_pair.py serves: every reply drafts, and no calibration runs first
     settings = GenerateSettings(
-        sampling=real_pair_engine.pair.sampling, draft=DraftChoice.MODEL, k=KSetting("fixed", 3)
+        sampling=real_pair_engine.pair.sampling, draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3)
     )
     with serving_engine(real_pair_engine, settings) as live:
         yield openai.OpenAI(base_url=live.url, api_key="unused", max_retries=0, timeout=900), real_pair_engine.pair.name

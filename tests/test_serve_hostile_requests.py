@@ -15,7 +15,7 @@ from edgespec.constraints import response_format
 from edgespec.constraints import tool_calls as constraints_tool_calls
 from edgespec.constraints.tool_calls import HERMES
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.server import openai_errors, request_body, schema_base
 from edgespec.server.app import MAX_BODY_BYTES
@@ -33,7 +33,7 @@ STOP_TOOL = [{"type": "function", "function": {"name": "stop"}}]
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
     pair = tiny_tool_pair(tmp_path_factory.mktemp("hostile"), tiny_gguf, tiny_draft_gguf, context=512)
-    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))) as live:
+    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))) as live:
         yield live
 
 

@@ -15,13 +15,13 @@ import httpx
 import pytest
 
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from tests.live_server import ngram_pair_toml, serving
 
 TIMEOUT = httpx.Timeout(60.0)
-SETTINGS = GenerateSettings(draft=DraftChoice.NGRAM, k=KSetting("fixed", 3))
+SETTINGS = GenerateSettings(draft=DraftChoice.NGRAM, policy=PolicyChoice("fixed", 3))
 PREFIX = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    "
 SUFFIX = "\n\n\ndef diagonal(w, h):\n    pass\n"
 EXTRA = [{"filename": "shapes/util.py", "text": "def half(x):\n    return x / 2\n" * 2}]

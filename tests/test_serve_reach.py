@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 
 from edgespec.cli import main as cli
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.server.reach import Reach, host_name
 from tests.live_server import HELLO, serving, serving_app, tiny_models_toml
 
 TIMEOUT = httpx.Timeout(30.0)
-SETTINGS = GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
+SETTINGS = GenerateSettings(draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))
 BODY = {"model": "tiny", "messages": HELLO, "max_tokens": 4}
 
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from edgespec.cli import main as cli
 from edgespec.cli import serve as serve_command
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.engine.engine_thread import EngineThread
 from edgespec.server.engine_worker import EngineWorker
@@ -64,7 +64,7 @@ def test_health_is_503_while_the_speed_is_measured_and_a_request_waits_behind_it
 def test_a_server_whose_k_needs_no_curve_is_ready_at_once():
     engine = fake_engine()
     worker = EngineWorker(engine, EngineThread(), queue_size=2)
-    settings = GenerateSettings(k=KSetting.parse("3"))
+    settings = GenerateSettings(policy=PolicyChoice.parse("3"))
     try:
         with serving_app(worker, settings) as live:
             worker.prepare(settings)

@@ -19,7 +19,7 @@ import pytest
 
 from edgespec.backends.llamacpp import READ_CHUNK
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from tests.live_server import serving_engine
 
@@ -33,7 +33,7 @@ def live(real_pair_engine):
     """`edgespec serve --draft model --k 3`: every reply drafts with the draft model, so every reply
     has speculative tokens to check (`auto` may rightly decode a short reply plainly)."""
     pair = real_pair_engine.pair
-    settings = GenerateSettings(sampling=pair.sampling, draft=DraftChoice.MODEL, k=KSetting("fixed", 3))
+    settings = GenerateSettings(sampling=pair.sampling, draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))
     with serving_engine(real_pair_engine, settings) as live:
         yield live
 

@@ -17,7 +17,7 @@ from edgespec.backends.chat_template import render_chat
 from edgespec.constraints.guidance import ConstraintError
 from edgespec.constraints.tool_calls import HERMES, call_constraint
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.config import load_registry
 from edgespec.models.registry import ConfigError
@@ -315,7 +315,7 @@ def test_the_template_writes_tools_and_arguments_as_json_dumps_does():
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, tiny_gguf, tiny_draft_gguf):
     pair = tiny_tool_pair(tmp_path_factory.mktemp("tools"), tiny_gguf, tiny_draft_gguf, context=512)
-    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, k=KSetting("fixed", 3))) as live:
+    with serving(pair, GenerateSettings(draft=DraftChoice.MODEL, policy=PolicyChoice("fixed", 3))) as live:
         yield live
 
 

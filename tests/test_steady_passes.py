@@ -93,7 +93,7 @@ def two_calls(own_calibration_file, live: bool) -> list[tuple[list[int], list[in
         with simulated_time(clock):
             events = list(engine.generate_tokens(PROMPT, GenerateSettings(max_tokens=200, live_timings=live)))
         engine.close()
-        calls.append(([e.k for e in events if isinstance(e, Step)], [e.id for e in events if isinstance(e, Token)]))
+        calls.append(([e.drafted for e in events if isinstance(e, Step)], [e.id for e in events if isinstance(e, Token)]))
     return calls
 
 
@@ -117,7 +117,7 @@ def test_steady_calls_in_one_engine_start_afresh(own_calibration_file):
         for prompt in (PROMPT, [*range(5, 40)] * 2, PROMPT):
             engine.empty_caches()
             runs.append(
-                [e.k for e in engine.generate_tokens(prompt, GenerateSettings(max_tokens=150)) if isinstance(e, Step)]
+                [e.drafted for e in engine.generate_tokens(prompt, GenerateSettings(max_tokens=150)) if isinstance(e, Step)]
             )
     engine.close()
     assert runs[0] == runs[2]

@@ -143,7 +143,7 @@ def test_live_figures_come_from_the_tally_and_the_stamps_until_the_summary():
     assert live.tokens == len(tokens) and live.target_passes == sum(isinstance(e, Step) for e in events)
     assert live.ttft_s == pytest.approx(0.1) and live.decode_s == pytest.approx((tokens[-1] - tokens[0]) * 0.01)
     assert 0 < live.acceptance < 1 and live.tokens_per_pass > 1
-    assert stats.figures().current_k == events[-1].controller.k
+    assert stats.figures().current_k == events[-1].controller.draft_len
     stats.add(1.0, summarize(events, "eos"))
     assert stats.figures().summary.ttft_s == 0.15 and stats.figures().summary.stop_reason == "eos"
     assert sparkline([0, 1, 2, 3], 0, 3) == "▁▃▆█"

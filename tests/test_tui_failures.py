@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
@@ -144,7 +144,7 @@ async def test_end_to_end_with_the_tiny_gguf_pair(tmp_path, tiny_gguf, tiny_draf
     engine = Engine(pair, LlamaCppBackend(tiny_gguf, 256, threads=1), LlamaCppBackend(tiny_draft_gguf, 256, threads=1))
     app = ChatApp(
         engine,
-        GenerateSettings(max_tokens=32, k=KSetting("fixed", 3), draft="model"),
+        GenerateSettings(max_tokens=32, policy=PolicyChoice("fixed", 3), draft="model"),
         store=ChatStore(tmp_path / "chats"),
     )
     try:

@@ -15,7 +15,7 @@ from rich.console import Console
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Summary, Token
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.registry import ModelSpec, PairConfig
 from edgespec.tui.app import ChatApp
@@ -27,7 +27,7 @@ from edgespec.tui.stats import StatsBar
 from tests.scripted_chat import SIZE, wait_for_reply, wait_until
 
 CHUNK = 32  # the tiny target's read chunk: whole chunks fit its context many times over
-SETTINGS = GenerateSettings(max_tokens=16, draft=DraftChoice.NGRAM, k=KSetting.parse("3"))
+SETTINGS = GenerateSettings(max_tokens=16, draft=DraftChoice.NGRAM, policy=PolicyChoice.parse("3"))
 PASTED = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(6))  # about 200 tokens
 QUESTION = "What is f3(2, 1)?"
 NEXT = "And f4(2, 1)?"

@@ -22,8 +22,8 @@ from edgespec.bench.modes import AR, Mode, run_bench
 from edgespec.bench.report import summarize
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.controller import DENSE_LENGTHS
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine
 from edgespec.engine.options import EngineOptions
@@ -35,7 +35,7 @@ from edgespec.quality.perplexity import Quality
 from edgespec.util.errors import EdgespecError
 from edgespec.util.paths import private_folder
 
-AUTO = Mode("auto", DraftChoice.AUTO, KSetting("auto"))
+AUTO = Mode("auto", DraftChoice.AUTO, PolicyChoice("auto"))
 READ_PROBE = 512  # tokens read in one batch to time prompt reading (llama.cpp's batch size here)
 RETIME_ROUNDS = 2  # rounds of timing every layout again, in turn (`Tuner.retime`)
 
@@ -110,7 +110,7 @@ class Tuner:
         self.targets.append(target)
         self.on_step(f"{layout}: timing verification")
         costs = engine.measure_costs()
-        verify_ms = {n: costs.verify(n) * 1000 for n in range(1, DENSE_LENGTHS + 2)}
+        verify_ms = {n: costs.verify(n) * 1000 for n in range(1, LONGEST_DENSE_DRAFT + 2)}
         draft_ms = None if costs.draft_step is None or engine.draft is None else costs.draft_step * 1000
         self.on_step(f"{layout}: timing prompt reading")
         read_tok_s = _read_rate(target)

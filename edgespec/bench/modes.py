@@ -31,7 +31,7 @@ from edgespec.bench.structured_suite import reply_problem
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step, Summary, Token, WholeReply
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.models.layouts import describe_loaded
@@ -44,15 +44,15 @@ from edgespec.util.errors import EdgespecError, UsageError
 class Mode:
     """A named decoding setup: `ar` (plain), `kN`, `ngram-kN`, `model-kN`, `heuristic`, `auto`,
     `auto-chain` (auto drafting chains only: the baseline for its trees), or `hf-assisted`
-    (transformers' generate with the draft model as assistant; k is None)."""
+    (transformers' generate with the draft model as assistant; `policy` is None)."""
 
     name: str
     draft: DraftChoice
-    k: KSetting | None
+    policy: PolicyChoice | None
 
 
 HF_ASSISTED = "hf-assisted"
-AR = Mode("ar", DraftChoice.NONE, KSetting("fixed", 0))
+AR = Mode("ar", DraftChoice.NONE, PolicyChoice("fixed", 0))
 
 
 @dataclass
@@ -107,19 +107,21 @@ def parse_modes(text: str, default_drafter: DraftChoice) -> list[Mode]:
     for name in (m.strip() for m in text.split(",") if m.strip()):
         if name == "ar":
             modes.append(AR)
-        elif name in KSetting.COST_AWARE:
-            modes.append(Mode(name, DraftChoice.AUTO, KSetting(name)))
+        elif name in PolicyChoice.COST_AWARE:
+            modes.append(Mode(name, DraftChoice.AUTO, PolicyChoice(name)))
         elif name == "heuristic":
-            modes.append(Mode(name, default_drafter, KSetting("heuristic")))
+            modes.append(Mode(name, default_drafter, PolicyChoice("heuristic")))
         elif name == HF_ASSISTED:
             modes.append(Mode(name, DraftChoice.MODEL, None))
         # ASCII digits, few of them: int() refuses thousands of digits (ValueError), and reads other scripts' digits
-        elif (m := re.fullmatch(r"(?:(ngram|model)-)?k([0-9]{1,4})", name)) and int(m.group(2)) <= KSetting.MAX:
+        elif (m := re.fullmatch(r"(?:(ngram|model)-)?k([0-9]{1,4})", name)) and int(
+            m.group(2)
+        ) <= PolicyChoice.LONGEST_FIXED:
             drafter = DraftChoice(m.group(1)) if m.group(1) else default_drafter
-            modes.append(Mode(name, drafter, KSetting("fixed", int(m.group(2)))))
+            modes.append(Mode(name, drafter, PolicyChoice("fixed", int(m.group(2)))))
         else:
             raise UsageError(
-                f"unknown bench mode {name!r}: use ar, kN (N <= {KSetting.MAX}), ngram-kN, model-kN, "
+                f"unknown bench mode {name!r}: use ar, kN (N <= {PolicyChoice.LONGEST_FIXED}), ngram-kN, model-kN, "
                 "heuristic, auto, auto-chain, hf-assisted"
             )
     if not modes:
@@ -178,8 +180,8 @@ def measure(engine: Engine, prompt: BenchPrompt, mode: Mode, sampling: SamplingP
             ttft_s=r.ttft_s,
             decode_s=r.decode_s,
         )
-    assert mode.k is not None, mode.name  # only hf-assisted has no K, and it returned above
-    settings = GenerateSettings.build(prompt.max_tokens, sampling, mode.draft, mode.k, prompt.constraint)
+    assert mode.policy is not None, mode.name  # only hf-assisted has no K, and it returned above
+    settings = GenerateSettings.build(prompt.max_tokens, sampling, mode.draft, mode.policy, prompt.constraint)
     summary, ids, rounds = generate(engine, prompt, settings)
     problem = None
     if prompt.constraint is not None:

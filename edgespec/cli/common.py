@@ -17,13 +17,14 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from edgespec.constraints import guidance
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import sampling_problem
 from edgespec.engine.options import EngineOptions
 from edgespec.util import interrupts
@@ -31,6 +32,8 @@ from edgespec.util.errors import EdgespecError, SettingError, UsageError
 from edgespec.util.stdout import PipeClosed
 from edgespec.util.text_check import context_bytes
 from edgespec.util.user_files import read_user_file
+
+T = TypeVar("T")
 
 
 def config_option(f: Callable) -> Callable:
@@ -162,16 +165,16 @@ def sampling_option(flag: str, kind: type, help: str | None = None, default=None
     )
 
 
-class KSettingParam(click.ParamType):
-    """--k as a typed KSetting, so a bad value is refused while the flags are parsed."""
+class PolicyChoiceParam(click.ParamType):
+    """--k as a typed PolicyChoice, so a bad value is refused while the flags are parsed."""
 
     name = "auto|auto-chain|heuristic|N"
 
-    def convert(self, value, param, ctx) -> KSetting:
-        if isinstance(value, KSetting):
+    def convert(self, value, param, ctx) -> PolicyChoice:
+        if isinstance(value, PolicyChoice):
             return value
         try:
-            return KSetting.parse(value)
+            return PolicyChoice.parse(value)
         except SettingError as e:
             self.fail(str(e), param, ctx)
 
@@ -189,8 +192,8 @@ def decoding_options(f: Callable) -> Callable:
         ),
         click.option(
             "--k",
-            "k",
-            type=KSettingParam(),
+            "k",  # EngineOptions.policy (`_engine_options`)
+            type=PolicyChoiceParam(),
             default="auto",
             show_default=True,
             help="Draft length: auto (cost-aware controller, trees where they pay), auto-chain (chains "
@@ -205,10 +208,6 @@ def decoding_options(f: Callable) -> Callable:
     for opt in reversed(opts):
         f = opt(f)
     return f
-
-
-# The flags `opens_engine` gathers under their EngineOptions names (besides the cache and history switches).
-ENGINE_FLAGS = ("pair", "config", "draft", "k", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens")
 
 
 def opens_engine(**fixed) -> Callable[[Callable], Callable]:
@@ -227,16 +226,31 @@ def opens_engine(**fixed) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def _engine_options(flags: dict, **fixed) -> EngineOptions:
-    """The EngineOptions of a command's parsed flags, taken out of `flags`."""
-    given = {name: flags.pop(name) for name in ENGINE_FLAGS if name in flags}
+def _engine_options(flags: dict[str, Any], **fixed: Any) -> EngineOptions:
+    """The EngineOptions of a command's parsed flags, taken out of `flags`: each flag, by the name
+    click gives its value, to the field it sets (mypy checks the fields and that each value has
+    the field's type, the type of the default it falls back to where the command lacks the flag)."""
+    default = EngineOptions()
+
+    def given(name: str, otherwise: T) -> T:
+        return flags.pop(name, otherwise)
+
     return EngineOptions(
-        **given,
-        cache=not flags.pop("no_cache", True),
-        history=not flags.pop("no_history", True),
-        decode_again=flags.pop("decode_again", False),
-        live_timings=flags.pop("live_timings", False),
-        context=tuple(flags.pop("context", ())),
+        pair=given("pair", default.pair),
+        config=given("config", default.config),
+        draft=given("draft", default.draft),
+        policy=given("k", default.policy),  # --k: the user's choice of policy
+        temperature=given("temperature", default.temperature),
+        top_p=given("top_p", default.top_p),
+        top_k=given("top_k", default.top_k),
+        min_p=given("min_p", default.min_p),
+        seed=given("seed", default.seed),
+        max_tokens=given("max_tokens", default.max_tokens),
+        cache=not given("no_cache", True),
+        history=not given("no_history", True),
+        decode_again=given("decode_again", False),
+        live_timings=given("live_timings", False),
+        context=tuple(given("context", ())),
         **fixed,
     )
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from edgespec.cli.common import config_option, error_boundary
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.options import EngineOptions
 from edgespec.engine.vllm_draft import DraftPlan, given_plan, measured_plan
 from edgespec.models.registry import HubSource, ModelSpec, PairConfig
@@ -102,7 +102,7 @@ def export() -> None:
 @click.option(
     "--k",
     "k",
-    type=click.IntRange(1, KSetting.MAX),
+    type=click.IntRange(1, PolicyChoice.LONGEST_FIXED),
     default=None,
     help="num_speculative_tokens to print instead of this machine's calibrated choice (loads nothing).",
 )

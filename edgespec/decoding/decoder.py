@@ -213,13 +213,13 @@ class SpeculativeDecoder:
                 raise ConstraintDeadEnd(summary.tokens)
         summary.stop_reason = stop
 
-    def _round(self, reply: Reply, max_k: int) -> tuple[Step, list[int]]:
-        """One draft/verify pass of at most `max_k` drafted tokens. Extends `reply.context` with the
+    def _round(self, reply: Reply, draft_room: int) -> tuple[Step, list[int]]:
+        """One draft/verify pass of at most `draft_room` drafted tokens. Extends `reply.context` with the
         accepted tokens and the target's token (and the constraint with them), and returns the Step
         with the new ids in order."""
         t0 = time.perf_counter()
         threads = self.threads.count if self.threads is not None else 0
-        drafter, own, plan, forced = self._draft_after_forced(reply, max_k)
+        drafter, own, plan, forced = self._draft_after_forced(reply, draft_room)
         draft = after_forced(forced, own) if forced else own
         t1 = time.perf_counter()
 
@@ -239,7 +239,7 @@ class SpeculativeDecoder:
                 reply.constraint.advance(token_id)
         on_path = set(path)
         step = Step(
-            k=len(draft.ids),
+            drafted=len(draft.ids),
             accepted=accepted,
             drafted_ids=tuple(draft.ids),
             rejected_ids=tuple(t for node, t in enumerate(draft.ids) if node not in on_path),
@@ -256,19 +256,21 @@ class SpeculativeDecoder:
         self._learn(step, draft, own, whole_rows)
         return step, new_ids
 
-    def _draft_after_forced(self, reply: Reply, max_k: int) -> tuple[Drafter | None, Draft, Plan | None, list[int]]:
+    def _draft_after_forced(
+        self, reply: Reply, draft_room: int
+    ) -> tuple[Drafter | None, Draft, Plan | None, list[int]]:
         """The drafter, its draft and the plan (as `_draft`), and the forced text the pass verifies
         before that draft. Where the constraint forces the next tokens, the drafters draft after
         them, for the same pass; the matcher is left where it was."""
         forced: list[int] = []
-        if reply.constraint is not None and self.drafters and max_k > 0:
-            forced, _ = take_forced(reply.constraint, max_k, reply.refused)
+        if reply.constraint is not None and self.drafters and draft_room > 0:
+            forced, _ = take_forced(reply.constraint, draft_room, reply.refused)
         if not forced:
-            return (*self._draft(reply, max_k), forced)
+            return (*self._draft(reply, draft_room), forced)
         assert reply.constraint is not None
         drafter, own, plan = None, Draft(), None
-        if len(forced) < max_k:
-            drafter, own, plan = self._draft(reply, max_k - len(forced), forced)
+        if len(forced) < draft_room:
+            drafter, own, plan = self._draft(reply, draft_room - len(forced), forced)
         reply.constraint.rollback(len(forced))
         return drafter, own, plan, forced
 
@@ -301,7 +303,7 @@ class SpeculativeDecoder:
         own_threads = self.threads is None or step.threads == self.threads.most
         self.policy.costs.observe_round(step, draft, whole_rows=whole_rows, own_threads=own_threads)
         if self.threads is not None and whole_rows:  # timings comparable with the verify curve's
-            self.threads.observe(step.k + 1, step.verify_s)
+            self.threads.observe(step.drafted + 1, step.verify_s)
         if step.accepted >= step.forced:  # else the drafted part was never verified
             self.policy.observe(step, own)
 
@@ -326,24 +328,24 @@ class SpeculativeDecoder:
             rows[i] = masked(logits[i], allowed)
         return rows
 
-    def _draft(self, reply: Reply, max_k: int, forced: Sequence[int] = ()) -> tuple[Drafter | None, Draft, Plan]:
+    def _draft(self, reply: Reply, draft_room: int, forced: Sequence[int] = ()) -> tuple[Drafter | None, Draft, Plan]:
         """Ask the free drafters, let the policy plan, and draft: the drafter (None: plain decoding),
         its draft and the plan. `forced`: tokens the pass verifies before this draft (the drafters
         draft after them), which the policy prices the draft with."""
         context = reply.context + list(forced) if forced else reply.context
         params, rng, constraint = reply.params, reply.rng, reply.constraint
         free = {
-            kind: d.propose(context, min(max_k, self.policy.max_k), params, rng, constraint=constraint)
+            kind: d.propose(context, min(draft_room, self.policy.longest_draft), params, rng, constraint=constraint)
             for kind, d in self.drafters.items()
-            if d.free and max_k > 0
+            if d.free and draft_room > 0
         }
         model = self.drafters.get(DrafterKind.MODEL)
-        behind = model.behind(context) if model is not None and max_k > 0 else 0
+        behind = model.behind(context) if model is not None and draft_room > 0 else 0
         emitted = reply.emitted + len(forced)
         plan: Plan = self.policy.plan(
-            RoundContext.of(free, self.drafters.keys(), max_k, context, behind, emitted, len(forced))
+            RoundContext.of(free, self.drafters.keys(), draft_room, context, behind, emitted, len(forced))
         )
-        k = max(0, min(plan.k, max_k))
+        k = max(0, min(plan.draft_len, draft_room))
         drafter = self.drafters.get(plan.drafter) if k and plan.drafter is not None else None
         if drafter is None:
             draft = Draft()
@@ -354,5 +356,5 @@ class SpeculativeDecoder:
         else:
             # k bounds the chain; a tree's alternatives must still fit the budget
             branch = plan.branch if constraint is None else None  # chains under a constraint
-            draft = drafter.propose(context, k, params, rng, plan.stop, branch, constraint).head(max_k)
+            draft = drafter.propose(context, k, params, rng, plan.stop, branch, constraint).head(draft_room)
         return drafter, draft, plan

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
+from typing import ClassVar
 
 from edgespec.decoding.tree import ROOT, chain, leaves, path_to
 
@@ -38,11 +39,14 @@ class ControllerState:
     """What the K controller believed when it chose this round's plan (for the UI and the bench)."""
 
     policy: str  # "fixed", "heuristic", "auto"
-    k: int  # draft length chosen for the round (0 = plain decoding)
-    drafter: str | None  # "model", "ngram" or None when k == 0
+    draft_len: int  # the plan's draft length (`Plan.draft_len`; 0 = plain decoding)
+    drafter: str | None  # "model", "ngram" or None when draft_len == 0
     acceptance: float  # estimated per-token acceptance of that drafter
     predicted_speedup: float  # cost model's tokens/s for this plan over plain decoding
     measured_speedup: float  # live tokens/s over the measured plain-decoding rate
+
+    # Fields saved under another name than the code's: files written before the rename say "k".
+    SAVED_NAMES: ClassVar[dict[str, str]] = {"draft_len": "k"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +59,8 @@ class Step:
     lists the accepted nodes from the root down. A chain (parents None) accepted its first
     `accepted` tokens."""
 
-    k: int  # tokens drafted this round: the tree's nodes (0 = plain decoding)
-    accepted: int  # drafted tokens the target accepted: the path's length (0..k)
+    drafted: int  # tokens drafted this round, forced ones included: the tree's nodes (0 = plain decoding)
+    accepted: int  # drafted tokens the target accepted: the path's length (0..drafted)
     drafted_ids: tuple[int, ...]
     rejected_ids: tuple[int, ...]  # drafted tokens thrown away (every node off the path, in order)
     draft_s: float
@@ -75,20 +79,20 @@ class Step:
         from. The timings stay the whole pass's."""
         if not self.forced:
             return self
-        k, accepted = self.k - self.forced, self.accepted - self.forced
+        drafted, accepted = self.drafted - self.forced, self.accepted - self.forced
         return replace(
             self,
-            k=k,
+            drafted=drafted,
             accepted=accepted,
             drafted_ids=self.drafted_ids[self.forced :],
-            parents=tuple(chain(k)),
+            parents=tuple(chain(drafted)),
             path=tuple(range(accepted)),
             forced=0,
         )
 
     def tree(self) -> tuple[list[int], list[int]]:
         """(parents, path), a chain's spelled out."""
-        parents = chain(self.k) if self.parents is None else list(self.parents)
+        parents = chain(self.drafted) if self.parents is None else list(self.parents)
         return parents, list(range(self.accepted)) if self.path is None else list(self.path)
 
     def rejected_branches(self) -> list[tuple[int, ...]]:
@@ -108,7 +112,7 @@ class Step:
         a bonus after a leaf (nothing was left to try), else a correction."""
         parents, path = self.tree()
         last = path[-1] if path else ROOT
-        if self.k == 0:
+        if self.drafted == 0:
             end = Source.TARGET
         else:
             end = Source.CORRECTION if last in parents else Source.BONUS
@@ -144,20 +148,20 @@ class Tally:
             self.sources[event.source.value] = self.sources.get(event.source.value, 0) + 1
             return
         self.target_passes += 1
-        self.drafted += event.k
+        self.drafted += event.drafted
         self.accepted += event.accepted
         self.draft_s += event.draft_s
         self.verify_s += event.verify_s
         self.draft_read_s += event.read_s
-        self.k_histogram[event.k] = self.k_histogram.get(event.k, 0) + 1
-        self.k_series.append(event.k)
+        self.k_histogram[event.drafted] = self.k_histogram.get(event.drafted, 0) + 1
+        self.k_series.append(event.drafted)
         if event.threads:
             self.threads[event.threads] = self.threads.get(event.threads, 0) + 1
         if event.drafter:
             taken = event.drafted_part().accepted
             self.accepted_by[event.drafter] = self.accepted_by.get(event.drafter, 0) + taken
-        if event.k:
-            self.acceptance_series.append(event.accepted / event.k)
+        if event.drafted:
+            self.acceptance_series.append(event.accepted / event.drafted)
         else:
             self.plain_passes += 1
             self.plain_s += event.draft_s + event.verify_s
@@ -249,6 +253,8 @@ class Summary(Tally, WholeReply):
     def to_dict(self) -> dict:
         """JSON-ready: the fields, plus the derived rates for readers of the file."""
         d = asdict(self)
+        if self.controller is not None:
+            d["controller"] = {ControllerState.SAVED_NAMES.get(k, k): v for k, v in d["controller"].items()}
         d["k_histogram"] = {str(k): v for k, v in sorted(self.k_histogram.items())}
         d["threads"] = {str(n): v for n, v in sorted(self.threads.items())}
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
@@ -266,10 +272,12 @@ class Summary(Tally, WholeReply):
         counts, times and rates must be finite and not negative, whatever wrote the file."""
         values = _typed_fields(cls, d)
         if isinstance(values.get("controller"), dict):
-            state = _typed_fields(ControllerState, values["controller"])
+            state = _typed_fields(ControllerState, values["controller"], ControllerState.SAVED_NAMES)
             missing = [f.name for f in fields(ControllerState) if f.name not in state]
             if missing:
-                raise TypeError(f"controller has no {', '.join(missing)}")
+                raise TypeError(
+                    f"controller has no {', '.join(ControllerState.SAVED_NAMES.get(n, n) for n in missing)}"
+                )
             values["controller"] = ControllerState(**state)
         for histogram in ("k_histogram", "threads"):
             if histogram in values:
@@ -277,20 +285,22 @@ class Summary(Tally, WholeReply):
         return cls(**values)
 
 
-def _typed_fields(cls, d: dict) -> dict:
-    """The entries of `d` that name fields of the dataclass `cls`, each checked against the field's
-    annotation (a string, as annotations are postponed here)."""
+def _typed_fields(cls, d: dict, saved_names: dict[str, str] | None = None) -> dict:
+    """The entries of `d` that name fields of the dataclass `cls` (by their `saved_names`, where a
+    field is saved under another name), each checked against the field's annotation (a string, as
+    annotations are postponed here), keyed by the field's name."""
     if not isinstance(d, dict):
         raise TypeError(f"{cls.__name__} is not an object")
-    kinds = {f.name: f.type for f in fields(cls)}
+    saved = saved_names or {}
+    kinds = {saved.get(f.name, f.name): (f.name, f.type) for f in fields(cls)}
     out = {}
     for name, value in d.items():
-        kind = kinds.get(name)
-        if kind is None:
+        if name not in kinds:
             continue
+        field_name, kind = kinds[name]
         if not (value is None and kind.endswith("| None")) and not _fits(value, kind.removesuffix(" | None"), name):
             raise TypeError(f"{name} is not {_KIND_NAMES.get(kind.removesuffix(' | None'), kind)}")
-        out[name] = value
+        out[field_name] = value
     return out
 
 

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from edgespec.decoding.policy.controller import DENSE_LENGTHS
+from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
 from edgespec.decoding.policy.costs import Calibration, CostModel
 from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED
 from edgespec.engine.calibration import CALIBRATION_BUDGET_S, CALIBRATION_FORMAT, read_calibration, save_calibration
@@ -129,7 +129,12 @@ class CurveKeeper:
         """Time the target's verification at every length auto may draft (and longer passes up to
         `longest`), and a draft step; add them to the curve and save it."""
         run = self.costs.calibrate(
-            self._target, self._draft, max_n=DENSE_LENGTHS + 1, budget_s=budget_s, progress=progress, longest=longest
+            self._target,
+            self._draft,
+            max_n=LONGEST_DENSE_DRAFT + 1,
+            budget_s=budget_s,
+            progress=progress,
+            longest=longest,
         )
         self.loaded, self.measure_again, self.measured_at = self.costs.calibrated, False, wall_clock()
         self._save()

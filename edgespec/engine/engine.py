@@ -34,7 +34,7 @@ from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.plan import KSetting, Policy
+from edgespec.decoding.policy.plan import Policy, PolicyChoice
 from edgespec.decoding.policy.steady_costs import SteadyCosts
 from edgespec.decoding.sampling import SamplingParams, sampling_from_flags
 from edgespec.decoding.thread_count import ThreadPolicy
@@ -83,7 +83,7 @@ class GenerateSettings:
     max_tokens: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
     draft: DraftChoice = DraftChoice.AUTO
-    k: KSetting = KSetting("auto")
+    policy: PolicyChoice = PolicyChoice("auto")
     constraint: ConstraintSpec | None = None  # what the reply must match (compiled over the target's vocabulary)
     earlier_reply: str | None = None  # the reply this one replaces (a regenerate): drafted from, DrafterKind.REPLACED
     # a greedy request asked before: decode it again (drafting from the earlier reply) rather than serve
@@ -100,7 +100,7 @@ class GenerateSettings:
         max_tokens: int,
         sampling: SamplingParams,
         draft: DraftChoice,
-        k: KSetting,
+        policy: PolicyChoice,
         constraint: ConstraintSpec | None = None,
         *,
         given: Sampled | None = None,
@@ -110,13 +110,16 @@ class GenerateSettings:
         """The one place a reply's settings are made, from the flags (`EngineOptions.settings`), a
         server request's fields (`server/queued.py`) or a bench mode: its length in tokens, the
         sampling values `given` (the flags', a request's) laid over `sampling` (the pair's default,
-        or the server's), the drafter and K, the constraint, and whether a greedy request asked
-        before decodes again rather than being served from the history."""
+        or the server's), the drafter and the policy choosing K, the constraint, whether a greedy
+        request asked before decodes again rather than being served from the history, and whether
+        auto prices passes from the call's own timings."""
         if given is not None:
             sampling = sampling_from_flags(
                 sampling, given.temperature, given.top_p, given.top_k, given.min_p, given.seed
             )
-        return cls(max_tokens, sampling, draft, k, constraint, decode_again=decode_again, live_timings=live_timings)
+        return cls(
+            max_tokens, sampling, draft, policy, constraint, decode_again=decode_again, live_timings=live_timings
+        )
 
 
 class NoDraftModel(SettingError):
@@ -154,7 +157,7 @@ class Engine:
         self._drafters: list[Drafter] = [NgramDrafter(source_copy=SourceCopy(target))]
         if draft is not None:
             self._drafters.append(ModelDrafter(draft, window=pair.draft_window or None, before_read=self.read_hook))
-        self._policies: dict[tuple[DraftChoice, KSetting], Policy] = {}
+        self._policies: dict[tuple[DraftChoice, PolicyChoice], Policy] = {}
         self.costs = CostModel()  # shared by every policy, and every pass refines it: the hardware does not change
         # where each model ran at load: what measurements are keyed by, while the thread count moves
         self._loaded_placements = self.placements()
@@ -205,7 +208,7 @@ class Engine:
         drafters = [d for d in self._drafters if d.kind in draft.kinds]
         replaced = self.target.tokenize(settings.earlier_reply, special=False) if settings.earlier_reply else []
         copying = self.sources.drafters(prompt, draft.kinds, replaced)
-        if settings.k.cost_aware:
+        if settings.policy.cost_aware:
             self._curve.before_reply()
         constraint = self.constraint(settings.constraint) if settings.constraint is not None else None
         steady = self._steady(settings, request)
@@ -307,10 +310,8 @@ class Engine:
 
     def _steady(self, settings: GenerateSettings, request: bytes | None) -> bool:
         """Whether this call's passes follow its text alone (the steady curve, a fresh policy, the
-        models' own thread count), so that asking it again decodes the same reply: wherever the
-        history will not serve a repeat its earlier reply (no history, `decode_again`, sampling),
-        unless `live_timings` asks otherwise. Where the history serves the repeat, the passes
-        follow live timings: they are faster, and on a busy machine much faster (docs/run.md)."""
+        models' own thread count): unless `live_timings`, wherever the history will not serve a
+        repeat its earlier reply. Live timings are faster, most on a busy machine (docs/run.md)."""
         served_again = request is not None and settings.sampling.greedy and not settings.decode_again
         return not settings.live_timings and not served_again
 
@@ -320,12 +321,12 @@ class Engine:
         calls would change them. Else one policy per (drafter, K) setting, kept across calls so
         what it learnt carries over, pricing from the live curve."""
         if steady:
-            costs = SteadyCosts(self.cost_model()) if settings.k.cost_aware else self.costs
-            return make_policy(settings.k, settings.draft, costs)
-        key = (settings.draft, settings.k)
+            costs = SteadyCosts(self.cost_model()) if settings.policy.cost_aware else self.costs
+            return make_policy(settings.policy, settings.draft, costs)
+        key = (settings.draft, settings.policy)
         if key not in self._policies:
-            costs = self.cost_model() if settings.k.cost_aware else self.costs
-            self._policies[key] = make_policy(settings.k, settings.draft, costs)
+            costs = self.cost_model() if settings.policy.cost_aware else self.costs
+            self._policies[key] = make_policy(settings.policy, settings.draft, costs)
         return self._policies[key]
 
     def cost_model(self, stop: threading.Event | None = None, quiet: bool = False) -> CostModel:

@@ -20,7 +20,7 @@ from pathlib import Path
 from edgespec.constraints.guidance import ConstraintSpec
 from edgespec.decoding.backend import Backend
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.plan import KSetting
+from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine import loading
 from edgespec.engine.copy_sources import open_sources
 from edgespec.engine.engine import Engine, GenerateSettings, require_draft_model
@@ -45,7 +45,7 @@ class EngineOptions:
     pair: str | PairConfig | None = None
     config: Path | None = None
     draft: DraftChoice = DraftChoice.AUTO
-    k: KSetting = KSetting("auto")
+    policy: PolicyChoice = PolicyChoice("auto")  # --k
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -78,7 +78,7 @@ class EngineOptions:
             self.max_tokens,
             pair.sampling,
             self.draft,
-            self.k,
+            self.policy,
             self.constraint,
             given=self,
             decode_again=self.decode_again,

@@ -130,7 +130,7 @@ class EngineWorker:
         stderr), when they price passes by it; a provisional curve is measured again here, before
         any request waits for it (a quiet moment). `ready` is clear until it is over. A server that
         stops meanwhile stops it within a pass, keeping none of it (the next start measures)."""
-        if settings.k.cost_aware:
+        if settings.policy.cost_aware:
             self.ready.clear()
             self.engine_thread.submit(self._prepare)
 

@@ -36,7 +36,7 @@ def request_settings(
         GenerateSettings.build,
         sampling=defaults.sampling,
         draft=defaults.draft,
-        k=defaults.k,
+        policy=defaults.policy,
         constraint=constraint,
         given=body,
         decode_again=again,

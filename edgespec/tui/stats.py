@@ -50,7 +50,7 @@ class ReplyFigures:
         """The draft length of the latest pass, as the controller chose it."""
         s = self.summary
         if s.controller is not None:
-            return s.controller.k
+            return s.controller.draft_len
         return s.k_series[-1] if s.k_series else None
 
     def to_saved(self) -> dict:

@@ -3,11 +3,11 @@
 The decoder asks a `Policy` for a `Plan` before every target pass and tells it what happened after.
 
 - `plan.py`: what a policy sees (`RoundContext`) and decides (`Plan`), the `Policy` protocol, and
-  `KSetting`, the user's choice of policy (--k).
+  `PolicyChoice`, the user's choice of policy (--k).
 - `simple_policies.py`: the baselines every tool offers, a fixed K (`FixedK`) and transformers'
   +2/-1 schedule (`HeuristicK`).
 - `controller.py`: the cost-aware policy (`AutoK`: `auto`, `auto-chain`) and `make_policy`, which
-  turns a `KSetting` into a policy.
+  turns a `PolicyChoice` into a policy.
 - `costs.py`: what a round costs (`CostModel`: the target's verify curve and the draft step,
   calibrated and then learnt from every pass) and the K that maximises tokens per second.
 - `steady_curve.py`, `steady_costs.py`: the curve fixed between calibrations, and the costs that

@@ -47,14 +47,14 @@ class ModelScores:
     i-th token, given the ones before it survived), and per confidence bin (how often the target
     takes a token the draft model gave that probability, a chain token or an alternative)."""
 
-    def __init__(self, max_k: int):
-        self.max_k = max_k
+    def __init__(self, longest: int):
+        self.longest = longest  # the longest chain drafted: the positions scored
         self.positions = self._prior()
         self._confidence = [Rate(0.3 + 0.6 * i / len(_CONF_BINS)) for i in range(len(_CONF_BINS) + 1)]
 
     def _prior(self) -> list[Rate]:
         """A draft model of the same family agrees often."""
-        return [Rate(0.7) for _ in range(self.max_k)]
+        return [Rate(0.7) for _ in range(self.longest)]
 
     def forget_positions(self) -> None:
         """Back to the priors, when the text has changed under them."""
@@ -111,10 +111,11 @@ class NgramScores:
     # (per place among the siblings: second, third and later); learnt from the text like the rest.
     OTHER = (0.3, 0.2)
 
-    def __init__(self, max_k: int, first: Sequence[float] = FIRST):
-        """`first`: the prior of a copy's first token per match bucket (FIRST: the text's own copies)."""
+    def __init__(self, longest: int, first: Sequence[float] = FIRST):
+        """`longest`: the longest copy scored; `first`: the prior of a copy's first token per match
+        bucket (FIRST: the text's own copies)."""
         self.rates = [
-            [Rate(1.0 - (1.0 - a) * self.RISE ** min(i, self.RISE_FOR), prior_weight=3.0) for i in range(max_k)]
+            [Rate(1.0 - (1.0 - a) * self.RISE ** min(i, self.RISE_FOR), prior_weight=3.0) for i in range(longest)]
             for a in (self.SOURCE, *first)
         ]
         self.others = [Rate(a, prior_weight=3.0) for a in self.OTHER]

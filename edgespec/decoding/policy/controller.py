@@ -1,5 +1,5 @@
 """The cost-aware K policy (`auto`, and `auto-chain`), and `make_policy`, which turns the user's
-`KSetting` into a policy: this one, or a baseline of `simple_policies.py`.
+`PolicyChoice` into a policy: this one, or a baseline of `simple_policies.py`.
 
 `AutoK` keeps
   * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
@@ -42,14 +42,14 @@ from edgespec.decoding.policy.acceptance import COPY_PRIORS, ModelScores, NgramS
 from edgespec.decoding.policy.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
 from edgespec.decoding.policy.exploration import Exploration, Probe, TreeGate
 from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED
-from edgespec.decoding.policy.plan import KSetting, Plan, Policy, RoundContext
+from edgespec.decoding.policy.plan import Plan, Policy, PolicyChoice, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, depths, ranks
 
 # Calibration times every pass length up to one token more than this, and longer passes sparsely
 # (`measuring.py`). A copy drafts longer only as far as the curve has been timed (`CostModel.reach`):
 # beyond the timed sizes the curve is extrapolated, and a guessed slope must not buy a long pass.
-DENSE_LENGTHS = 16
+LONGEST_DENSE_DRAFT = 16
 # The longest copy auto may draft: one token short of the longest pass a calibration times. Each
 # length is priced by its source's acceptance over that length (`acceptance.NgramScores`), so only
 # a copy likely to hold that far (a greedy retry, an unchanged stretch of a file) gets a long pass.
@@ -63,8 +63,8 @@ class AutoK:
 
     drafter: DraftChoice | str
     costs: CostModel
-    max_k_model: int = 8
-    max_k_ngram: int = LONGEST_COPY
+    longest_model_draft: int = 8
+    longest_copy: int = LONGEST_COPY
     trees: bool = True  # draft trees where they pay; False: chains only (auto-chain)
     _model: ModelScores = field(init=False)
     _copies: dict[DrafterKind, NgramScores] = field(init=False)
@@ -97,8 +97,8 @@ class AutoK:
 
     def __post_init__(self):
         self.allowed = DraftChoice(self.drafter).kinds
-        self._model = ModelScores(self.max_k_model)
-        self._copies = {kind: NgramScores(self.max_k_ngram, COPY_PRIORS[kind]) for kind in LOOKUPS}
+        self._model = ModelScores(self.longest_model_draft)
+        self._copies = {kind: NgramScores(self.longest_copy, COPY_PRIORS[kind]) for kind in LOOKUPS}
         self._ngram = self._copies[DrafterKind.NGRAM]
         self._gates = {kind: TreeGate() for kind in DrafterKind}
 
@@ -114,13 +114,13 @@ class AutoK:
         return lambda k: k * d + c.verify(forced + k + 1) + c.ngram_lookup
 
     def _model_option(self, ctx: RoundContext, forced: int = 0) -> tuple[int, float]:
-        acc = [r.mean for r in self._model.positions[: min(self.max_k_model, ctx.max_k)]]
+        acc = [r.mean for r in self._model.positions[: min(self.longest_model_draft, ctx.draft_room)]]
         return best_k(acc, self._cost(DrafterKind.MODEL, forced), base=forced + 1)
 
     def _copy_option(
-        self, kind: DrafterKind, proposal: Draft, max_k: int, trees: bool, forced: int = 0
+        self, kind: DrafterKind, proposal: Draft, draft_room: int, trees: bool, forced: int = 0
     ) -> tuple[int, float, tuple[int, ...] | None]:
-        """(nodes to verify, at most `max_k`; tokens per second; which nodes of the copying drafter
+        """(nodes to verify, at most `draft_room`; tokens per second; which nodes of the copying drafter
         `kind`'s `proposal`, None for the first ones of its first branch). Each node's chance is its
         parent's times its own: by position for a first child, by rank for a later one, after the
         siblings before it missed (`best_tree`)."""
@@ -136,21 +136,21 @@ class AutoK:
             before = missed.get(parent, 1.0)
             values.append((1.0 if parent == ROOT else values[parent]) * before * a)
             missed[parent] = before * (1.0 - a)
-        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: self._copy_reach(max_k)]
+        order = sorted(range(len(values)), key=lambda i: (-values[i], i))[: self._copy_reach(draft_room)]
         m, rate = best_tree([values[i] for i in order], self._cost(DrafterKind.NGRAM, forced), base=forced + 1)
         return m, rate, tuple(sorted(order[:m])) if trees else None
 
     @property
-    def max_k(self) -> int:
+    def longest_draft(self) -> int:
         """The longest draft this controller may ask for, so the longest proposal worth making: a
         copy is never verified past `_copy_reach`, and proposing 255 tokens to keep 16 costs every
         round a longer lookup (and, under a constraint, a grammar walk per token)."""
-        return max(self.max_k_model, self._copy_reach(self.max_k_ngram))
+        return max(self.longest_model_draft, self._copy_reach(self.longest_copy))
 
-    def _copy_reach(self, max_k: int) -> int:
-        """The most tokens a copy may draft this round: within `max_k`, the controller's cap, and the
-        passes the curve has timed (every length up to DENSE_LENGTHS + 1 is, once calibrated)."""
-        return min(max_k, self.max_k_ngram, max(self.costs.reach(), DENSE_LENGTHS + 1) - 1)
+    def _copy_reach(self, longest: int) -> int:
+        """The most tokens a copy may draft this round: within `longest`, the controller's cap, and the
+        passes the curve has timed (every length up to LONGEST_DENSE_DRAFT + 1 is, once calibrated)."""
+        return min(longest, self.longest_copy, max(self.costs.reach(), LONGEST_DENSE_DRAFT + 1) - 1)
 
     def _trees_now(self, kind: DrafterKind) -> bool:
         """Whether this round's `kind` draft may be a tree (asked once per round)."""
@@ -162,8 +162,8 @@ class AutoK:
         (vLLM's `num_speculative_tokens`); for n-gram lookup, after a match of `match_len` tokens.
         0 when drafting with `kind` does not pay here."""
         if kind == DrafterKind.MODEL:
-            return self._model_option(RoundContext(None, True, self.max_k_model))[0]
-        longest = self._copy_reach(self.max_k_ngram)
+            return self._model_option(RoundContext(None, True, self.longest_model_draft))[0]
+        longest = self._copy_reach(self.longest_copy)
         proposal = Draft(ids=[0] * longest, match_len=match_len)  # a chain: only its length is read
         return self._copy_option(DrafterKind.NGRAM, proposal, longest, trees=False)[0]
 
@@ -173,10 +173,10 @@ class AutoK:
         return kind in self.allowed
 
     def _model_could_pay(self) -> bool:
-        return best_k([self.BEST_CASE] * self.max_k_model, self._cost(DrafterKind.MODEL))[0] > 0
+        return best_k([self.BEST_CASE] * self.longest_model_draft, self._cost(DrafterKind.MODEL))[0] > 0
 
     def _best_case_rate(self) -> float:
-        return best_k([self.BEST_CASE] * self.max_k_model, self._cost(DrafterKind.MODEL))[1]
+        return best_k([self.BEST_CASE] * self.longest_model_draft, self._cost(DrafterKind.MODEL))[1]
 
     def _catch_up_pays(self, ctx: RoundContext, model_rate: float) -> bool:
         """Whether the draft model's catch-up (reading the text it has not seen, at first the
@@ -190,7 +190,7 @@ class AutoK:
             return True
         without = max(1.0 / (self.costs.verify(1) + self.costs.ngram_lookup), self._measured)
         saved = 1.0 / without - 1.0 / model_rate  # seconds per token
-        rest = min(ctx.max_k + 1, max(ctx.emitted, self.HORIZON))
+        rest = min(ctx.draft_room + 1, max(ctx.emitted, self.HORIZON))
         return saved > 0 and self.costs.read(ctx.model_behind) <= saved * rest
 
     def plan(self, ctx: RoundContext) -> Plan:
@@ -209,7 +209,7 @@ class AutoK:
             options[DrafterKind.MODEL] = (k if self._catch_up_pays(ctx, alone) else 0, rate, None)
         for kind, proposal in copies.items():
             if proposal.ids:
-                options[kind] = self._copy_option(kind, proposal, ctx.max_k, self._trees_now(kind), ctx.forced)
+                options[kind] = self._copy_option(kind, proposal, ctx.draft_room, self._trees_now(kind), ctx.forced)
         self._probe.idle += 1
         which = max(options, key=lambda d: options[d][1] if options[d][0] or d is None else 0.0)
         k, rate, nodes = options[which]
@@ -218,19 +218,19 @@ class AutoK:
             which = None
             if (
                 DrafterKind.MODEL in options
-                and ctx.max_k > 0
+                and ctx.draft_room > 0
                 and self._probe.due(self._probe_cap())
                 and self._model_could_pay()
                 and self._catch_up_pays(ctx, self._best_case_rate())
             ):
-                which, k, self._probing = DrafterKind.MODEL, min(2, ctx.max_k), True
+                which, k, self._probing = DrafterKind.MODEL, min(2, ctx.draft_room), True
             elif self.costs.provisional:
                 which, k, rate = self._explore(copies, options, ctx)
                 self._exploring = k > 0
         elif which == DrafterKind.MODEL:
             self._model_rounds += 1
             if self._model_rounds % self.STRETCH == 0:
-                k = min(k + 1, self.max_k_model, ctx.max_k)
+                k = min(k + 1, self.longest_model_draft, ctx.draft_room)
         if which == DrafterKind.MODEL:
             self._probe.used(self._probing)
         state = ControllerState(
@@ -261,7 +261,7 @@ class AutoK:
         if not candidates:
             return plain
         kind = max(candidates, key=lambda c: options[c][1])
-        longest = min(len(copies[kind].first_branch().ids), self._copy_reach(ctx.max_k))
+        longest = min(len(copies[kind].first_branch().ids), self._copy_reach(ctx.draft_room))
         k = self._exploration.length(longest, self._one_pass())
         if not k:
             return plain
@@ -291,7 +291,7 @@ class AutoK:
         from the part it drafted (`draft` is that part)."""
         tokens = step.accepted + 1
         seconds = self._priced(step) if self.costs.steady else step.draft_s + step.verify_s
-        spent = step.k + 1 if self.costs.steady else seconds  # as `_one_pass` counts
+        spent = step.drafted + 1 if self.costs.steady else seconds  # as `_one_pass` counts
         self._exploration.observe(spent, tokens, self._one_pass(), self._exploring)
         self._measured = (
             tokens / seconds if not self._measured else self._measured + 0.1 * (tokens / seconds - self._measured)
@@ -314,14 +314,14 @@ class AutoK:
     def _priced(self, step: Step) -> float:
         """The seconds the curve gives a round like `step` (a steady curve's stand-in for its timing)."""
         kind = DrafterKind(step.drafter) if step.drafter is not None else DrafterKind.NGRAM  # plain: a lookup
-        return self._cost(kind, step.forced)(step.k - step.forced)
+        return self._cost(kind, step.forced)(step.drafted - step.forced)
 
     def _check_surprise(self, step: Step) -> None:
         """After fully accepted probes in a row: was that unlikely under the estimates? Then forget them."""
-        if not self._probing or step.accepted < step.k:
+        if not self._probing or step.accepted < step.drafted:
             self._streak = 1.0
             return
-        for r in self._model.positions[: step.k]:
+        for r in self._model.positions[: step.drafted]:
             self._streak *= r.mean
         if self._streak < self.SURPRISE:
             self._streak = 1.0
@@ -352,7 +352,7 @@ class _ModelRound:
 
     def _pays(self, value: float, nodes: int) -> bool:
         verify = self._costs.verify_at_least
-        longest = DENSE_LENGTHS + 1
+        longest = LONGEST_DENSE_DRAFT + 1
         return value >= self._rate * (verify(nodes + 2, longest) - verify(nodes + 1, longest))
 
     def stop(self, j: int, confidence: float) -> bool:
@@ -367,10 +367,10 @@ class _ModelRound:
         return self._pays(self._reach[position] * self._model.calibrated(confidence), nodes)
 
 
-def make_policy(k: KSetting, drafter: DraftChoice, costs: CostModel) -> Policy:
-    """The policy a K setting names."""
-    if k.cost_aware:
-        return AutoK(drafter, costs, trees=k.policy == "auto")
-    if k.policy == "heuristic":
+def make_policy(choice: PolicyChoice, drafter: DraftChoice, costs: CostModel) -> Policy:
+    """The policy the user's choice names."""
+    if choice.cost_aware:
+        return AutoK(drafter, costs, trees=choice.policy == "auto")
+    if choice.policy == "heuristic":
         return HeuristicK(drafter, costs=costs)
-    return FixedK(k.k, drafter, costs)
+    return FixedK(choice.fixed_len, drafter, costs)

@@ -156,7 +156,7 @@ class CostModel:
         twice as much, and replies run wholly on 1 thread under load would otherwise set the quiet
         cost of every size they used, for good at a size that then looks too dear to try again."""
         if whole_rows:
-            self.observe_verify(step.k + 1, step.verify_s, own_threads)
+            self.observe_verify(step.drafted + 1, step.verify_s, own_threads)
         if step.drafter != DrafterKind.MODEL:
             self.observe_lookup(step.draft_s)
             return

@@ -2,7 +2,7 @@
 
 The decoder builds a `RoundContext` before each target pass (what the free drafters propose, which
 drafters are loaded, how many tokens are left), asks the policy for a `Plan`, feeds the pass's
-timings into the policy's cost curve, and reports the outcome back with `observe`. `KSetting` is
+timings into the policy's cost curve, and reports the outcome back with `observe`. `PolicyChoice` is
 the user's choice of policy, parsed once at the edge.
 """
 
@@ -24,7 +24,7 @@ class Plan:
     branches, and which nodes of a free drafter's proposal are verified."""
 
     drafter: DrafterKind | None  # None: plain decoding
-    k: int  # tokens to verify at most (the nodes of a tree; a draft model's chain length)
+    draft_len: int  # tokens to verify at most (the nodes of a tree; a draft model's chain length)
     stop: StopRule | None = None
     state: ControllerState | None = None
     branch: BranchRule | None = None  # None: the draft model drafts a chain
@@ -39,7 +39,7 @@ class RoundContext:
 
     ngram: Draft | None  # None when the n-gram drafter is off
     has_model: bool  # a draft model is loaded and allowed
-    max_k: int  # drafts beyond this would overrun max_tokens or the context
+    draft_room: int  # the most tokens this round may draft: more would overrun max_tokens or the context
     context: Sequence[int] = ()
     model_behind: int = 0  # tokens the draft model must read before its next draft (its catch-up)
     emitted: int = 0  # tokens this reply has emitted so far
@@ -52,7 +52,7 @@ class RoundContext:
         cls,
         free: Mapping[DrafterKind, Draft],
         loaded: Collection[DrafterKind],
-        max_k: int,
+        draft_room: int,
         context: Sequence[int],
         model_behind: int = 0,
         emitted: int = 0,
@@ -62,7 +62,7 @@ class RoundContext:
         behind the text the draft model is."""
         ngram = free.get(DrafterKind.NGRAM, Draft()) if DrafterKind.NGRAM in loaded else None
         lookups = {kind: free.get(kind, Draft()) for kind in LOOKUPS - {DrafterKind.NGRAM} if kind in loaded}
-        return cls(ngram, DrafterKind.MODEL in loaded, max_k, context, model_behind, emitted, forced, lookups)
+        return cls(ngram, DrafterKind.MODEL in loaded, draft_room, context, model_behind, emitted, forced, lookups)
 
     def proposals(self) -> dict[DrafterKind, Draft]:
         """Every loaded copying drafter's proposal (possibly empty), by kind."""
@@ -76,7 +76,7 @@ class Policy(Protocol):
     costs: CostModel  # the cost curve: the decoder feeds it every pass's timings, whether the policy reads it or not
 
     @property
-    def max_k(self) -> int:
+    def longest_draft(self) -> int:
         """The longest draft this policy may ask for now (bounds what the free drafters propose)."""
         ...
 
@@ -94,16 +94,16 @@ class Policy(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class KSetting:
+class PolicyChoice:
     """How the draft length is chosen: the cost-aware controller ("auto", drafting trees where
     they pay; "auto-chain", chains only), transformers' +2/-1 schedule ("heuristic"), or a fixed K
     ("fixed", K = 0 is plain decoding). Parsed once, where
     the user's text comes in (`parse`)."""
 
     policy: Literal["auto", "auto-chain", "heuristic", "fixed"]
-    k: int = 0
+    fixed_len: int = 0  # the "fixed" policy's draft length (0: plain decoding)
 
-    MAX = 64  # a longer fixed draft only wastes verification
+    LONGEST_FIXED = 64  # a longer fixed draft only wastes verification
     # the controller's policies: they need the measured cost curve
     COST_AWARE: ClassVar[tuple[Literal["auto", "auto-chain"], ...]] = ("auto", "auto-chain")
 
@@ -112,8 +112,8 @@ class KSetting:
         return self.policy in self.COST_AWARE
 
     @classmethod
-    def parse(cls, text: str) -> KSetting:
-        """ "auto", "auto-chain", "heuristic" or a whole number 0..MAX; anything else is a SettingError."""
+    def parse(cls, text: str) -> PolicyChoice:
+        """ "auto", "auto-chain", "heuristic" or a whole number 0..LONGEST_FIXED; anything else is a SettingError."""
         text = text.strip()
         if text in cls.COST_AWARE:
             return cls(text)
@@ -123,9 +123,9 @@ class KSetting:
             n = int(text)
         except ValueError:
             raise SettingError(f"{text!r} is not auto, auto-chain, heuristic or a whole number") from None
-        if not 0 <= n <= cls.MAX:
-            raise SettingError(f"{n} is outside 0..{cls.MAX}")
+        if not 0 <= n <= cls.LONGEST_FIXED:
+            raise SettingError(f"{n} is outside 0..{cls.LONGEST_FIXED}")
         return cls("fixed", n)
 
     def __str__(self) -> str:
-        return str(self.k) if self.policy == "fixed" else self.policy
+        return str(self.fixed_len) if self.policy == "fixed" else self.policy

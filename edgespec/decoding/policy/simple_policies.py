@@ -28,7 +28,7 @@ def _chain_len(proposal: Draft) -> int:
 
 
 def _capped(drafter: DrafterKind | None, k: int, ctx: RoundContext) -> int:
-    k = min(k, ctx.max_k)
+    k = min(k, ctx.draft_room)
     proposal = ctx.proposals().get(drafter) if drafter is not None else None
     if proposal is not None:
         return min(k, _chain_len(proposal))  # these policies draft chains
@@ -36,24 +36,24 @@ def _capped(drafter: DrafterKind | None, k: int, ctx: RoundContext) -> int:
 
 
 class FixedK:
-    """Always draft k tokens (the n-gram drafter drafts at most what it found). `costs`: the curve
-    its passes refine (it reads none; by default one of its own)."""
+    """Always draft `draft_len` tokens (the n-gram drafter drafts at most what it found). `costs`:
+    the curve its passes refine (it reads none; by default one of its own)."""
 
-    def __init__(self, k: int, drafter: DraftChoice | str, costs: CostModel | None = None):
-        self.k = self.max_k = k
+    def __init__(self, draft_len: int, drafter: DraftChoice | str, costs: CostModel | None = None):
+        self.draft_len = self.longest_draft = draft_len
         self.allowed = DraftChoice(drafter).kinds
         self.costs = costs if costs is not None else CostModel()
 
     def plan(self, ctx: RoundContext) -> Plan:
-        which = _preferred(self.allowed, ctx) if self.k > 0 else None
-        k = _capped(which, self.k, ctx) if which else 0
+        which = _preferred(self.allowed, ctx) if self.draft_len > 0 else None
+        k = _capped(which, self.draft_len, ctx) if which else 0
         return Plan(which, k, state=ControllerState("fixed", k, which, 0.0, 0.0, 0.0))
 
     def observe(self, step: Step, draft: Draft) -> None:
         pass
 
     def may_use(self, kind: DrafterKind) -> bool:
-        return self.k > 0 and kind in self.allowed
+        return self.draft_len > 0 and kind in self.allowed
 
 
 class HeuristicK:
@@ -61,18 +61,19 @@ class HeuristicK:
     K -= 1 (at least 1). It starts at 5 and is capped at 16 here. `costs` as for FixedK."""
 
     def __init__(self, drafter: DraftChoice | str, start: int = 5, cap: int = 16, costs: CostModel | None = None):
-        self.k, self.max_k, self.allowed = start, cap, DraftChoice(drafter).kinds
+        self.draft_len, self.longest_draft, self.allowed = start, cap, DraftChoice(drafter).kinds
         self.costs = costs if costs is not None else CostModel()
 
     def plan(self, ctx: RoundContext) -> Plan:
         which = _preferred(self.allowed, ctx)
-        k = _capped(which, self.k, ctx) if which else 0
+        k = _capped(which, self.draft_len, ctx) if which else 0
         return Plan(which, k, state=ControllerState("heuristic", k, which, 0.0, 0.0, 0.0))
 
     def observe(self, step: Step, draft: Draft) -> None:
         step = step.drafted_part()  # forced tokens say nothing of how long a draft survives
-        if step.k:
-            self.k = min(self.max_k, self.k + 2) if step.accepted == step.k else max(1, self.k - 1)
+        if step.drafted:
+            all_accepted = step.accepted == step.drafted
+            self.draft_len = min(self.longest_draft, self.draft_len + 2) if all_accepted else max(1, self.draft_len - 1)
 
     def may_use(self, kind: DrafterKind) -> bool:
         return kind in self.allowed
