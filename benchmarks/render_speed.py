@@ -183,8 +183,9 @@ def _ceiling_gap(gap: dict | None) -> str:
     return f"{gap['whole']:.2f}x ({gap['decode']:.2f}x decode)" if gap else "-"
 
 
-# benchmarks/peer.py: the suites in process, files as processes, an agent's SEARCH/REPLACE edits
-PEER_FILES = ("peer.json", "peer_files.json", "peer_search_replace.json")
+# benchmarks/peer.py: the suites in process (mtbench alone, with more prompts), files as processes,
+# an agent's SEARCH/REPLACE edits
+PEER_FILES = ("peer.json", "peer_mtbench.json", "peer_files.json", "peer_search_replace.json")
 
 
 def peer(folder: Path, files: tuple[str, ...] = PEER_FILES) -> list[str]:
