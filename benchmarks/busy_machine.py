@@ -73,7 +73,8 @@ def measure_engine(engine: Engine, setup: str, prompt: list[int], tokens: int) -
                 backend.set_threads(physical_cores())
     try:
         engine.empty_caches()
-        settings = GenerateSettings.build(tokens, SamplingParams(), draft, choice)  # greedy
+        # greedy, live timings: the thread count follows the load (a steady reply would hold it)
+        settings = GenerateSettings.build(tokens, SamplingParams(), draft, choice, live_timings=True)
         summary = [e for e in engine.generate_tokens(prompt, settings) if isinstance(e, Summary)][0]
     finally:
         engine.threads = policy
