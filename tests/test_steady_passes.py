@@ -93,7 +93,8 @@ def two_calls(own_calibration_file, live: bool) -> list[tuple[list[int], list[in
         with simulated_time(clock):
             events = list(engine.generate_tokens(PROMPT, GenerateSettings(max_tokens=200, live_timings=live)))
         engine.close()
-        calls.append(([e.drafted for e in events if isinstance(e, Step)], [e.id for e in events if isinstance(e, Token)]))
+        shapes = [e.drafted for e in events if isinstance(e, Step)]
+        calls.append((shapes, [e.id for e in events if isinstance(e, Token)]))
     return calls
 
 
@@ -116,9 +117,8 @@ def test_steady_calls_in_one_engine_start_afresh(own_calibration_file):
     with simulated_time(clock):
         for prompt in (PROMPT, [*range(5, 40)] * 2, PROMPT):
             engine.empty_caches()
-            runs.append(
-                [e.drafted for e in engine.generate_tokens(prompt, GenerateSettings(max_tokens=150)) if isinstance(e, Step)]
-            )
+            events = engine.generate_tokens(prompt, GenerateSettings(max_tokens=150))
+            runs.append([e.drafted for e in events if isinstance(e, Step)])
     engine.close()
     assert runs[0] == runs[2]
 
