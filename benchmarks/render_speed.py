@@ -233,7 +233,7 @@ def _equal_only(doc: dict, summary: dict) -> str:
     that parted early can be far shorter or longer). Runs before peer modes kept one peer, "peer"."""
     side = summary.get("peer", "alone")
     mine = theirs = 0.0
-    for p in doc["prompts"]:
+    for p in doc.get("prompts", []):
         peer = p.get(side, p.get("peer"))
         if p["suite"] == summary["suite"] and peer.get("equal", p.get("equal")):
             mine, theirs = mine + p["edgespec"]["whole_s"], theirs + peer["whole_s"]
