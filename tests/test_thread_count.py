@@ -170,8 +170,8 @@ def test_what_a_reply_learnt_carries_to_the_next_while_the_load_is_the_same():
     assert second < first  # the back-off was kept: no new round of early probes
 
 
-# Derandomized: Hypothesis found a counterexample (below) that fails on the policy as it is, so a
-# random draw would fail CI by chance; the fixed draw still catches a policy that gets worse.
+# Derandomized: a random draw that found a new counterexample would fail CI by chance, not by a
+# change; the fixed draw still catches a policy that gets worse.
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
     phases=st.lists(st.tuples(st.integers(150, 400), st.integers(0, 1)), min_size=1, max_size=5),
@@ -183,13 +183,10 @@ def test_a_moving_load_on_two_cores_is_followed(phases: list[tuple[int, int]], s
     follows_a_moving_load(phases, seed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a known miss: a core taken for the last 150 passes after 201 quiet ones is not settled on",
-)
-def test_a_core_taken_for_the_last_150_passes_is_followed():
-    """Hypothesis's counterexample to the property above (found in a full run): the policy ends the
-    last phase at 2 threads where 1 is best. Strict: once fixed, this passes and must lose the mark."""
+def test_a_core_taken_after_a_long_quiet_spell_is_followed():
+    """Hypothesis's counterexample to the property above: after 351 quiet passes the probes had
+    backed off, and the probe the load reading brought was weighed against the quiet passes run
+    before the core was taken, so it lost and the policy stayed at 2 threads for the next 512."""
     follows_a_moving_load([(150, 0), (201, 0), (150, 1)], 810)
 
 

@@ -18,6 +18,8 @@ it; the policy measures:
   quiet machine each costs a slower pass or two; they come at once when the current count's
   timings rise by RISE (load arrived) or when the other programs' load moves (`Load.since_last`,
   read every CHECK passes: load that left shows no rise, the fewer threads in use do not notice).
+  After a load move the current count first runs PROBE_PASSES passes of its own, so the probe is
+  weighed against passes under the new load, not the quiet ones before it.
 
 The draft model follows the same count (the engine's `apply`), and the prompt is read at the count
 chosen at the start of the reply. A reply that must repeat itself (`holding`) runs at `most` instead.
@@ -135,7 +137,10 @@ class ThreadPolicy:
             if suggested != self._suggested:
                 self._suggested = suggested
                 if suggested != self.best:
-                    self._toward, self._until_probe = suggested, 0
+                    # the current count is judged on passes run since the load moved, not before it
+                    self._toward, self._until_probe = suggested, self.PROBE_PASSES
+                    self._recent.clear()
+                    self._low = None
         self._until_probe -= 1
         if self._until_probe <= 0:
             self._start_probe()
