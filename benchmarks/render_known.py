@@ -27,7 +27,8 @@ def known_text(folder: Path) -> list[str]:
                 )
                 continue
             same = (
-                f"{s['retries_same_as_first']['history']}/{s['rounds']} retries as the first reply"
+                f"as the first reply: {s['retries_same_as_first']['history']}/{s['rounds']} with history, "
+                f"{s['retries_same_as_first']['no-history']}/{s['rounds']} without"
                 if s["part"] == "retry"
                 else f"{s['same_as_ar']}/{s['rounds']} as ar's"
             )
