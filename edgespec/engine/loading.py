@@ -36,7 +36,7 @@ class LoadedModel(Backend, Protocol):
 def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | None = None) -> LoadedModel:
     """`sha256`: the file's, as the store verified it (names the model for the prompt cache)."""
     if pair.backend == "llamacpp":
-        # jinja2 (its chat templates, about 20 ms to import): only when a llama.cpp pair loads
+        # jinja2 (its chat templates, tens of ms to import): only when a llama.cpp pair loads
         from edgespec.backends.llamacpp import LlamaCppBackend
 
         return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads, sha256=sha256)
