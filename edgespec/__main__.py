@@ -15,6 +15,7 @@ def main() -> None:
     interrupts.install()
     stdout.install()
     try:
+        # imported once the handlers are in: a Ctrl-C or closed stdout while the CLI imports is caught
         from edgespec.cli.main import main as command_line
 
         command_line()  # exits through SystemExit; each command reports its own signal (error_boundary)

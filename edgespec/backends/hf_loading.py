@@ -87,7 +87,7 @@ def cpu_has_bf16() -> bool:
         except (OSError, subprocess.SubprocessError):
             return False
     try:
-        import torch
+        import torch  # the optional hf extra (module docstring)
 
         return "AMX" in torch.backends.cpu.get_cpu_capability()
     except Exception:
@@ -95,7 +95,7 @@ def cpu_has_bf16() -> bool:
 
 
 def cuda_available() -> bool:
-    import torch
+    import torch  # the optional hf extra
 
     return torch.cuda.is_available()
 
@@ -125,7 +125,7 @@ def resolve_placement(device_map: str | dict | None) -> tuple[Any, bool]:
 def resolve_dtype(dtype: str, on_cuda: bool):
     """torch dtype for a ModelSpec.dtype: "auto" is bf16 on a GPU that has it (else fp16) and on a
     CPU that computes bf16 natively (else fp32, which such a CPU runs faster than emulated bf16)."""
-    import torch
+    import torch  # the optional hf extra
 
     named = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     if dtype in named:
@@ -149,7 +149,7 @@ def quantization_config(quant: str, compute_dtype, on_cuda: bool, model_name: st
     # is for its own stats and errors.
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     try:
-        import bitsandbytes as bnb
+        import bitsandbytes as bnb  # the optional hf extra, and only for a quantized model
     except ImportError:
         raise BackendError(
             f"{model_name}: quant = \"{quant}\" needs bitsandbytes (pip install 'edgespec[hf]')"
@@ -159,7 +159,7 @@ def quantization_config(quant: str, compute_dtype, on_cuda: bool, model_name: st
             f'{model_name}: quant = "{quant}" needs a CUDA GPU: there is none here, and bitsandbytes '
             f'{bnb.__version__} has no CPU backend (use quant = "none" on this machine)'
         )
-    from transformers import BitsAndBytesConfig
+    from transformers import BitsAndBytesConfig  # the optional hf extra
 
     if quant == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
@@ -197,7 +197,7 @@ def check_remote_code(folder: Path, trust_remote_code: bool, model_name: str = "
     transformers already has loads with transformers' own code, and needs no opt-in.)"""
     if trust_remote_code:
         return
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # the optional hf extra
 
     for name in ("config.json", "tokenizer_config.json"):
         data = _read_json(folder / name)
@@ -227,7 +227,7 @@ def _custom_tokenizer(tokenizer_config: dict) -> bool:
     cls = tokenizer_config.get("tokenizer_class")
     if not cls:
         return True
-    import transformers
+    import transformers  # the optional hf extra
 
     return not hasattr(transformers, cls) and not hasattr(transformers, cls.removesuffix("Fast"))
 
@@ -243,7 +243,7 @@ def _read_json(path: Path) -> dict:
 
 
 def _load_tokenizer(folder: Path, trust_remote_code: bool, gguf_file: str | None = None):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # the optional hf extra
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     try:
@@ -262,7 +262,7 @@ def read_hf_vocabulary(path: Path) -> Vocabulary:
     """
     path = Path(path)
     if path.is_file() and path.suffix == ".gguf":
-        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint  # the optional hf extra
 
         try:
             with quiet_transformers():
@@ -319,7 +319,7 @@ def load_hf_backend(
     check_weight_files(path, model_spec.allow_pickle, name)
     tokenizer = _load_tokenizer(path, model_spec.trust_remote_code)
 
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # the optional hf extra
 
     kwargs: dict[str, Any] = {"dtype": dtype, "device_map": hf_map, "trust_remote_code": model_spec.trust_remote_code}
     if quant is not None:

@@ -85,7 +85,7 @@ def default_threads() -> int:
 def gpu_offload() -> bool:
     """True when this llama.cpp build can put layers on a GPU and sees one (a CUDA build on a
     machine with a CUDA GPU): `llama_supports_gpu_offload`, llama.cpp's own answer."""
-    import llama_cpp as lc
+    import llama_cpp as lc  # llama.cpp's libraries (module docstring)
 
     return bool(lc.llama_supports_gpu_offload())
 
@@ -115,7 +115,7 @@ def gpu_memory() -> int:
 def _ggml_devices():
     """ggml's library with its device-list calls declared: llama-cpp-python binds only llama.h, and
     loads ggml as `llama_cpp._ggml.libggml` (in the pinned 0.3.36)."""
-    from llama_cpp._ggml import libggml as ggml
+    from llama_cpp._ggml import libggml as ggml  # llama.cpp's libraries (module docstring)
 
     ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
     ggml.ggml_backend_dev_get.argtypes, ggml.ggml_backend_dev_get.restype = [ctypes.c_size_t], ctypes.c_void_p
@@ -144,7 +144,7 @@ def placement_of(layer_devices: Sequence[str], threads: int) -> Placement:
 def quantize(source: Path, dest: Path, ftype: str, threads: int | None = None) -> Path:
     """Write `source` (an f32/f16 GGUF) quantized to llama.cpp's file type `ftype` ("Q4_K_M", "Q8_0",
     ...; tensors whose rows do not fit its blocks get llama.cpp's fallback type) to `dest`."""
-    import llama_cpp as lc
+    import llama_cpp as lc  # llama.cpp's libraries (module docstring)
 
     try:
         file_type = getattr(lc, f"LLAMA_FTYPE_MOSTLY_{ftype}")
@@ -163,7 +163,7 @@ def run_quantizer(source: Path, dest: Path, params, message: str) -> None:
     `message`, with the cause llama.cpp logged, when it fails. A signal that came while it ran (its
     log callback recorded it) is raised once it returns: llama.cpp's quantizer cannot be stopped
     part way."""
-    import llama_cpp as lc
+    import llama_cpp as lc  # llama.cpp's libraries (module docstring)
 
     callbacks(lc)
     error_lines.clear()

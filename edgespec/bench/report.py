@@ -145,7 +145,7 @@ def plot(path: Path, rows: list[Row], summary: list[dict]) -> None:
     import matplotlib  # about 0.5 s to import: only with --plot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): pyplot takes its backend when imported
 
     suites = list(dict.fromkeys(s["suite"] for s in summary))
     pairs = list(dict.fromkeys(s["pair"] for s in summary))

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from edgespec.backends.hf_loading import load_hf_backend
 from edgespec.decoding.backend import Backend, BackendError
 from edgespec.decoding.drafters import DraftChoice, DrafterKind
 from edgespec.engine.engine import Engine
@@ -34,14 +35,11 @@ class LoadedModel(Backend, Protocol):
 
 def load_backend(pair: PairConfig, model: ModelSpec, path: Path, sha256: str | None = None) -> LoadedModel:
     """`sha256`: the file's, as the store verified it (names the model for the prompt cache)."""
-    # Each runtime is imported only when a pair uses it: llama_cpp loads its shared libraries, and
-    # the hf backend needs the optional torch and transformers (seconds to import).
     if pair.backend == "llamacpp":
+        # jinja2 (its chat templates, tens of ms to import): only when a llama.cpp pair loads
         from edgespec.backends.llamacpp import LlamaCppBackend
 
         return LlamaCppBackend(path, pair.context, n_gpu_layers=pair.n_gpu_layers, threads=pair.threads, sha256=sha256)
-    from edgespec.backends.hf_loading import load_hf_backend
-
     return load_hf_backend(model, path, n_ctx=pair.context, device_map=pair.device_map, cache_dir=home() / "converted")
 
 

@@ -43,7 +43,8 @@ class Choice:
 def machine_fingerprint() -> str:
     """What a layout's speed depends on besides the file: the CPU, its cores and what llama.cpp was
     built to use on it."""
-    import llama_cpp  # the build's instruction sets; loaded already wherever a choice is made or used
+    # llama.cpp's libraries (about 0.1 s): only for a fingerprint, taken where a layout is chosen or used
+    import llama_cpp
 
     cpu = _cpu_model() or platform.processor() or platform.machine()
     features = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()

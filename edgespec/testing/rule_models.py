@@ -94,7 +94,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 def build_model(shape: str, device: str, dtype: str, seed: int, permutation):
     """A LlamaForCausalLM of `shape` on `device` whose greedy next token after x is permutation[x]."""
-    import torch
+    import torch  # the hf extra (module docstring)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
@@ -122,7 +122,7 @@ def build_model(shape: str, device: str, dtype: str, seed: int, permutation):
 
 def set_rule(model, permutation) -> None:
     """Make the model's greedy next token after x be permutation[x] (rewrites its output matrix)."""
-    import torch
+    import torch  # the hf extra (module docstring)
 
     with torch.no_grad():
         embed = model.get_input_embeddings().weight
@@ -134,7 +134,7 @@ def set_rule(model, permutation) -> None:
 def agreeing_permutation(permutation, a: float, seed: int = 0):
     """A permutation equal to `permutation` on a random fraction `a` of the tokens and different from
     it on every other one: permutation composed with a cyclic shift of the tokens outside that set."""
-    import torch
+    import torch  # the hf extra (module docstring)
 
     n = len(permutation)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
@@ -162,7 +162,7 @@ def gguf_shape(shape: str, n_ctx: int = 4096) -> TinyShape:
 
 def export_gguf(model, shape: str, path: Path) -> Path:
     """Write the model as a llama GGUF: f16 matrices (what llama.cpp's quantizer reads), f32 norms."""
-    import torch
+    import torch  # the hf extra (module docstring)
 
     config = model.config
 

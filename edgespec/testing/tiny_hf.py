@@ -44,6 +44,7 @@ CORPUS = [
 
 
 def _bytelevel_tokenizer(with_bos: bool, vocab_size: int = 420):
+    # the hf extra (module docstring)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
@@ -66,7 +67,7 @@ def _bytelevel_tokenizer(with_bos: bool, vocab_size: int = 420):
 
 def bytelevel_tokenizer(with_bos: bool = False):
     """A transformers tokenizer over a freshly trained byte-level BPE with ChatML."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # the hf extra (module docstring)
 
     template = ("{{ bos_token }}" if with_bos else "") + CHATML_TEMPLATE
     return PreTrainedTokenizerFast(
@@ -81,7 +82,7 @@ def bytelevel_tokenizer(with_bos: bool = False):
 def sentencepiece_tokenizer():
     """A Llama-2-style tokenizer: Metaspace pieces (`▁`), byte fallback `<0xNN>` for anything outside
     its small alphabet, `<unk>`, `<s>`, `</s>`."""
-    from tokenizers import Tokenizer, models, normalizers, trainers
+    from tokenizers import Tokenizer, models, normalizers, trainers  # the hf extra (module docstring)
     from transformers import PreTrainedTokenizerFast
 
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
@@ -110,7 +111,7 @@ def sentencepiece_tokenizer():
 
 
 def tiny_config(arch: str, vocab_size: int, tokenizer, *, layers: int = 2, hidden: int = 64, n_ctx: int = 512):
-    from transformers import LlamaConfig, Qwen2Config
+    from transformers import LlamaConfig, Qwen2Config  # the hf extra (module docstring)
 
     common = dict(
         vocab_size=vocab_size,
@@ -134,7 +135,7 @@ def tiny_config(arch: str, vocab_size: int, tokenizer, *, layers: int = 2, hidde
 
 def _scaled_init(model, seed: int, hidden: int) -> None:
     """Seeded weights with useful scales (see the module docstring)."""
-    import torch
+    import torch  # the hf extra (module docstring)
 
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -165,7 +166,7 @@ def build_tiny_hf(
     n_ctx: int = 512,
 ) -> Path:
     """Write a tiny model + tokenizer to `folder` (created) and return it."""
-    import torch
+    import torch  # the hf extra (module docstring)
     from transformers import AutoModelForCausalLM
 
     folder = Path(folder)
@@ -190,7 +191,7 @@ def build_tiny_hf(
 
 def make_pickled(folder: Path) -> Path:
     """Replace a directory's safetensors weights by a pickled pytorch_model.bin (same tensors)."""
-    import torch
+    import torch  # the hf extra (module docstring)
     from safetensors.torch import load_file
 
     state = {}
