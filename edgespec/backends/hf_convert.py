@@ -1,6 +1,6 @@
 """GGUF -> transformers directory, converted once and cached as safetensors.
 
-transformers loads a GGUF by dequantizing every tensor (about 50 s for the 1.5B on 2 cores); the
+transformers loads a GGUF by dequantizing every tensor (tens of seconds for the 1.5B on 2 cores); the
 result is the same every time, so it is saved once as a transformers directory (safetensors
 weights in the dtype the backend runs, config, tokenizer with the GGUF's chat template) and loaded
 from there afterwards in a few seconds.

@@ -2,7 +2,7 @@
 loaded at all.
 
 `load_hf_backend` takes what the store resolved: a transformers directory, or a GGUF file, which
-transformers dequantizes on load (about 50 s for the 1.5B on 2 cores); the result is converted once
+transformers dequantizes on load (tens of seconds for the 1.5B on 2 cores); the result is converted once
 and cached as safetensors (`hf_convert`). Weights come only from safetensors unless the model opts in
 to pickles (`allow_pickle`), and code shipped with a model runs only if it opts in to
 `trust_remote_code`: both can execute arbitrary code on this machine. `read_hf_vocabulary` reads the

@@ -3,8 +3,8 @@
 Reading the prompt is most of a coding assistant's call on a small CPU (docs/design.md, "Where a
 call's time goes"), and editors and scripts ask several things about one file. A call whose prompt starts with
 text read before (the same file with another instruction, a resumed chat) loads that state and
-reads only the rest; loading 2,000 tokens' state takes well under a second where reading them
-takes about 20 s.
+reads only the rest; loading a file's state takes a small part of the time reading it takes
+(benchmarks/results/prompt_cache.json, `summary.cold_over_warm_ttft`).
 
 - `warm(backend, tokens)` before a model reads `tokens`: loads the saved state sharing the longest
   prefix with them, when that beats what the backend's own cache shares by at least `MIN_TOKENS`.

@@ -10,7 +10,8 @@ size and modification time: a file that changed is read again, the others are no
 read only as a regular file reached without a link, its size bounded, its ids checked against the
 vocabulary (`util/home_files.py`); anything else under its name is removed in one line and the
 file tokenized again. A cache folder reached through a link is not used. The suffix
-index over them is rebuilt when the set changes (divsufsort: about 0.25 s per million tokens).
+index over them is rebuilt when the set changes (divsufsort, linear in the text: `build_s` in
+benchmarks/results/suffix_index_costs.json).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ CALIBRATION_TEXT = files("edgespec") / "data" / "calibration.txt"  # code, prose
 SIZES = range(2, 17)  # the batch sizes a verify pass uses (K = 1..15 drafted tokens plus the pending one)
 PREFIX = 400  # tokens read in one batch first: the comparison runs at a real prompt's cache length
 SHORTEST_PREFIX = 32  # in a context too short for PREFIX: at least this, so no comparison starts on an empty cache
-WINDOW = 48  # tokens compared at every batch size (19 s for n = 2..8 after PREFIX, 2 cores, a 1.5B model)
+WINDOW = 48  # tokens compared at every batch size: enough to show the noise, few enough to take seconds
 
 
 @dataclass(frozen=True)

@@ -350,10 +350,10 @@ def _suffix_array(text: np.ndarray) -> np.ndarray:
     return np.asarray(pydivsufsort.divsufsort(rank[text - SEP]), dtype=np.int32)
 
 
-# Texts shorter than this are sorted on one thread. libdivsufsort's OpenMP threads cost about 8 ms a
-# call on a 2-core machine whose other core is busy (where the models run), which a small tail's sort
-# (0.2 ms) cannot afford; one thread sorted 1M bytes faster there too (26 against 37 ms), two sorted
-# 10M tokens faster (3.1 against 4.3 s).
+# Texts shorter than this are sorted on one thread. libdivsufsort's OpenMP threads cost a fixed time
+# per call on a 2-core machine whose other core is busy (where the models run), many times a small
+# tail's sort; one thread also sorted texts of this size faster there, two sorted much larger ones
+# faster (timed when the bound was set; no result file keeps those timings).
 _PARALLEL_SORT = 1 << 20
 
 
