@@ -145,7 +145,11 @@ def draft_window(folder: Path) -> list[str]:
     return lines + ["", source(doc, "draft_window.json")]
 
 
-CEILING_FILES = ("drafting_ceiling.json", "drafting_ceiling_edits.json")  # the structured suites; the edits
+CEILING_FILES = (  # the structured suites; the held-out edits; one long reply, regenerated
+    "drafting_ceiling.json",
+    "drafting_ceiling_edits.json",
+    "drafting_ceiling_regenerate.json",
+)
 
 
 def drafting_ceiling(folder: Path) -> list[str]:
