@@ -50,6 +50,7 @@ from edgespec.decoding.policy.plan import Policy, PolicyChoice  # noqa: E402
 from edgespec.decoding.sampling import SamplingParams  # noqa: E402
 from edgespec.engine.engine import Engine, GenerateSettings  # noqa: E402
 from edgespec.engine.options import EngineOptions  # noqa: E402
+from edgespec.util.errors import EdgespecError  # noqa: E402
 from edgespec.util.hardware import physical_cores  # noqa: E402
 from edgespec.util.provenance import isa_label, provenance  # noqa: E402
 
@@ -175,8 +176,11 @@ def main() -> None:
     args = ap.parse_args()
     if (args.threads is not None and args.threads < 1) or args.iterations < 1:
         ap.error("--threads and --iterations must be at least 1")
-    prompts = suites.select([p for path in args.suite for p in suites.load_suite(path)], args.limit, args.suites)
-    engine, _ = EngineOptions(pair=args.pair).check().open()
+    try:
+        prompts = suites.select([p for path in args.suite for p in suites.load_suite(path)], args.limit, args.suites)
+        engine, _ = EngineOptions(pair=args.pair).check().open()
+    except EdgespecError as e:  # a suite or a pair that cannot be used: one line, as the CLI says it
+        sys.exit(f"drafting_ceiling.py: {e}")
     threads = fix_threads(engine, args.threads)
     rows = rounds(engine, prompts, args.repeats, args.iterations)
     engine.close()

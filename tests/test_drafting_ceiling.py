@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +194,15 @@ def test_the_result_says_how_far_auto_is_from_the_oracles_per_prompt_and_overall
     (tmp_path / "drafting_ceiling.json").write_text(json.dumps(doc))
     (row,) = [line for line in render.drafting_ceiling(tmp_path) if line.startswith("| s (3)")]
     assert "AMD EPYC, AVX2" in row and "1.33x (1.50x decode), 2.00x (3.00x decode)" in row
+
+
+@pytest.mark.parametrize(
+    "argv", [["--suite", "no-such-suite.jsonl"], ["--suite", "suites/regenerate.jsonl", "--pair", "x"]]
+)
+def test_a_suite_or_pair_it_cannot_use_is_one_line_before_any_model_loads(argv):
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "drafting_ceiling.py"
+    done = subprocess.run(
+        [sys.executable, str(script), *argv], capture_output=True, text=True, cwd=script.parent.parent, timeout=120
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("drafting_ceiling.py: ")
