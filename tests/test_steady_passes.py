@@ -1,5 +1,5 @@
 """Steady passes (issue 50, item 5): where a repeat would be decoded again, auto prices every pass of
-a call from the curve the last calibration left (`decoding/policy/steady_curve.py`), so the same
+a call from the curve the last calibration left (`decoding/costs/steady_curve.py`), so the same
 request makes the same passes, and greedy the same reply, whatever this call's timings;
 `live_timings` prices from them instead."""
 
@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.steady import SteadyCosts
+from edgespec.decoding.costs.steady_curve import SteadyCurve
 from edgespec.decoding.events import Step, Token
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.steady_costs import SteadyCosts
-from edgespec.decoding.policy.steady_curve import SteadyCurve
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.tree import first_branch
 
 

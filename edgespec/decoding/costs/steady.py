@@ -9,9 +9,9 @@ priced at nothing: its live figure is a moving average of this call's seconds.
 
 from __future__ import annotations
 
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.drafters import Draft
 from edgespec.decoding.events import Step
-from edgespec.decoding.policy.costs import CostModel
 
 
 class SteadyCosts(CostModel):
