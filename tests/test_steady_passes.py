@@ -94,6 +94,19 @@ def test_every_timing_a_steady_curve_is_given_reaches_the_live_one_and_nothing_c
     assert fingerprint(steady) == before and steady.fixed_curve() == live.fixed_curve()
 
 
+def test_forgotten_policies_are_made_afresh(own_calibration_file):
+    """`forget_policies`: the next call starts with no policy learnt, as a new process does."""
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    settings = GenerateSettings(live_timings=True)
+    with simulated_time(clock):
+        kept = engine._policy(settings, steady=False)
+        assert engine._policy(settings, steady=False) is kept
+        engine.forget_policies()
+        assert engine._policy(settings, steady=False) is not kept
+    engine.close()
+
+
 def test_the_steady_curve_is_saved_and_restored_as_it_was_while_live_passes_refine_the_quiet_one():
     costs = calibrated(CPU)
     fixed = costs.fixed_curve()

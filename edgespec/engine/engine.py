@@ -325,6 +325,10 @@ class Engine:
             self._policies[key] = make_policy(settings.policy, settings.draft, costs)
         return self._policies[key]
 
+    def forget_policies(self) -> None:
+        """The next calls start with fresh policies, as a new process does: nothing learnt before."""
+        self._policies.clear()
+
     def cost_model(self, stop: threading.Event | None = None, quiet: bool = False) -> CostModel:
         """The cost curve of this pair on this machine: the saved calibration, or one measured now
         (raising CalibrationStopped within a pass of `stop` being set, if it is). `quiet`: the
