@@ -1,6 +1,6 @@
 """The development set's `auto` rounds as edgespec ships them (edgespec/data/auto_rounds.json), derived
 from a committed bench run: how many target passes `auto` ran at each number of drafted tokens k,
-and the tokens those passes decoded. `bench.layout_ranking.typical_call_s` replays them on each
+and the tokens those passes decoded. `decoding.costs.call_prediction.typical_call_s` replays them on each
 candidate layout's verify curve to predict a typical call.
 
 The rounds must come from `auto` on the pair's published file: the reference every layout is
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ABOUT = (
     "Target passes of `auto` by tokens drafted (k), over the development set's replies: a typical reply's "
     "rounds, replayed on a candidate layout's verify curve to predict its decoding time "
-    "(edgespec.bench.layout_ranking.typical_call_s)."
+    "(edgespec.decoding.costs.call_prediction.typical_call_s)."
 )
 
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import Plan, RoundContext
 from edgespec.decoding.tree import children, first_branch
 

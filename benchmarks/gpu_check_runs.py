@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams
 

@@ -16,8 +16,8 @@ from gpu_check_runs import measure_verify, measured_costs, round_seconds, run_de
 from edgespec.backends import llamacpp  # llama_cpp itself is imported on first use
 from edgespec.backends.hf import HFBackend
 from edgespec.bench.hf_assisted import assisted_generate
+from edgespec.decoding.costs.model import CostModel, best_k
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel, best_k
 from edgespec.testing.tiny_hf import bytelevel_tokenizer
 
 

@@ -44,7 +44,7 @@ def call(engine: Engine, messages: list[dict], max_tokens: int, mode: str) -> di
     """One greedy reply after emptied caches: its decoding figures, pass shapes and token ids."""
     engine.empty_caches()
     if mode == "live-fresh":
-        engine._policies.clear()  # what a new process starts from: no policy learnt yet
+        engine.forget_policies()  # what a new process starts from: no policy learnt yet
     settings = GenerateSettings.build(
         max_tokens,
         SamplingParams(temperature=0.0),

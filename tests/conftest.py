@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import edgespec.engine.calibration
+import edgespec.decoding.costs.saved
 import edgespec.engine.engine
 from edgespec.engine.engine import Engine
 from edgespec.engine.options import EngineOptions
@@ -29,7 +29,7 @@ def no_user_calibration_file(tmp_path_factory: pytest.TempPathFactory):
     session file, never into the user's EDGESPEC_HOME."""
     path = tmp_path_factory.mktemp("calibration") / "calibration.json"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(edgespec.engine.calibration, "_calibration_file", lambda: path)
+        patch.setattr(edgespec.decoding.costs.saved, "calibration_file", lambda: path)
         yield
 
 
@@ -38,7 +38,7 @@ def own_calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     """Each test reads and writes its own calibration file: never the user's, and no test's
     costs (fake backends share one cache key) leak into another's."""
     path = tmp_path / "calibration.json"
-    monkeypatch.setattr(edgespec.engine.calibration, "_calibration_file", lambda: path)
+    monkeypatch.setattr(edgespec.decoding.costs.saved, "calibration_file", lambda: path)
     return path
 
 

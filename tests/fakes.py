@@ -19,7 +19,7 @@ import numpy as np
 
 from edgespec.decoding import decoder, model_drafter
 from edgespec.decoding.backend import ContextOverflow, Placement, Vocabulary
-from edgespec.decoding.policy import measuring
+from edgespec.decoding.costs import measuring
 from edgespec.decoding.tree import depths
 from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.drafters import Draft
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import Plan, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK
 from tests.fakes import MarkovBackend, VirtualClock, simulated_time

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
+from edgespec.decoding.costs.measuring import LONGEST_DENSE_DRAFT
 from tests.bench_schema import ROW_KEYS, SUMMARY_KEYS
 
 

@@ -11,14 +11,14 @@ import threading
 import pytest
 
 from edgespec.backends.llamacpp import LlamaCppBackend
+from edgespec.decoding.costs import keeper
+from edgespec.decoding.costs.keeper import DAY_S
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.plausible import implausible
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.exploration import Exploration
-from edgespec.decoding.policy.plausible import implausible
-from edgespec.engine import curve_keeper
-from edgespec.engine.curve_keeper import DAY_S
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.engine_thread import EngineThread
 from edgespec.models.registry import ModelSpec, PairConfig
@@ -57,7 +57,7 @@ def day(monkeypatch) -> VirtualClock:
     """The wall clock a measurement's day is counted on."""
     clock = VirtualClock()
     clock.now = 1e9
-    monkeypatch.setattr(curve_keeper, "wall_clock", clock)
+    monkeypatch.setattr(keeper, "wall_clock", clock)
     return clock
 
 
@@ -217,6 +217,6 @@ def test_a_stopped_calibration_at_serve_keeps_the_provisional_curve_as_it_was(ow
     before = own_calibration_file.read_text()
     stop = threading.Event()
     stop.set()
-    with simulated_time(clock), pytest.raises(curve_keeper.CalibrationStopped):
+    with simulated_time(clock), pytest.raises(keeper.CalibrationStopped):
         engine.cost_model(stop=stop, quiet=True)
     assert own_calibration_file.read_text() == before

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-import edgespec.engine.curve_keeper
+import edgespec.decoding.costs.keeper
 import edgespec.engine.engine
 from edgespec.cli import main as cli
 from tests.fakes import VirtualClock, fake_engine, simulated_time
@@ -17,7 +17,7 @@ from tests.scripted_chat import SIZE, make_app, send, wait_for_reply
 def test_run_says_its_calibration_on_stderr(tmp_path, monkeypatch, engine_notices_unsaid, tiny_gguf, tiny_draft_gguf):
     """The tiny pair measures in milliseconds on a quiet machine; here every calibration is long
     enough to be said, and said where an engine says it outside the tests."""
-    monkeypatch.setattr(edgespec.engine.curve_keeper, "SAY_AFTER_S", 0.0)
+    monkeypatch.setattr(edgespec.decoding.costs.keeper, "SAY_AFTER_S", 0.0)
     monkeypatch.setattr(edgespec.engine.engine, "say_on_stderr", engine_notices_unsaid)
     config = tmp_path / "models.toml"
     config.write_text(

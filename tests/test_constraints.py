@@ -21,12 +21,12 @@ from edgespec.constraints.response_format import ResponseFormat, format_constrai
 from edgespec.decoding.backend import sync_cache
 from edgespec.decoding.constraint import ConstraintDeadEnd
 from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.decoder import SpeculativeDecoder, after_forced
 from edgespec.decoding.drafters import Draft, DraftChoice
 from edgespec.decoding.events import Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine, GenerateSettings

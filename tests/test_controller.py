@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.costs.model import CostModel, best_k
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel, best_k
 from edgespec.decoding.policy.plan import RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.sampling import SamplingParams

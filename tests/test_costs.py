@@ -1,4 +1,4 @@
-"""What a round costs (`decoding/policy/costs.py`): the K that maximises expected tokens per
+"""What a round costs (`decoding/costs/model.py`): the K that maximises expected tokens per
 second, and the cost model, calibrated on fake backends in simulated time (`tests/fakes.py`)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgespec.decoding.costs.measuring import READ_PROBE
+from edgespec.decoding.costs.model import CostModel, best_k
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
-from edgespec.decoding.policy.costs import CostModel, best_k
-from edgespec.decoding.policy.measuring import READ_PROBE
 from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 from tests.policy_simulation import BF16, CPU, GPU
 

@@ -11,12 +11,12 @@ import pytest
 from edgespec.decoding.copying.corpus import CorpusDrafter
 from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.copying.suffix_index import SuffixIndex
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.drafters import DrafterKind
 from edgespec.decoding.events import ControllerState, Source, Step, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.tree import ROOT, first_branch, is_chain

@@ -20,8 +20,9 @@ import pytest
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.suites import BenchPrompt
 from edgespec.constraints.guidance import ConstraintSpec
+from edgespec.decoding.costs.measuring import LONGEST_DENSE_DRAFT
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT, make_policy
+from edgespec.decoding.policy.controller import make_policy
 from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.engine.engine import Engine
 from edgespec.models.registry import ModelSpec, PairConfig

@@ -9,14 +9,12 @@ from collections import Counter
 
 import pytest
 
-from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
-from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.measuring import ends_first
+from edgespec.decoding.costs import keeper
+from edgespec.decoding.costs.keeper import CALIBRATION_BUDGET_S, DAY_S, SAY_AFTER_S
+from edgespec.decoding.costs.measuring import LONGEST_DENSE_DRAFT, ends_first
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.quiet import SESSIONS
 from edgespec.decoding.policy.plan import PolicyChoice
-from edgespec.decoding.policy.quiet_cost import SESSIONS
-from edgespec.engine import curve_keeper
-from edgespec.engine.calibration import CALIBRATION_BUDGET_S
-from edgespec.engine.curve_keeper import DAY_S, SAY_AFTER_S
 from edgespec.engine.engine import GenerateSettings
 from tests.fakes import VirtualClock, fake_engine, simulated_time
 
@@ -142,7 +140,7 @@ def test_a_contradicted_curve_is_measured_again_before_a_reply_a_day_later(own_c
     file's mark, or in this one before its next reply), once a day has passed since it was: the
     user waits for it."""
     clock, day = VirtualClock(), VirtualClock()
-    monkeypatch.setattr(curve_keeper, "wall_clock", day)
+    monkeypatch.setattr(keeper, "wall_clock", day)
     save_curve_measured_at(2.0, clock)
     engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
     reply(engine, (1, 2, 3), cpu_like)

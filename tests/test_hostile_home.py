@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgespec.engine import calibration, history_index
+from edgespec.decoding.costs import saved
+from edgespec.engine import history_index
 from edgespec.engine.history_log import encode_record
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.reply_history import ReplyHistory
@@ -290,8 +291,8 @@ def test_the_calibration_and_the_machine_layout_record_never_block(tmp_path, own
     os.mkfifo(own_calibration_file)
     os.mkfifo(tmp_path / machine_layout.RECORD)
     with within(10):
-        assert calibration.read_calibration("v5|key") is None
-        calibration.save_calibration("v5|key", {"costs": 1})
+        assert saved.read_calibration("v5|key") is None
+        saved.save_calibration("v5|key", {"costs": 1})
         assert machine_layout.read_choice(tmp_path, "0" * 64) is None
     assert json.loads(own_calibration_file.read_text()) == {"v5|key": {"costs": 1}}
 

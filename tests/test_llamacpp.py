@@ -19,11 +19,11 @@ from edgespec.decoding.backend import (
     sync_cache,
 )
 from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.decoder import Reply, SpeculativeDecoder
 from edgespec.decoding.events import Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams, warp
 from edgespec.decoding.tree import ROOT, chain

@@ -12,9 +12,11 @@ from click.testing import CliRunner
 
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench import layout_ranking
-from edgespec.bench.layout_ranking import PROMPT_TOKENS, typical_call_s
 from edgespec.bench.tuning import choose_for_machine
 from edgespec.cli import main as cli
+from edgespec.decoding.costs import call_prediction
+from edgespec.decoding.costs.call_prediction import PROMPT_TOKENS, typical_call_s
+from edgespec.decoding.costs.steady_curve import SteadyCurve
 from edgespec.engine.options import EngineOptions
 from edgespec.models import layouts, machine_layout
 from edgespec.models.config import load_registry
@@ -134,11 +136,21 @@ def test_the_shipped_table_covers_every_candidate_of_the_built_in_target_with_it
 
 
 def test_a_flatter_curve_and_faster_reading_predict_a_shorter_call():
-    steep = {n: 25.0 * n for n in range(1, 18)}
-    flat = {n: 25.0 + 5.0 * (n - 1) for n in range(1, 18)}
+    steep = SteadyCurve({n: 0.025 * n for n in range(1, 18)})
+    flat = SteadyCurve({n: 0.025 + 0.005 * (n - 1) for n in range(1, 18)})
     assert typical_call_s(flat, 100.0) < typical_call_s(steep, 100.0)
     reading = typical_call_s(steep, 100.0) - typical_call_s(steep, 200.0)
     assert reading == pytest.approx(PROMPT_TOKENS / 200.0)
+
+
+def test_a_round_past_the_dense_sizes_is_priced_by_the_curve_itself(monkeypatch):
+    """A copy of 31 tokens is a pass over 32: priced at the curve's own figure there (timed, or
+    interpolated between the timed sizes as auto prices it), not at the longest dense size's."""
+    rounds = {"tokens": 200, "passes_by_k": {"31": 1}}
+    monkeypatch.setattr(call_prediction, "_typical_rounds", lambda: rounds)
+    curve = SteadyCurve({1: 0.02, 17: 0.1, 64: 0.2})
+    assert typical_call_s(curve, float("inf")) == pytest.approx(curve.pass_s(32))
+    assert curve.verify[17] < curve.pass_s(32) < curve.verify[64]
 
 
 # -- the choice and the file that is loaded -------------------------------------------------------

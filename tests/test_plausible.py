@@ -1,4 +1,4 @@
-"""Measured pass timings judged against each other (`decoding/policy/plausible.py`), and a
+"""Measured pass timings judged against each other (`decoding/costs/plausible.py`), and a
 calibration that is cut short or whose sizes contradict each other marked provisional."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgespec.decoding.policy.costs import CostModel, piecewise
-from edgespec.decoding.policy.plausible import implausible
+from edgespec.decoding.costs.interpolation import piecewise
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.plausible import implausible
 from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 from tests.policy_simulation import BF16, CPU, GPU, REPACKED
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec.decoding.policy.quiet_cost import MIN_TIMINGS, SESSIONS, QuietCost, low_quantile
+from edgespec.decoding.costs.quiet import MIN_TIMINGS, SESSIONS, QuietCost, low_quantile
 
 
 def test_low_quantile_is_an_observed_value_near_the_fast_end():

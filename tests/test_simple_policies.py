@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.drafters import LOOKUPS, Draft
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.policy.controller import AutoK, make_policy
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import PolicyChoice, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.util.errors import SettingError

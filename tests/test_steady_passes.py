@@ -1,5 +1,5 @@
 """Steady passes (issue 50, item 5): where a repeat would be decoded again, auto prices every pass of
-a call from the curve the last calibration left (`decoding/policy/steady_curve.py`), so the same
+a call from the curve the last calibration left (`decoding/costs/steady_curve.py`), so the same
 request makes the same passes, and greedy the same reply, whatever this call's timings;
 `live_timings` prices from them instead."""
 
@@ -9,14 +9,15 @@ import json
 
 import pytest
 
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.steady import SteadyCosts
+from edgespec.decoding.costs.steady_curve import SteadyCurve
+from edgespec.decoding.drafters import Draft
 from edgespec.decoding.events import Step, Token
 from edgespec.decoding.policy.controller import AutoK
-from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.steady_costs import SteadyCosts
-from edgespec.decoding.policy.steady_curve import SteadyCurve
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
-from tests.fakes import VirtualClock, fake_engine, simulated_time
+from tests.fakes import MarkovBackend, VirtualClock, fake_engine, simulated_time
 from tests.policy_simulation import CPU, GPU, Hardware, Proposal, Sim, calibrated, constant
 
 COPIES = constant(Proposal(12, 4, 0.7))  # copies that hold 70% a token: drafting pays on a quiet CPU
@@ -46,6 +47,64 @@ def test_steady_costs_record_every_pass_in_the_live_curve_and_move_nothing_thems
     Sim(GPU, ngram=COPIES, seed=7).run(AutoK("ngram", steady), 100)
     assert [steady.verify(n) for n in range(1, 18)] == before
     assert [live.verify(n) for n in range(1, 18)] != before  # the live curve saw the passes
+
+
+def fingerprint(costs: CostModel) -> tuple:
+    """What a curve prices now: every pass length, a draft step, a read, an n-gram lookup."""
+    return [costs.verify(n) for n in range(1, 18)], costs.draft_step, costs.read(64), costs.ngram_lookup
+
+
+def test_every_timing_a_steady_curve_is_given_reaches_the_live_one_and_nothing_changes_it():
+    """Each `observe_` method forwards to the live curve and moves nothing here; what would replace or
+    refold the curve is refused. Every public method of CostModel is named below, so one added later
+    must say which it is (else a steady curve would take it into its own copy unseen)."""
+    live = calibrated(CPU, with_draft=False)
+    steady = SteadyCosts(live)
+    lookup_round = Step(drafted=3, accepted=1, drafted_ids=(1, 2, 3), rejected_ids=(3,), draft_s=0.5, verify_s=0.001)
+    observes = {
+        "observe_verify": (4, 0.001),
+        "observe_draft": (2, 0.001),
+        "observe_read": (64, 0.001),
+        "observe_lookup": (0.5,),
+        "observe_round": (lookup_round, Draft(ids=[1, 2, 3])),
+    }
+    refused = {"end_session": (), "restore": (live.to_dict(),), "calibrate": (MarkovBackend(),)}
+    reads = {
+        "verify",
+        "verify_at_least",
+        "shape",
+        "read",
+        "reach",
+        "quiet_curve",
+        "contradicted",
+        "to_dict",
+        "fixed_curve",
+    }
+    public = {name for name, v in vars(CostModel).items() if callable(v) and not name.startswith("_")}
+    assert public == set(observes) | set(refused) | reads
+    before = fingerprint(steady)
+    for name, args in observes.items():
+        seen = fingerprint(live)
+        getattr(steady, name)(*args)
+        assert fingerprint(live) != seen, name
+        assert fingerprint(steady) == before, name
+    for name, args in refused.items():
+        with pytest.raises(TypeError):
+            getattr(steady, name)(*args)
+    assert fingerprint(steady) == before and steady.fixed_curve() == live.fixed_curve()
+
+
+def test_forgotten_policies_are_made_afresh(own_calibration_file):
+    """`forget_policies`: the next call starts with no policy learnt, as a new process does."""
+    clock = VirtualClock()
+    engine = fake_engine(clock, verify=cpu_like, draft_step=0.01)
+    settings = GenerateSettings(live_timings=True)
+    with simulated_time(clock):
+        kept = engine._policy(settings, steady=False)
+        assert engine._policy(settings, steady=False) is kept
+        engine.forget_policies()
+        assert engine._policy(settings, steady=False) is not kept
+    engine.close()
 
 
 def test_the_steady_curve_is_saved_and_restored_as_it_was_while_live_passes_refine_the_quiet_one():

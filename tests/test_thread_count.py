@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgespec.decoding.copying.ngram import NgramDrafter
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.quiet import SESSIONS
+from edgespec.decoding.costs.thread_count import ThreadPolicy
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice
 from edgespec.decoding.events import Step
-from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.policy.quiet_cost import SESSIONS
 from edgespec.decoding.policy.simple_policies import FixedK
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.decoding.thread_count import ThreadPolicy
 from tests.fakes import MarkovBackend, VirtualClock, simulated_time
 
 

@@ -14,9 +14,9 @@ import pytest
 import edgespec.engine.engine
 from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.decoding.backend import Placement
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.thread_count import ThreadPolicy
 from edgespec.decoding.events import Step, Summary
-from edgespec.decoding.policy.costs import CostModel
-from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.engine.engine import Engine, GenerateSettings, thread_policy
 from edgespec.engine.stats_line import stats_line
 from edgespec.models.registry import ModelSpec, PairConfig

@@ -15,6 +15,7 @@ from edgespec.backends.llamacpp import LlamaCppBackend
 from edgespec.bench.candidates import TuneError, check_space
 from edgespec.bench.layout_ranking import ORIGINAL, Measured, recommend
 from edgespec.cli import main as cli
+from edgespec.decoding.costs.steady_curve import SteadyCurve
 from edgespec.models import layouts
 from edgespec.models.config import CONFIG_BYTES, load_registry
 from edgespec.models.registry import ConfigError, Derived
@@ -86,8 +87,8 @@ def test_tune_builds_measures_and_registers_a_layout_once_keeping_the_users_file
     # q4_0 is coarser: less agreement, some divergence, none of the f32 weights kept
     assert rows["q4_0"]["kept"] == 0.0
     assert rows["q4_0"]["fidelity"]["agreement"] < 1.0 and rows["q4_0"]["fidelity"]["mean_kl"] > 0.0
-    for row in rows.values():  # a curve at every length auto may verify
-        assert sorted(map(int, row["verify_ms"])) == list(range(1, 18))
+    for row in rows.values():  # a curve at every length auto may verify, and the longer passes timed
+        assert sorted(map(int, row["verify_ms"]))[:17] == list(range(1, 18))
     assert "edgespec models tune" in r.stdout and "pair tiny-tuned added to" in r.stdout
 
     # registered as a derived model (how it is made), verified as built, loading under the new pair
@@ -195,7 +196,8 @@ def test_fidelity_of_a_model_with_itself_is_perfect_and_of_another_is_not(tiny_g
 def test_recommendation_is_the_fastest_layout_above_the_gate_and_only_if_clearly_faster():
     def row(name, agreement, gain):
         fidelity = Fidelity(agreement, 0.0, 0.0, 100)
-        return Measured(name, "", Path(name), 1, 1.0, "", {1: 25.0}, 500.0, fidelity, None, None, None, gain, gain)
+        curve = SteadyCurve({1: 0.025})
+        return Measured(name, "", Path(name), 1, 1.0, "", curve, 500.0, fidelity, None, None, None, gain, gain)
 
     rows = [row(ORIGINAL, 1.0, 1.09), row("fast", 0.93, 1.40), row("faithful", 0.96, 1.25), row("same", 0.99, 1.10)]
     assert recommend(rows, 0.95).layout == "faithful"

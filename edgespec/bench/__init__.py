@@ -10,7 +10,7 @@ layouts.
     report.py           medians and speedups, the JSON document and the plot
     tables.py           the summary as tables that stay whole at any width, on a pipe too
     comparison.py       a whole bench as `edgespec bench` runs it: checked, run, reported
-    layout_ranking.py   the call a layout predicts on this machine, and the recommendation
+    layout_ranking.py   the layouts ranked by the call each predicts here, and the recommendation
     candidates.py       candidate layout files built and measured
     tuning.py           `models tune`, and the layout `models pull` chooses
     partial_results.py  a bench or a tune that a signal stops still reports what it finished

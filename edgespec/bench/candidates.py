@@ -22,7 +22,6 @@ from edgespec.bench.modes import AR, Mode, run_bench
 from edgespec.bench.report import summarize
 from edgespec.bench.suites import BenchPrompt
 from edgespec.decoding.drafters import DraftChoice
-from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
 from edgespec.decoding.policy.plan import PolicyChoice
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import Engine
@@ -110,7 +109,6 @@ class Tuner:
         self.targets.append(target)
         self.on_step(f"{layout}: timing verification")
         costs = engine.measure_costs()
-        verify_ms = {n: costs.verify(n) * 1000 for n in range(1, LONGEST_DENSE_DRAFT + 2)}
         draft_ms = None if costs.draft_step is None or engine.draft is None else costs.draft_step * 1000
         self.on_step(f"{layout}: timing prompt reading")
         read_tok_s = _read_rate(target)
@@ -129,7 +127,7 @@ class Tuner:
             path.stat().st_size,
             kept,
             layouts.repacked_text(path, target.repacked),
-            verify_ms,
+            costs.fixed_curve(),
             read_tok_s,
             measured_fidelity,
             draft_ms,
@@ -150,13 +148,12 @@ class Tuner:
                 for backend in (engine.target, engine.draft):  # as the first round found them: empty
                     if backend is not None:
                         backend.truncate(0)
-                costs = engine.measure_costs()
-                row.verify_ms = {n: min(row.verify_ms[n], costs.verify(n) * 1000) for n in row.verify_ms}
+                row.curve = engine.measure_costs().fixed_curve()  # each size's fastest session (`quiet.py`)
                 row.read_tok_s = max(row.read_tok_s, _read_rate(target))
         for row in self.rows:
             self.on_step(
                 f"{row.layout}: reads {row.read_tok_s:.0f} tok/s, verifies 1/4/16 tokens in "
-                f"{row.verify_ms[1]:.0f}/{row.verify_ms[4]:.0f}/{row.verify_ms[16]:.0f} ms, "
+                f"{row.pass_ms(1):.0f}/{row.pass_ms(4):.0f}/{row.pass_ms(16):.0f} ms, "
                 f"a typical call {row.call_s:.1f} s"
             )
 

@@ -1,12 +1,10 @@
 """Which weight layout a typical call runs fastest with, among those that keep the file's quality.
 
 Speed belongs to the machine, and the objective is the whole call: a candidate's prompt reading
-(tokens per second over one batch) and its verify curve (ms per target pass at every draft length
-auto may choose) predict a typical call, reading PROMPT_TOKENS and then decoding REPLY_TOKENS with
-the rounds `auto` ran on the development set (data/auto_rounds.json) replayed on the candidate's
-curve. A flatter curve lets auto draft more than those rounds did, so the prediction is
-conservative for it. Where the bench ran (`models tune --prompts N`), its gain of `auto` against the
-original's `ar` ranks the layouts instead.
+(tokens per second over one batch) and its verify curve (the steady curve its calibration left)
+predict a typical call (`decoding/costs/call_prediction.py`: the development set's `auto` rounds
+priced on the curve). Where the bench ran (`models tune --prompts N`), its gain of `auto` against
+the original's `ar` ranks the layouts instead.
 
 Quality belongs to the file: for a published file edgespec ships a table (data/layout_quality.json,
 made by benchmarks/layout_quality.py: perplexity on held-out text against the published file, and
@@ -17,23 +15,19 @@ it does not know, top-1 agreement with the original on the calibration text is t
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
+from edgespec.decoding.costs.call_prediction import typical_call_s
+from edgespec.decoding.costs.steady_curve import SteadyCurve
 from edgespec.models import layouts
 from edgespec.quality.fidelity import Fidelity
 from edgespec.quality.perplexity import Quality, shipped_quality
 
 ORIGINAL = "original"
 DRAFT_ONLY = "draft-only"  # the original target with the tuned draft
-PROMPT_TOKENS = 1024  # a typical call's prompt: a file of a few hundred lines and an instruction
-REPLY_TOKENS = 200
 MARGIN = 1.03  # a layout must predict a call this much faster than the original to be chosen
-ROUNDS = files("edgespec") / "data" / "auto_rounds.json"
 
 
 @dataclass
@@ -46,7 +40,7 @@ class Measured:
     size: int
     kept: float  # share of the original's weight bytes kept unchanged
     repacked: str  # what llama.cpp repacked of it at load (`layouts.repacked_text`)
-    verify_ms: dict[int, float]  # target pass over n tokens, at every n auto may verify
+    curve: SteadyCurve  # the target's passes, as its last calibration left them (every n auto may verify)
     read_tok_s: float  # prompt reading, tokens per second in one READ_PROBE batch
     fidelity: Fidelity | None  # top-1 / KL against the original on the calibration text (None: not measured)
     draft_ms: float | None  # one draft-model step, of the draft this row's pair uses (None: no draft)
@@ -58,30 +52,26 @@ class Measured:
     @property
     def call_s(self) -> float:
         """The predicted seconds of a typical call (module docstring)."""
-        return typical_call_s(self.verify_ms, self.read_tok_s)
+        return typical_call_s(self.curve, self.read_tok_s)
+
+    @property
+    def verify_ms(self) -> dict[int, float]:
+        """Milliseconds per target pass, at each size the curve timed."""
+        return {n: s * 1000 for n, s in sorted(self.curve.verify.items())}
+
+    def pass_ms(self, n: int) -> float:
+        """Milliseconds per target pass over n tokens, as the curve prices it."""
+        return self.curve.pass_s(n) * 1000
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        del d["curve"]
+        d["verify_ms"] = self.verify_ms
         d["path"] = str(self.path)
         d["draft_path"] = None if self.draft_path is None else str(self.draft_path)
         d["quality"] = None if self.quality is None else self.quality.to_dict()
         d["call_s"] = self.call_s
         return d
-
-
-@functools.cache
-def _typical_rounds() -> dict:
-    """The development set's `auto` rounds, read once: every row's predicted call prices them."""
-    return json.loads(ROUNDS.read_text())
-
-
-def typical_call_s(verify_ms: dict[int, float], read_tok_s: float) -> float:
-    """Reading PROMPT_TOKENS at `read_tok_s`, then REPLY_TOKENS decoded in the development set's
-    `auto` rounds, each priced at the curve's cost of its pass (k drafted tokens: a pass over k+1)."""
-    rounds = _typical_rounds()
-    longest = max(verify_ms)
-    passes_s = sum(n * verify_ms[min(int(k) + 1, longest)] / 1000 for k, n in rounds["passes_by_k"].items())
-    return PROMPT_TOKENS / read_tok_s + passes_s * REPLY_TOKENS / rounds["tokens"]
 
 
 def eligible(m: Measured, min_agreement: float) -> bool:
@@ -123,8 +113,8 @@ def why_chosen(best: Measured, original: Measured) -> str:
     quality = "" if best.quality is None else f"; quality against the published file: {best.quality.text()}"
     return (
         f"a typical call {original.call_s / best.call_s:.2f}x faster on this machine (reads "
-        f"{best.read_tok_s / original.read_tok_s:.2f}x, verifies 4 tokens in {best.verify_ms[4]:.0f} ms "
-        f"against {original.verify_ms[4]:.0f}){quality}"
+        f"{best.read_tok_s / original.read_tok_s:.2f}x, verifies 4 tokens in {best.pass_ms(4):.0f} ms "
+        f"against {original.pass_ms(4):.0f}){quality}"
     )
 
 

@@ -18,6 +18,7 @@ One round reads top to bottom in `decoder.py` (`SpeculativeDecoder._round`). The
 - `copying/`: the drafters that copy text, point masses free to ask (its own index): prompt
   lookup, a value's start copied from the prompt under a constraint, and copies from other text
   over a suffix index.
-- `thread_count.py`: the CPU thread count, chosen per pass by measuring.
+- `costs/`: what a pass costs on this machine: the cost curve, its calibration, its file, and the
+  thread count measured against it (its own index).
 - `policy/`: the K policy, which drafter and how many tokens each round (its own index).
 """

@@ -146,7 +146,7 @@ class ChunkedBackend(Backend, Protocol):
 
 class ThreadedBackend(Backend, Protocol):
     """A backend whose CPU thread count can change between passes (the thread policy,
-    `decoding/thread_count.py`, measures which count is fastest on the machine as it is). Optional:
+    `decoding/costs/thread_count.py`, measures which count is fastest on the machine as it is). Optional:
     callers test for `set_threads`. llama.cpp's backend has it; the transformers backend does not,
     and a model whose passes do not run on the CPU is not tuned whatever its backend."""
 

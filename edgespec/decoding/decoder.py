@@ -38,6 +38,7 @@ import numpy as np
 
 from edgespec.decoding.backend import Backend, ContextOverflow, reused_prefix, sync_cache
 from edgespec.decoding.constraint import Constraint, ConstraintDeadEnd, masked, take_forced
+from edgespec.decoding.costs.thread_count import ThreadPolicy
 from edgespec.decoding.drafters import Draft, Drafter, DrafterKind
 from edgespec.decoding.events import Event, Source, Step, Summary, Token
 from edgespec.decoding.policy.plan import Plan, Policy, RoundContext
@@ -47,7 +48,6 @@ from edgespec.decoding.sampling import (
     verify_greedy,
     verify_sampled,
 )
-from edgespec.decoding.thread_count import ThreadPolicy
 from edgespec.decoding.tree import first_branch
 
 

@@ -5,8 +5,8 @@ costs, and the event stream every front end reads.
 - `loading.py`: the door's loader: a checked pair's files checked, each model on its runtime.
 - `engine.py`: the loaded pair (`Engine`) and the settings of one reply (`GenerateSettings`).
 - `call_figures.py`: what a call does around the decoder, gathered as it happens, for its one Summary.
-- `calibration.py`: the cost curve and the noise floor, kept in files between runs.
-- `curve_keeper.py`: the cost curve's life: restored or measured, refined, measured again when in doubt.
+- `kept_measurements.py`: the key measurements are kept under, and the noise floor's file (the cost
+  curve's whole life is `decoding/costs/`).
 - `engine_thread.py`: the one thread that loads an engine and runs every generation of it.
 - `prompt_cache.py`: what a model has read, kept across calls and processes.
 - `read_ahead.py`: the whole read chunks of a prompt yet to be asked, read before it is.

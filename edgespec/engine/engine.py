@@ -13,7 +13,8 @@ re-evaluated, and its cost measurements, so the controller starts warm on the ne
 prompt cache (`cache=`, passed by the front ends that serve a user, never by the bench), it also
 loads what an earlier process read of the same prompt before reading it, and saves what it read
 after each reply (`edgespec.engine.prompt_cache`). What it measures once per machine and pair (the
-cost curve, the target's noise floor) is kept in files between runs (`edgespec.engine.calibration`).
+cost curve, the target's noise floor) is kept in files between runs (`decoding/costs/saved.py`,
+`kept_measurements.py`).
 """
 
 from __future__ import annotations
@@ -28,26 +29,21 @@ from edgespec.constraints.guidance import ConstraintSpec, GuidanceMatcher, Token
 from edgespec.decoding.backend import Backend, Placement, ThreadedBackend
 from edgespec.decoding.copying.ngram import NgramDrafter
 from edgespec.decoding.copying.source_copy import SourceCopy
+from edgespec.decoding.costs.keeper import CurveKeeper
+from edgespec.decoding.costs.model import CostModel
+from edgespec.decoding.costs.saved import CALIBRATION_VERSION
+from edgespec.decoding.costs.steady import SteadyCosts
+from edgespec.decoding.costs.thread_count import ThreadPolicy
 from edgespec.decoding.decoder import SpeculativeDecoder
 from edgespec.decoding.drafters import DraftChoice, Drafter
 from edgespec.decoding.events import Event, Summary, Token
 from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import make_policy
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import Policy, PolicyChoice
-from edgespec.decoding.policy.steady_costs import SteadyCosts
 from edgespec.decoding.sampling import SamplingParams, sampling_from_flags
-from edgespec.decoding.thread_count import ThreadPolicy
-from edgespec.engine.calibration import (
-    CALIBRATION_VERSION,
-    NOISE_FLOOR_VERSION,
-    read_noise_floor,
-    runtime_key,
-    save_noise_floor,
-)
 from edgespec.engine.call_figures import CallFigures
 from edgespec.engine.copy_sources import DraftSources
-from edgespec.engine.curve_keeper import CurveKeeper
+from edgespec.engine.kept_measurements import NOISE_FLOOR_VERSION, read_noise_floor, runtime_key, save_noise_floor
 from edgespec.engine.prompt_cache import PromptCache
 from edgespec.engine.prompt_cache import _to_stderr as say_on_stderr
 from edgespec.engine.read_ahead import ReadAheadCredit, Reading, read_whole_chunks
@@ -90,7 +86,7 @@ class GenerateSettings:
     # that reply again from the history (`same_reply.py`)
     decode_again: bool = False
     # auto prices passes from this call's own timings (the live curve) rather than the steady curve
-    # fixed between calibrations (`decoding/policy/steady_curve.py`): it follows a busy moment, but the
+    # fixed between calibrations (`decoding/costs/steady_curve.py`): it follows a busy moment, but the
     # same greedy request may then make other passes and part at a near-tie (docs/run.md)
     live_timings: bool = False
 
@@ -165,7 +161,7 @@ class Engine:
         # where the engine says what the user waits for (a calibration) or should know (one that
         # live passes contradicted): stderr, or the chat app's notifications
         self.notice: Callable[[str], None] = say_on_stderr
-        # the curve's life: restored or measured, refined, judged, measured again (`curve_keeper.py`)
+        # the curve's life: restored or measured, refined, judged, measured again (`decoding/costs/keeper.py`)
         self._curve = CurveKeeper(
             self.costs, self._calibration_key, target, draft, pair.name, lambda line: self.notice(line)
         )
@@ -329,11 +325,15 @@ class Engine:
             self._policies[key] = make_policy(settings.policy, settings.draft, costs)
         return self._policies[key]
 
+    def forget_policies(self) -> None:
+        """The next calls start with fresh policies, as a new process does: nothing learnt before."""
+        self._policies.clear()
+
     def cost_model(self, stop: threading.Event | None = None, quiet: bool = False) -> CostModel:
         """The cost curve of this pair on this machine: the saved calibration, or one measured now
         (raising CalibrationStopped within a pass of `stop` being set, if it is). `quiet`: the
         caller is at a quiet moment (a server before its first request), where a provisional curve
-        is measured again (`curve_keeper.py`)."""
+        is measured again (`decoding/costs/keeper.py`)."""
         return self._curve.cost_model(stop, quiet)
 
     def _calibration_key(self) -> str:

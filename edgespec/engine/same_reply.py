@@ -32,8 +32,8 @@ from edgespec.decoding.backend import Backend, Placement
 from edgespec.decoding.decoder import IncrementalText
 from edgespec.decoding.events import Event, Source, Summary, Token
 from edgespec.decoding.sampling import SamplingParams
-from edgespec.engine.calibration import runtime_key
 from edgespec.engine.history_log import NO_REQUEST, REQUEST
+from edgespec.engine.kept_measurements import runtime_key
 from edgespec.models.registry import PairConfig
 
 DIGEST_VERSION = 1  # a change of what the digest covers changes the number: older digests then never match

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from edgespec.decoding.constraint import ConstraintDeadEnd
+from edgespec.decoding.costs.keeper import CalibrationStopped
 from edgespec.decoding.events import Summary
-from edgespec.engine.curve_keeper import CalibrationStopped
 from edgespec.engine.engine import Engine, GenerateSettings
 from edgespec.engine.engine_thread import EngineThread
 from edgespec.server.openai_errors import (

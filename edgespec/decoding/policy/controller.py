@@ -5,7 +5,7 @@
   * a `CostModel`: seconds per target pass as a function of tokens verified (flat on a GPU,
     near-linear on a small CPU), and per draft-model step, calibrated at load and then updated
     from every real pass (the decoder feeds it, whatever the policy); or a steady one
-    (`steady_costs.py`), fixed for the call, whose choices then follow the text and token counts
+    (`decoding/costs/steady.py`), fixed for the call, whose choices then follow the text and token counts
     alone, never the call's seconds, so a greedy request makes the same passes every time;
   * acceptance estimates with forgetting (`acceptance.py`): for the draft model per draft
     position and per confidence bin, for each copying source (the text itself, earlier replies to
@@ -36,20 +36,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from edgespec.decoding.costs.measuring import LONGEST_CALIBRATED, LONGEST_DENSE_DRAFT
+from edgespec.decoding.costs.model import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
 from edgespec.decoding.drafters import LOOKUPS, Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
 from edgespec.decoding.policy.acceptance import COPY_PRIORS, ModelScores, NgramScores
-from edgespec.decoding.policy.costs import ROUTINE_CATCH_UP, CostModel, best_k, best_tree
 from edgespec.decoding.policy.exploration import Exploration, Probe, TreeGate
-from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED
 from edgespec.decoding.policy.plan import Plan, Policy, PolicyChoice, RoundContext
 from edgespec.decoding.policy.simple_policies import FixedK, HeuristicK
 from edgespec.decoding.tree import ROOT, depths, ranks
 
-# Calibration times every pass length up to one token more than this, and longer passes sparsely
-# (`measuring.py`). A copy drafts longer only as far as the curve has been timed (`CostModel.reach`):
-# beyond the timed sizes the curve is extrapolated, and a guessed slope must not buy a long pass.
-LONGEST_DENSE_DRAFT = 16
 # The longest copy auto may draft: one token short of the longest pass a calibration times. Each
 # length is priced by its source's acceptance over that length (`acceptance.NgramScores`), so only
 # a copy likely to hold that far (a greedy retry, an unchanged stretch of a file) gets a long pass.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.tree import first_branch
 
 
@@ -95,7 +95,7 @@ class Exploration:
     far plus its own worst case, priced as if batching gained nothing (k more one-token passes),
     fit in BUDGET of the time decoded. Its length is the largest power of two that fits and the
     candidate holds, so the explored sizes are few and each gathers the timings a quiet figure
-    needs (`quiet_cost.MIN_TIMINGS`). On a steady curve the controller counts in one-token passes,
+    needs (`quiet.MIN_TIMINGS`). On a steady curve the controller counts in one-token passes,
     not seconds (`AutoK._one_pass`), each pass priced at that worst case."""
 
     BUDGET = 0.02

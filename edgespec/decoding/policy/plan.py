@@ -12,9 +12,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol
 
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.drafters import LOOKUPS, BranchRule, Draft, DrafterKind, StopRule
 from edgespec.decoding.events import ControllerState, Step
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.util.errors import SettingError
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from edgespec.decoding.costs.model import CostModel
 from edgespec.decoding.drafters import Draft, DraftChoice, DrafterKind
 from edgespec.decoding.events import ControllerState, Step
-from edgespec.decoding.policy.costs import CostModel
 from edgespec.decoding.policy.plan import Plan, RoundContext
 from edgespec.decoding.tree import first_branch
 

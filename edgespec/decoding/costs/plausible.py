@@ -11,7 +11,7 @@ work ran:
   for less than 3: at most 1.3x seen). DROP times more than a longer pass is a busy moment.
 
 A repeat far above the other timings of its size needs no judging here: a size's figure is the low
-quantile of its timings (`quiet_cost.py`), which passes over it. A figure is wrong only when every
+quantile of its timings (`quiet.py`), which passes over it. A figure is wrong only when every
 timing of its size was slow, and only the other sizes can show that.
 """
 

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from edgespec.decoding.policy.costs import CostModel
+from edgespec.decoding.costs.model import CostModel
 
 
 class Load(Protocol):

@@ -24,6 +24,11 @@ from collections.abc import Callable
 from edgespec.decoding.backend import Backend
 
 READ_PROBE = 64  # tokens the draft model reads, to time its catch-up
+# Calibration times every pass length up to one token more than this (the first phase's `max_n`),
+# and longer passes sparsely. A copy drafts longer only as far as the curve has been timed
+# (`CostModel.reach`): beyond the timed sizes the curve is extrapolated, and a guessed slope must
+# not buy a long pass.
+LONGEST_DENSE_DRAFT = 16
 # The longest pass a calibration times. A pass asks for every row's logits, as a verify pass
 # does, and llama.cpp keeps an output buffer that large for the context's life: 256 rows of
 # Qwen2.5's 151,936 logits are 156 MB. Past 128 tokens a CPU gains nothing more per token.

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from edgespec.decoding.costs.interpolation import piecewise
+from edgespec.decoding.costs.measuring import LONGEST_CALIBRATED, LONGEST_DENSE_DRAFT, time_passes
+from edgespec.decoding.costs.plausible import implausible
+from edgespec.decoding.costs.quiet import QuietCost
+from edgespec.decoding.costs.steady_curve import SteadyCurve
 from edgespec.decoding.drafters import Draft, DrafterKind
 from edgespec.decoding.events import Step
-from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED, time_passes
-from edgespec.decoding.policy.plausible import implausible
-from edgespec.decoding.policy.quiet_cost import QuietCost
-from edgespec.decoding.policy.steady_curve import SteadyCurve
 
 # A catch-up of this many tokens or fewer (the rounds since the draft model last drafted) is part
 # of a draft step; a longer one is a read, timed and priced on its own.
@@ -33,7 +34,7 @@ class CostModel:
 
     Quiet (`QuietCost` per size and for the draft step): what a pass costs when nothing else runs,
     which is what the next run will most likely find. Live passes refine it with low quantiles
-    (see quiet_cost.py); it is what `to_dict` saves and `restore` takes, and the live estimates
+    (see quiet.py); it is what `to_dict` saves and `restore` takes, and the live estimates
     start from it. One estimator cannot serve both: a low quantile is slow to rise by design and
     would price every pass of a busy reply as if the machine were quiet; a moving average saved
     between runs would let one busy spell set the costs of every later run.
@@ -44,7 +45,7 @@ class CostModel:
     """
 
     SMOOTH = 0.15
-    steady = False  # prices from a curve fixed for the call (`steady_costs.SteadyCosts`); here, live
+    steady = False  # prices from a curve fixed for the call (`steady.SteadyCosts`); here, live
     # The quiet curve is contradicted when live passes put it this much lower, since it was last
     # measured or restored, at SEVERAL sizes or more: the measurement ran on a busy machine. Or FAR
     # times lower at any one size: a short reply may try only one, and no noise makes a pass twice
@@ -291,7 +292,7 @@ class CostModel:
         self,
         target,
         draft=None,
-        max_n: int = 17,
+        max_n: int = LONGEST_DENSE_DRAFT + 1,
         rounds: int = 3,
         budget_s: float | None = None,
         progress: Callable[[float], None] | None = None,
@@ -333,26 +334,6 @@ class Calibration:
     cut: bool
     seconds: float
     provisional: bool = False
-
-
-def piecewise(pts: dict[int, float], n: int) -> float:
-    """Seconds for a pass over n tokens from timed sizes `pts`: linear between them, beyond them
-    along the nearest segment's slope, proportional to the one size there is."""
-    if n in pts:
-        return pts[n]
-    ns = sorted(pts)
-    if not ns:
-        return 1.0
-    if len(ns) == 1:
-        return pts[ns[0]] * n / ns[0]
-    lo = max((m for m in ns if m < n), default=None)
-    hi = min((m for m in ns if m > n), default=None)
-    if lo is None:
-        lo, hi = ns[0], ns[1]
-    elif hi is None:
-        lo, hi = ns[-2], ns[-1]
-    slope = (pts[hi] - pts[lo]) / (hi - lo)
-    return max(pts[lo] + slope * (n - lo), 1e-6)
 
 
 def best_k(acceptance: Sequence[float], cost: Callable[[int], float], base: float = 1.0) -> tuple[int, float]:

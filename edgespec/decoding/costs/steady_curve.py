@@ -4,10 +4,10 @@ it, changed by nothing but another calibration.
 Greedy decoding repeats itself only for the same pass shapes: llama.cpp's CPU kernels give a
 token's logits up to ~1 apart between a pass alone and a row of a longer pass, so another draft
 length can flip a near-tie (docs/run.md, "The same request twice"). The live curve moves with
-every pass's seconds, and the quiet curve with every reply's (`quiet_cost.py`), so a controller
+every pass's seconds, and the quiet curve with every reply's (`quiet.py`), so a controller
 reading either can choose other lengths for the same request in the next call. This curve is saved
 beside them (`CostModel.to_dict`) and read back as it was saved, so every call in one home prices
-the same lengths the same way until the home is calibrated again (`steady_costs.py` prices from it).
+the same lengths the same way until the home is calibrated again (`steady.py` prices from it).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from edgespec.decoding.costs.interpolation import piecewise
 
 DIGITS = 7  # seconds are kept to this many decimals, in memory as in the file: a restored curve prices as the saved one
 
@@ -44,6 +46,11 @@ class SteadyCurve:
         """The curve of these figures, rounded as saved."""
         draft, read = (None if s is None else round(s, DIGITS) for s in (draft_step, read_per_token))
         return cls({n: round(s, DIGITS) for n, s in verify.items()}, draft, read, provisional)
+
+    def pass_s(self, n: int) -> float:
+        """Seconds for a target pass over n tokens: the figure timed, else interpolated between the
+        timed sizes and extrapolated beyond them as every curve here is (`interpolation.py`)."""
+        return piecewise(self.verify, n)
 
     def to_dict(self) -> dict:
         return {

@@ -1,12 +1,12 @@
 """The cost curve of one engine's pair on this machine, through its life: restored from the saved
 calibration or measured, refined by every reply's live passes, judged, and measured again while it
-is provisional (`Engine.cost_model`, `Engine.keep_costs`).
+is provisional (`Engine.cost_model`, `Engine.keep_costs`); saved by `saved.py`.
 
 When it is measured:
 - at the first cost-aware reply on a machine and pair (no saved curve, or a damaged one), within
   CALIBRATION_BUDGET_S;
 - again when the curve is provisional: its calibration was cut short by the budget, or sizes
-  contradict their neighbours (`decoding/policy/plausible.py`), or live passes contradicted it
+  contradict their neighbours (`plausible.py`), or live passes contradicted it
   (`CostModel.contradicted`). Only at a quiet moment: when `serve` loads, before its first
   request (`quiet`); else before a reply, at most once a DAY_S (the user waits for it), within
   the same budget. Meanwhile the controller explores the passes the curve advises against
@@ -21,11 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from edgespec.decoding.policy.controller import LONGEST_DENSE_DRAFT
-from edgespec.decoding.policy.costs import Calibration, CostModel
-from edgespec.decoding.policy.measuring import LONGEST_CALIBRATED
-from edgespec.engine.calibration import CALIBRATION_BUDGET_S, CALIBRATION_FORMAT, read_calibration, save_calibration
+from edgespec.decoding.costs.measuring import LONGEST_CALIBRATED, LONGEST_DENSE_DRAFT
+from edgespec.decoding.costs.model import Calibration, CostModel
+from edgespec.decoding.costs.saved import CALIBRATION_FORMAT, read_calibration, save_calibration
 
+# A calibration stops after this long and goes on with what it timed: a machine that needs longer
+# is busy, so the figures would be inflated anyway. It is provisional, measured again at a quiet
+# moment, and live passes correct what they run meanwhile.
+CALIBRATION_BUDGET_S = 30.0
 SAY_AFTER_S = 1.0  # a calibration that lasts this long is said on the front end (see `_calibrate`)
 DAY_S = 86_400.0  # a provisional curve is measured again before a reply at most this often
 wall_clock = time.time  # seconds since the epoch, saved with a measurement: its day outlives the process
