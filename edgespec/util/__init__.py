@@ -10,6 +10,7 @@ home_files.py    every file under the home, opened trusting none: regular files,
 output_files.py  files a command writes after its work is done
 atomic_file.py   replacing a file atomically
 unsaved.py       what is kept only to be faster next time, done without where unwritable
+keyed_files.py   files of measurements by key, entries of another version dropped
 json_depth.py    JSON from outside read with its nesting bounded
 text_check.py    checks on a user's text before any model loads
 hardware.py      this machine's cores, RAM and how busy it is
