@@ -12,6 +12,9 @@ the gap to `copies` is what a better choice of draft length could still win from
 text offers within auto's cap, the gap to `perfect-length` what any drafter of any length could;
 the result file says both per prompt and overall (`ceiling_summary.gaps`).
 
+`--sessions` adds the session suite's calls (`edgespec/data/session_suite.jsonl`), each a prompt
+whose quoted earlier replies are plain decoding's (`ceiling_sessions.py`).
+
 Every mode runs at one thread count (`--threads`, default the physical cores), fixed for the run and
 recorded on every row: the engine's thread policy, which would move it between passes, is off.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -38,10 +42,12 @@ from ceiling_oracles import (  # noqa: E402
     ideal_passes,
     iterate,
 )
+from ceiling_sessions import SessionCalls  # noqa: E402
 from ceiling_summary import gaps, lines, summarise  # noqa: E402
 from result_file import write_result  # noqa: E402
 
 from edgespec.bench import modes, report, suites  # noqa: E402
+from edgespec.bench.sessions import PARTS, load_sessions  # noqa: E402
 from edgespec.decoding.decoder import SpeculativeDecoder  # noqa: E402
 from edgespec.decoding.drafters import DraftChoice  # noqa: E402
 from edgespec.decoding.events import Step, Summary, Token  # noqa: E402
@@ -103,6 +109,11 @@ def oracle_run(engine: Engine, prompt: suites.BenchPrompt, mode: str, drafter, p
     return row
 
 
+def text(engine: Engine, ids: list[int]) -> str:
+    """A reply's text from its tokens, as a later call quotes it."""
+    return b"".join(engine.target.token_bytes(t) for t in ids).decode("utf-8", errors="replace")
+
+
 def _row(engine: Engine, prompt: suites.BenchPrompt, mode: str, events) -> tuple[dict, list[tuple[int, int, int]]]:
     """A generation's result row, and its passes' (drafted, accepted, forced)."""
     tokens, passes, summary = [], [], None
@@ -138,20 +149,29 @@ def measure(engine: Engine, prompt: suites.BenchPrompt, mode: str, sources: dict
     return row
 
 
-def rounds(engine: Engine, prompts: list[suites.BenchPrompt], repeats: int, most: int) -> list[dict]:
-    """Every mode on every prompt, `repeats` times, in interleaved orders (ar first the first time:
-    its reply is every oracle's first source)."""
+def rounds(
+    engine: Engine,
+    groups: Sequence[Iterable[suites.BenchPrompt]],
+    repeats: int,
+    most: int,
+    record: Callable[[suites.BenchPrompt, list[int]], None] | None = None,
+) -> list[dict]:
+    """Every mode on every prompt of `groups` (each iterated once per round), `repeats` times, in
+    interleaved orders (ar first the first time: its reply is every oracle's first source, and
+    `record` is given it, before a group made as it goes makes its next prompt)."""
     policy = make_policy(PolicyChoice("auto"), DraftChoice.NGRAM, engine.costs)  # kept across prompts, as auto's is
     rows: list[dict] = []
     sources: dict[tuple[str, str], list[int]] = {}
     for repeat in range(repeats):
-        for prompt in prompts:
+        for prompt in (p for group in groups for p in group):
             turn = repeat % len(ORDER)
             for mode in ORDER if repeat == 0 else ORDER[turn:] + ORDER[:turn]:
                 row = measure(engine, prompt, mode, sources, policy, most)
                 if mode == "ar":
                     for oracle in ORACLES:
                         sources.setdefault((prompt.id, oracle), row["tokens"])
+                    if record is not None and repeat == 0:
+                        record(prompt, row["tokens"])
                 rows.append({**row, "repeat": repeat})
                 said = "; ".join(faults(row))
                 print(
@@ -165,7 +185,9 @@ def rounds(engine: Engine, prompts: list[suites.BenchPrompt], repeats: int, most
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", type=Path, action="append", required=True, help="a bench suite (repeatable)")
+    ap.add_argument("--suite", type=Path, action="append", default=[], help="a bench suite (repeatable)")
+    ap.add_argument("--sessions", type=Path, default=None, help="a session suite, each call a prompt")
+    ap.add_argument("--parts", default=",".join(PARTS), help="the session suite's parts (comma-separated)")
     ap.add_argument("--suites", default=None, help="only these suites of the files (comma-separated)")
     ap.add_argument("--limit", type=int, default=None, help="the first N prompts of each suite")
     ap.add_argument("--repeats", type=int, default=2)
@@ -176,13 +198,20 @@ def main() -> None:
     args = ap.parse_args()
     if (args.threads is not None and args.threads < 1) or args.iterations < 1:
         ap.error("--threads and --iterations must be at least 1")
+    if not args.suite and args.sessions is None:
+        ap.error("give --suite, --sessions or both")
     try:
         prompts = suites.select([p for path in args.suite for p in suites.load_suite(path)], args.limit, args.suites)
+        calls = SessionCalls(load_sessions(args.sessions, args.parts.split(",")) if args.sessions else [])
         engine, _ = EngineOptions(pair=args.pair).check().open()
     except EdgespecError as e:  # a suite or a pair that cannot be used: one line, as the CLI says it
         sys.exit(f"drafting_ceiling.py: {e}")
     threads = fix_threads(engine, args.threads)
-    rows = rounds(engine, prompts, args.repeats, args.iterations)
+
+    def record(prompt: suites.BenchPrompt, ids: list[int]) -> None:
+        calls.record(prompt, text(engine, ids))
+
+    rows = rounds(engine, [prompts, calls], args.repeats, args.iterations, record)
     engine.close()
     summary, gap = summarise(rows), gaps(rows)
     meta = {**provenance(), "verify_ms": {engine.pair.name: report.verify_ms(engine.costs.quiet_curve())}}

@@ -145,10 +145,11 @@ def draft_window(folder: Path) -> list[str]:
     return lines + ["", source(doc, "draft_window.json")]
 
 
-CEILING_FILES = (  # the structured suites; the held-out edits; one long reply, regenerated
+CEILING_FILES = (  # the structured suites; the held-out edits; one long reply, regenerated; the sessions
     "drafting_ceiling.json",
     "drafting_ceiling_edits.json",
     "drafting_ceiling_regenerate.json",
+    "drafting_ceiling_sessions.json",
 )
 
 

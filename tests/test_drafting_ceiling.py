@@ -124,7 +124,7 @@ def test_an_oracle_runs_again_on_its_own_reply_until_it_repeats(engine):
 
 def test_interleaved_rounds_run_every_mode_and_each_oracle_from_its_own_last_reply(engine):
     ceiling.fix_threads(engine, 1)
-    rows = ceiling.rounds(engine, PROMPTS[:1], repeats=2, most=3)
+    rows = ceiling.rounds(engine, [PROMPTS[:1]], repeats=2, most=3)
     assert [r["mode"] for r in rows] == [*ceiling.ORDER, *ceiling.ORDER[1:], ceiling.ORDER[0]]
     oracle_rows = [r for r in rows if r["mode"] in ceiling.ORACLES]
     assert all(r["converged"] and r["iterations"] == 1 and not ceiling.faults(r) for r in oracle_rows)
@@ -207,3 +207,29 @@ def test_a_suite_or_pair_it_cannot_use_is_one_line_before_any_model_loads(argv):
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("drafting_ceiling.py: ")
+
+
+def test_a_session_s_later_call_quotes_plain_decoding_s_reply_to_the_earlier_one(engine, tmp_path):
+    ceiling.fix_threads(engine, 1)
+    calls = [
+        {"messages": [{"role": "user", "content": "hello there the"}], "max_tokens": 24},
+        {"messages": [{"role": "user", "content": ["again: ", {"reply_of": 0}]}], "max_tokens": 24},
+    ]
+    line = {"id": "heldout/s", "part": "heldout", "kind": "regenerate", "calls": calls}
+    (tmp_path / "s.jsonl").write_text(json.dumps(line) + "\n")
+    session_calls = ceiling.SessionCalls(ceiling.load_sessions(tmp_path / "s.jsonl"))
+    replies = {}
+
+    def record(prompt, ids):
+        replies[prompt.id] = ceiling.text(engine, ids)
+        session_calls.record(prompt, replies[prompt.id])
+
+    rows = ceiling.rounds(engine, [[], session_calls], repeats=2, most=3, record=record)
+    first, second = list(session_calls)
+    assert second.messages == ({"role": "user", "content": "again: " + replies[first.id]},)
+    assert replies[first.id] and list(replies) == [first.id, second.id]  # recorded once, in the first round
+    assert [(r["id"], r["suite"]) for r in rows if r["mode"] == "ar"] == [
+        (first.id, "session-heldout"),
+        (second.id, "session-heldout"),
+    ] * 2
+    assert len(rows) == 2 * 2 * len(ceiling.ORDER)
