@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from edgespec.decoding.costs.model import CostModel
@@ -14,6 +15,7 @@ from edgespec.decoding.costs.steady import SteadyCosts
 from edgespec.decoding.costs.steady_curve import SteadyCurve
 from edgespec.decoding.drafters import Draft
 from edgespec.decoding.events import Step, Token
+from edgespec.decoding.model_drafter import ModelDrafter
 from edgespec.decoding.policy.controller import AutoK
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.engine.engine import GenerateSettings
@@ -180,6 +182,22 @@ def test_steady_calls_in_one_engine_start_afresh(own_calibration_file):
             runs.append([e.drafted for e in events if isinstance(e, Step)])
     engine.close()
     assert runs[0] == runs[2]
+
+
+@pytest.mark.parametrize("as_new", [False, True])
+def test_a_draft_model_that_read_the_prompt_before_is_priced_as_a_cold_one_in_steady_calls(as_new):
+    """A second call finds the draft model holding the prompt (a server's next call, or a state the
+    prompt cache loaded). Its catch-up, priced as routine, would let it draft where a cold call's
+    would not, and the passes would part from a cold call's; `as_new` (set for steady calls) prices
+    it as a cold call does until it reads, and then counts what it really reads."""
+    drafter = ModelDrafter(MarkovBackend(seed=21, n_ctx=512))
+    drafter.as_new = as_new
+    drafter.begin(PROMPT)
+    drafter.backend.eval(PROMPT, 1)  # read before: the prompt is cached
+    drafter.begin(PROMPT)
+    assert drafter.behind(PROMPT) == (len(PROMPT) if as_new else 1)  # it keeps all but the last token
+    draft = drafter.propose(PROMPT + [10], 3, SamplingParams(), np.random.default_rng(0))
+    assert draft.catch_up_tokens == 0 and drafter.behind(PROMPT + [10] + draft.ids) <= 1 + len(draft.ids)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,12 @@ class ModelDrafter:
         cache), without this module knowing."""
         self.backend, self.window, self.before_read = backend, window, before_read
         self.start = 0  # the view of the text is context[start:]
+        # Set by the engine before a call whose passes must follow its text alone (steady passes):
+        # the view is placed, and the first catch-up priced, as a newly made drafter's would be,
+        # whatever it or the prompt cache read before. A warm start then drafts when a cold one
+        # does (the reading it saves only makes the call faster), not at once for a read it skips.
+        self.as_new = False
+        self._read = False  # whether it has read its view in this generation
 
     ALTERNATIVES = 2  # the most alternatives beside one drafted token (top-3 at that position)
     MAX_NODES = 16  # the most nodes of a tree (its branches stay within llama.cpp's MAX_BRANCHES)
@@ -94,6 +100,7 @@ class ModelDrafter:
         """Read what the model has not seen of its view of `context`; the logits after it. After
         plain or n-gram rounds the draft model is behind the text; reading it back is a prefill,
         not a draft step, and is reported apart in `out` so the cost model is not misled."""
+        self._read = True  # from here `behind` counts what it really reads
         behind = self.behind(context)
         t0 = time.perf_counter()
         # Within a generation it keeps all it read: its numbers decide only how fast the reply
@@ -195,6 +202,9 @@ class ModelDrafter:
         that would still hold between `window` and twice `window` tokens is kept, so the next turn
         of a chat reads little more than what is new."""
         n = len(prompt)
+        self._read = False
+        if self.as_new:
+            self.start = 0
         if self.window is None or n <= self.window:
             self.start = 0
         elif not (self.start <= n - self.window and n - self.start <= 2 * self.window):
@@ -204,8 +214,11 @@ class ModelDrafter:
             self.before_read(self.backend, prompt[self.start :])
 
     def behind(self, context: Sequence[int]) -> int:
-        """Tokens of the view it has not read: what its next draft must read first."""
+        """Tokens of the view it has not read: what its next draft must read first (`as_new`: all
+        of the view until it first reads in this generation)."""
         view = context[self.start :]
+        if self.as_new and not self._read:
+            return len(view)
         return len(view) - common_prefix(self.backend.cached, view)
 
     def accept(self, n_committed: int) -> None:

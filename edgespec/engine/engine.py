@@ -210,6 +210,8 @@ class Engine:
         steady = self._steady(settings, request)
         if self.threads is not None:
             self.threads.holding = steady
+        for model in (d for d in drafters if isinstance(d, ModelDrafter)):
+            model.as_new = steady
         decoder = SpeculativeDecoder(self.target, self._policy(settings, steady), [*drafters, *copying], self.threads)
         events = decoder.generate(prompt, settings.max_tokens, settings.sampling, cancel, constraint)
         return self._generation(prompt, events, CallFigures(copying), request)
@@ -313,9 +315,8 @@ class Engine:
 
     def _policy(self, settings: GenerateSettings, steady: bool) -> Policy:
         """With `steady`, a fresh policy for each call, pricing passes from the steady curve
-        (`SteadyCosts`), so a call's passes follow its text alone: what a policy learnt in earlier
-        calls would change them. Else one policy per (drafter, K) setting, kept across calls so
-        what it learnt carries over, pricing from the live curve."""
+        (`SteadyCosts`), so a call's passes follow its text alone: what a policy learnt in earlier calls
+        would change them. Else one policy per (drafter, K) setting, kept across calls, live-priced."""
         if steady:
             costs = SteadyCosts(self.cost_model()) if settings.policy.cost_aware else self.costs
             return make_policy(settings.policy, settings.draft, costs)
