@@ -24,15 +24,12 @@ class SessionCalls:
         self.sessions = list(sessions)
         self._built: dict[str, BenchPrompt] = {}
         self._replies: dict[str, list[str]] = {s.id: [] for s in self.sessions}
-        self._session_of: dict[str, Session] = {}
+        self._call_of: dict[str, tuple[Session, int]] = {}  # a prompt's id: its session and call
 
     def __iter__(self) -> Iterator[BenchPrompt]:
         for session in self.sessions:
             for call in range(len(session.calls)):
                 yield self._prompt(session, call)
-
-    def __len__(self) -> int:
-        return sum(len(s.calls) for s in self.sessions)
 
     def _prompt(self, session: Session, call: int) -> BenchPrompt:
         key = f"{session.id}/call-{call}"
@@ -41,14 +38,13 @@ class SessionCalls:
             self._built[key] = BenchPrompt(
                 key, f"session-{session.part}", "chat", session.max_tokens(call), messages=tuple(messages)
             )
-            self._session_of[key] = session
+            self._call_of[key] = session, call
         return self._built[key]
 
     def record(self, prompt: BenchPrompt, reply: str) -> None:
         """`reply`, plain decoding's reply to `prompt`, is what later calls of its session quote
         (only the first one recorded counts: every round reads the same prompts)."""
-        session = self._session_of[prompt.id]
+        session, call = self._call_of[prompt.id]
         replies = self._replies[session.id]
-        call = int(prompt.id.rsplit("-", 1)[1])
         if call == len(replies):
             replies.append(reply)
