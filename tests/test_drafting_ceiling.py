@@ -198,7 +198,12 @@ def test_the_result_says_how_far_auto_is_from_the_oracles_per_prompt_and_overall
 
 
 @pytest.mark.parametrize(
-    "argv", [["--suite", "no-such-suite.jsonl"], ["--suite", "suites/regenerate.jsonl", "--pair", "x"]]
+    "argv",
+    [
+        ["--suite", "no-such-suite.jsonl"],
+        ["--suite", "suites/regenerate.jsonl", "--pair", "x"],
+        ["--sessions", "edgespec/data/session_suite.jsonl", "--parts", "nope"],
+    ],
 )
 def test_a_suite_or_pair_it_cannot_use_is_one_line_before_any_model_loads(argv):
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "drafting_ceiling.py"
